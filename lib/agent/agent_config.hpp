@@ -1,0 +1,34 @@
+// The node agent's settings, read from slurm.conf's SwitchParameters.
+//
+//   SwitchParameters=storm_agent_port=6830,storm_fanout=8
+//
+// Every key in SwitchParameters is Storm's when SwitchType=switch/rdma, so
+// unknown keys are errors (ConfigError names the key and the known ones).
+#pragma once
+
+#include <cstdint>
+
+#include "lib/common/params.hpp"
+
+namespace storm::agent {
+
+struct AgentConfig {
+    static constexpr uint16_t default_port = 6830;
+    static constexpr unsigned default_fanout = 8;
+
+    uint16_t port = default_port; // TCP port every node agent listens on
+    unsigned fanout = default_fanout; // children per node in the agents' k-ary tree
+
+    // Throws ConfigError on a bad value or an unknown key.  `text` may be null.
+    static AgentConfig from_switch_parameters(const char *text)
+    {
+        ParamList p(text, "SwitchParameters", "");
+        AgentConfig c;
+        c.port = static_cast<uint16_t>(p.take_uint("storm_agent_port", 1, 65535, default_port));
+        c.fanout = static_cast<unsigned>(p.take_uint("storm_fanout", 2, 64, default_fanout));
+        p.reject_unknown();
+        return c;
+    }
+};
+
+} // namespace storm::agent

@@ -1,0 +1,110 @@
+#include "lib/agent/node_agent.hpp"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <future>
+#include <system_error>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+namespace storm::agent {
+
+NodeAgent::NodeAgent(const AgentConfig &config, const Logger &log) : config_(config), log_(log) {}
+
+NodeAgent::~NodeAgent() { stop(); }
+
+void NodeAgent::start()
+{
+    if (thread_.joinable())
+        throw std::logic_error("node agent already started");
+    if (pipe2(control_, O_CLOEXEC | O_NONBLOCK) < 0)
+        throw std::system_error(errno, std::generic_category(), "node agent: pipe");
+    base_ = event_base_new();
+    if (!base_) {
+        stop();
+        throw std::runtime_error("node agent: event_base_new failed");
+    }
+    control_ev_ = event_new(base_, control_[0], EV_READ | EV_PERSIST, on_control, this);
+    if (!control_ev_ || event_add(control_ev_, nullptr) < 0) {
+        stop();
+        throw std::runtime_error("node agent: cannot register its control channel");
+    }
+    std::promise<void> started;
+    auto ready = started.get_future();
+    try {
+        thread_ = std::thread([this, &started] {
+            running_ = true;
+            started.set_value();
+            run();
+        });
+    } catch (...) {
+        stop();
+        throw;
+    }
+    ready.wait();
+    log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port,
+              config_.fanout, event_get_version(), event_base_get_method(base_));
+}
+
+void NodeAgent::run() noexcept
+{
+    int rc = event_base_dispatch(base_);
+    running_ = false;
+    if (rc < 0)
+        log_.error("node agent: event loop failed");
+}
+
+void NodeAgent::on_control(int fd, short, void *arg)
+{
+    auto *self = static_cast<NodeAgent *>(arg);
+    char buf[64];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+        for (ssize_t i = 0; i < n; ++i) {
+            self->wakeups_++;
+            if (buf[i] == static_cast<char>(Control::stop))
+                event_base_loopbreak(self->base_);
+        }
+    }
+}
+
+bool NodeAgent::send(Control c) noexcept
+{
+    if (control_[1] < 0 || !running_)
+        return false;
+    char b = static_cast<char>(c);
+    ssize_t n;
+    do
+        n = write(control_[1], &b, 1);
+    while (n < 0 && errno == EINTR);
+    return n == 1;
+}
+
+bool NodeAgent::ping() noexcept { return send(Control::ping); }
+
+void NodeAgent::stop() noexcept
+{
+    bool was_started = thread_.joinable();
+    if (was_started) {
+        send(Control::stop);
+        thread_.join();
+    }
+    if (control_ev_) {
+        event_free(control_ev_);
+        control_ev_ = nullptr;
+    }
+    if (base_) {
+        event_base_free(base_);
+        base_ = nullptr;
+    }
+    for (int &fd : control_)
+        if (fd >= 0) {
+            close(fd);
+            fd = -1;
+        }
+    if (was_started)
+        log_.info("node agent stopped");
+}
+
+} // namespace storm::agent

@@ -1,0 +1,65 @@
+// The node agent: Storm's resident thread inside slurmd.
+//
+// It owns one libevent loop on which the node-side mechanisms (strobe
+// receiver, process switcher, broadcast receiver, buffer pool, local
+// coscheduler) will register their events.  For now the loop holds only its
+// own control channel.
+//
+// Contract:
+//  - One NodeAgent per slurmd process, created by switch/rdma's init() when
+//    SwitchType=switch/rdma, destroyed by its fini().
+//  - start() spawns the loop thread and returns once the loop is running;
+//    it throws std::system_error / std::runtime_error if it cannot.
+//  - stop() asks the loop to exit, joins the thread and is idempotent; the
+//    destructor calls it.  Both may be called from any thread but the
+//    agent's own.
+//  - wakeups() counts control messages the loop has handled: a liveness
+//    probe for tests.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "lib/agent/agent_config.hpp"
+#include "lib/common/log.hpp"
+
+struct event_base;
+struct event;
+
+namespace storm::agent {
+
+class NodeAgent {
+public:
+    NodeAgent(const AgentConfig &config, const Logger &log);
+    ~NodeAgent();
+    NodeAgent(const NodeAgent &) = delete;
+    NodeAgent &operator=(const NodeAgent &) = delete;
+
+    void start();
+    void stop() noexcept;
+
+    bool running() const noexcept { return running_.load(); }
+    // Sends a no-op control message; returns false if the agent is stopped.
+    bool ping() noexcept;
+    uint64_t wakeups() const noexcept { return wakeups_.load(); }
+    const AgentConfig &config() const noexcept { return config_; }
+
+private:
+    enum class Control : char { ping = 'p', stop = 's' };
+    static void on_control(int fd, short what, void *arg);
+    void run() noexcept;
+    bool send(Control c) noexcept;
+
+    AgentConfig config_;
+    Logger log_;
+    event_base *base_ = nullptr;
+    event *control_ev_ = nullptr;
+    int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers
+    std::thread thread_;
+    std::atomic<bool> running_{false};
+    std::atomic<uint64_t> wakeups_{0};
+};
+
+} // namespace storm::agent

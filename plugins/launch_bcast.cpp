@@ -1,0 +1,115 @@
+// launch/bcast: srun's step launcher with Storm's broadcast in front.
+//
+// Slurm-facing shim, loaded by srun only (LaunchType=launch/bcast).  It
+// wraps launch/slurm, loaded through Slurm's plugin loader, and forwards
+// every launch_p_* call to it.  The broadcast of `srun --bcast` files
+// through the node agents (launch_bcast/) will run in step_launch, before
+// the tasks start.
+//
+// srun prints info() lines on the user's terminal, so the "loaded" line is
+// logged at verbose level: `srun -v` shows it.
+#include "plugins/common/shim.hpp"
+
+// src/srun/libsrun/opt.h declares "extern enum modes mode;", which only C
+// accepts for an enum it never defines; C++ needs an opaque declaration.
+enum modes : int;
+extern "C" {
+#include "src/common/plugin.h"
+#include "src/srun/libsrun/launch.h"
+}
+
+STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
+
+namespace {
+
+// Must match plugin_ops_t and syms[] in src/srun/libsrun/launch.c.
+const char *launch_syms[] = {
+    "launch_p_setup_srun_opt",      "launch_p_handle_multi_prog_verify",
+    "launch_p_create_job_step",     "launch_p_step_launch",
+    "launch_p_step_wait",           "launch_p_step_terminate",
+    "launch_p_print_status",        "launch_p_fwd_signal",
+};
+struct LaunchOps {
+    int (*setup_srun_opt)(char **rest, slurm_opt_t *opt_local);
+    int (*handle_multi_prog)(int command_pos, slurm_opt_t *opt_local);
+    int (*create_job_step)(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
+                           sig_atomic_t *destroy_job, slurm_opt_t *opt_local);
+    int (*step_launch)(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
+                       slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local);
+    int (*step_wait)(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local);
+    int (*step_terminate)(void);
+    void (*print_status)(void);
+    void (*fwd_signal)(int signal);
+};
+static_assert(sizeof(LaunchOps) == sizeof(launch_syms), "launch_syms and LaunchOps differ");
+
+struct LaunchContext {
+    storm::Logger log{"launch/bcast"};
+    LaunchOps ops{};
+    plugin_context_t *slurm_launch = nullptr;
+
+    ~LaunchContext()
+    {
+        if (slurm_launch)
+            plugin_context_destroy(slurm_launch);
+    }
+};
+
+LaunchContext *g_ctx = nullptr;
+
+} // namespace
+
+extern "C" int init(void)
+{
+    storm::shim::install_slurm_log();
+    storm::Logger log{"launch/bcast"};
+    return storm::shim::guarded(log, "init", [] {
+        auto ctx = std::make_unique<LaunchContext>();
+        ctx->slurm_launch = plugin_context_create("launch", "launch/slurm",
+                                                  reinterpret_cast<void **>(&ctx->ops), launch_syms,
+                                                  sizeof(launch_syms));
+        if (!ctx->slurm_launch)
+            throw std::runtime_error("cannot load launch/slurm from PluginDir");
+        ctx->log.verbose("Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
+                         STORM_SLURM_VERSION);
+        g_ctx = ctx.release();
+        return SLURM_SUCCESS;
+    });
+}
+
+extern "C" int fini(void)
+{
+    delete g_ctx;
+    g_ctx = nullptr;
+    return SLURM_SUCCESS;
+}
+
+extern "C" {
+
+int launch_p_setup_srun_opt(char **rest, slurm_opt_t *opt_local)
+{
+    return g_ctx->ops.setup_srun_opt(rest, opt_local);
+}
+int launch_p_handle_multi_prog_verify(int command_pos, slurm_opt_t *opt_local)
+{
+    return g_ctx->ops.handle_multi_prog(command_pos, opt_local);
+}
+int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
+                             sig_atomic_t *destroy_job, slurm_opt_t *opt_local)
+{
+    return g_ctx->ops.create_job_step(job, use_all_cpus, signal_function, destroy_job, opt_local);
+}
+int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
+                         slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local)
+{
+    return g_ctx->ops.step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
+}
+int launch_p_step_wait(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local)
+{
+    return g_ctx->ops.step_wait(job, got_alloc, opt_local);
+}
+int launch_p_step_terminate(void) { return g_ctx->ops.step_terminate(); }
+void launch_p_print_status(void) { g_ctx->ops.print_status(); }
+void launch_p_fwd_signal(int signal) { g_ctx->ops.fwd_signal(signal); }
+
+} // extern "C"

@@ -1,0 +1,151 @@
+// switch/rdma: communication contexts for job steps, and the home of the
+// node agent inside slurmd.
+//
+// Slurm-facing shim.  Slurm loads switch plugins in four places:
+//  - slurmctld and srun (the configured SwitchType): job step switch info;
+//  - slurmstepd (the configured one): step set-up hooks around the tasks;
+//  - slurmd, which loads EVERY switch_*.so in PluginDir after daemonizing
+//    and calls its init().  Slurm has no node-init hook, so init() is where
+//    the node agent (lib/agent) starts: only when the process is slurmd and
+//    SwitchType=switch/rdma.  fini() stops it.
+// The per-step context (switch_rdma/) is not carried yet: the jobinfo is
+// empty, as with switch/none.
+#include "plugins/common/shim.hpp"
+
+#include <cstring>
+#include <memory>
+
+#include "lib/agent/node_agent.hpp"
+
+extern "C" {
+#include "src/common/read_config.h"
+#include "src/common/run_in_daemon.h"
+#include "src/slurmctld/slurmctld.h"
+#include "src/slurmd/slurmstepd/slurmstepd_job.h"
+}
+
+STORM_PLUGIN_IDENTITY("Storm communication contexts (switch/rdma)", "switch/rdma")
+extern "C" {
+extern const uint32_t plugin_id = 150; // unique among switch plugins (>= 100)
+}
+
+namespace {
+
+struct SwitchContext {
+    storm::Logger log{"switch/rdma"};
+    bool configured = false; // SwitchType names this plugin
+    std::unique_ptr<storm::agent::NodeAgent> agent;
+};
+
+SwitchContext *g_ctx = nullptr;
+
+} // namespace
+
+extern "C" int init(void)
+{
+    storm::shim::install_slurm_log();
+    storm::Logger log{"switch/rdma"};
+    return storm::shim::guarded(log, "init", [] {
+        auto ctx = std::make_unique<SwitchContext>();
+        const char *prog = slurm_prog_name ? slurm_prog_name : "unknown";
+        ctx->configured = slurm_conf.switch_type && !std::strcmp(slurm_conf.switch_type, "switch/rdma");
+        if (!ctx->configured) {
+            // slurmd loads every switch plugin; another one is in charge.
+            ctx->log.info("Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle",
+                          STORM_VERSION, prog, STORM_SLURM_VERSION,
+                          slurm_conf.switch_type ? slurm_conf.switch_type : "none");
+            g_ctx = ctx.release();
+            return SLURM_SUCCESS;
+        }
+        auto config = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
+        ctx->log.info("Storm %s loaded in %s (Slurm %s)", STORM_VERSION, prog, STORM_SLURM_VERSION);
+        if (running_in_slurmd()) {
+            ctx->agent = std::make_unique<storm::agent::NodeAgent>(config, ctx->log);
+            ctx->agent->start();
+        }
+        g_ctx = ctx.release();
+        return SLURM_SUCCESS;
+    });
+}
+
+extern "C" int fini(void)
+{
+    delete g_ctx; // stops the node agent, if any
+    g_ctx = nullptr;
+    return SLURM_SUCCESS;
+}
+
+extern "C" {
+
+int switch_p_reconfig(void) { return SLURM_SUCCESS; }
+
+// State of the switch plugin in slurmctld (contexts will be saved here).
+int switch_p_libstate_save(char *dir_name) { return SLURM_SUCCESS; }
+int switch_p_libstate_restore(char *dir_name, bool recover) { return SLURM_SUCCESS; }
+int switch_p_libstate_clear(void) { return SLURM_SUCCESS; }
+
+// Job step switch info: empty for now (a NULL jobinfo, as switch/none).
+int switch_p_alloc_jobinfo(switch_jobinfo_t **switch_job, uint32_t job_id, uint32_t step_id)
+{
+    *switch_job = nullptr;
+    return SLURM_SUCCESS;
+}
+int switch_p_build_jobinfo(switch_jobinfo_t *switch_job, slurm_step_layout_t *step_layout,
+                           step_record_t *step_ptr)
+{
+    return SLURM_SUCCESS;
+}
+int switch_p_duplicate_jobinfo(switch_jobinfo_t *source, switch_jobinfo_t **dest)
+{
+    *dest = nullptr;
+    return SLURM_SUCCESS;
+}
+void switch_p_free_jobinfo(switch_jobinfo_t *switch_job) {}
+int switch_p_pack_jobinfo(switch_jobinfo_t *switch_job, buf_t *buffer, uint16_t protocol_version)
+{
+    return SLURM_SUCCESS;
+}
+int switch_p_unpack_jobinfo(switch_jobinfo_t **switch_job, buf_t *buffer, uint16_t protocol_version)
+{
+    *switch_job = nullptr;
+    return SLURM_SUCCESS;
+}
+int switch_p_get_jobinfo(switch_jobinfo_t *switch_job, int key, void *resulting_data)
+{
+    slurm_seterrno(EINVAL);
+    return SLURM_ERROR;
+}
+
+// slurmstepd hooks around the tasks.
+int switch_p_job_preinit(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+int switch_p_job_init(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+int switch_p_job_attach(switch_jobinfo_t *jobinfo, char ***env, uint32_t nodeid, uint32_t procid,
+                        uint32_t nnodes, uint32_t nprocs, uint32_t rank)
+{
+    return SLURM_SUCCESS;
+}
+int switch_p_job_fini(switch_jobinfo_t *jobinfo) { return SLURM_SUCCESS; }
+int switch_p_job_postfini(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+
+// scontrol suspend/resume hooks (not used for gang scheduling: see README).
+int switch_p_job_suspend_test(switch_jobinfo_t *jobinfo) { return SLURM_SUCCESS; }
+void switch_p_job_suspend_info_get(switch_jobinfo_t *jobinfo, void *suspend_info) {}
+void switch_p_job_suspend_info_pack(void *suspend_info, buf_t *buffer, uint16_t protocol_version) {}
+int switch_p_job_suspend_info_unpack(void **suspend_info, buf_t *buffer, uint16_t protocol_version)
+{
+    return SLURM_SUCCESS;
+}
+void switch_p_job_suspend_info_free(void *suspend_info) {}
+int switch_p_job_suspend(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
+int switch_p_job_resume(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
+int switch_p_job_step_pre_suspend(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+int switch_p_job_step_post_suspend(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+int switch_p_job_step_pre_resume(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+int switch_p_job_step_post_resume(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+
+// slurmctld step bookkeeping.
+int switch_p_job_step_complete(switch_jobinfo_t *jobinfo, char *nodelist) { return SLURM_SUCCESS; }
+int switch_p_job_step_allocated(switch_jobinfo_t *jobinfo, char *nodelist) { return SLURM_SUCCESS; }
+void switch_p_job_complete(uint32_t job_id) {}
+
+} // extern "C"

@@ -1,0 +1,164 @@
+// Unit tests of the strict parameter parser (lib/common/params.*) and of the
+// node agent's settings (lib/agent/agent_config.hpp).
+#include "tests/unit/cmocka.hpp"
+
+#include <string>
+
+#include "lib/agent/agent_config.hpp"
+#include "lib/common/params.hpp"
+
+using storm::ConfigError;
+using storm::ParamList;
+
+namespace {
+
+// Returns the ConfigError message of f(), or "" if f() did not throw.
+template <class F> std::string error_of(F f)
+{
+    try {
+        f();
+    } catch (const ConfigError &e) {
+        return e.what();
+    }
+    return "";
+}
+
+bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
+
+void test_empty_and_null(void **)
+{
+    ParamList a(nullptr, "X", "");
+    a.reject_unknown();
+    ParamList b("   ", "X", "");
+    b.reject_unknown();
+    assert_int_equal(b.take_uint("k", 0, 10, 7), 7);
+}
+
+void test_uint_values_and_ranges(void **)
+{
+    ParamList p(" storm_agent_port = 7000 ,storm_fanout=2", "SwitchParameters", "");
+    assert_int_equal(p.take_uint("storm_agent_port", 1, 65535, 1), 7000);
+    assert_int_equal(p.take_uint("storm_fanout", 2, 64, 8), 2);
+    p.reject_unknown();
+
+    std::string e = error_of([] {
+        ParamList q("storm_fanout=1", "SwitchParameters", "");
+        q.take_uint("storm_fanout", 2, 64, 8);
+    });
+    assert_true(contains(e, "SwitchParameters"));
+    assert_true(contains(e, "storm_fanout"));
+    assert_true(contains(e, "\"1\""));
+    assert_true(contains(e, "from 2 to 64"));
+
+    for (const char *bad : {"storm_fanout=", "storm_fanout", "storm_fanout=-3", "storm_fanout=4x",
+                            "storm_fanout=99999999999999999999999"}) {
+        e = error_of([bad] {
+            ParamList q(bad, "S", "");
+            q.take_uint("storm_fanout", 2, 64, 8);
+        });
+        assert_true(contains(e, "storm_fanout"));
+    }
+}
+
+void test_syntax_errors(void **)
+{
+    assert_true(contains(error_of([] { ParamList("a=1,,b=2", "S", ""); }), "empty item"));
+    assert_true(contains(error_of([] { ParamList("a=1,", "S", ""); }), "empty item"));
+    assert_true(contains(error_of([] { ParamList("=3", "S", ""); }), "no key"));
+    assert_true(contains(error_of([] { ParamList("a=1,a=2", "S", ""); }), "more than once"));
+}
+
+void test_unknown_keys_named(void **)
+{
+    std::string e = error_of([] {
+        ParamList p("storm_fanout=4,storm_fanuot=3", "SwitchParameters", "");
+        p.take_uint("storm_agent_port", 1, 65535, 6830);
+        p.take_uint("storm_fanout", 2, 64, 8);
+        p.reject_unknown();
+    });
+    assert_true(contains(e, "unknown key storm_fanuot"));
+    assert_true(contains(e, "known: storm_agent_port, storm_fanout"));
+}
+
+void test_prefix_leaves_foreign_keys(void **)
+{
+    // SchedulerParameters is shared with backfill: only storm_* is ours.
+    ParamList p("bf_interval=30,default_queue_depth=100,storm_quantum=2ms", "SchedulerParameters",
+                "storm_");
+    assert_false(p.has("bf_interval"));
+    assert_int_equal(p.take_duration_us("storm_quantum", 1000, 60000000, 50000), 2000);
+    p.reject_unknown();
+
+    std::string e = error_of([] {
+        ParamList q("bf_interval=30,storm_bogus=1", "SchedulerParameters", "storm_");
+        q.reject_unknown();
+    });
+    assert_true(contains(e, "storm_bogus"));
+    assert_false(contains(e, "bf_interval"));
+}
+
+void test_durations(void **)
+{
+    struct {
+        const char *text;
+        uint64_t us;
+    } ok[] = {{"q=1ms", 1000}, {"q=250us", 250}, {"q=5s", 5000000}, {"q=2min", 120000000}};
+    for (auto &c : ok) {
+        ParamList p(c.text, "S", "");
+        assert_int_equal(p.take_duration_us("q", 1, 3600000000ULL, 0), c.us);
+    }
+    for (const char *bad : {"q=0ms", "q=5", "q=ms", "q=1h", "q=1.5ms", "q=2hours"}) {
+        std::string e = error_of([bad] {
+            ParamList p(bad, "S", "");
+            p.take_duration_us("q", 1000, 60000000, 50000);
+        });
+        assert_true(contains(e, "from 1ms to 1min"));
+    }
+    assert_string_equal(storm::format_duration_us(1500).c_str(), "1500us");
+    assert_string_equal(storm::format_duration_us(3000000).c_str(), "3s");
+}
+
+void test_bools(void **)
+{
+    ParamList p("a,b=no,c=1", "S", "");
+    assert_true(p.take_bool("a", false));
+    assert_false(p.take_bool("b", true));
+    assert_true(p.take_bool("c", false));
+    assert_true(p.take_bool("d", true));
+    assert_true(contains(error_of([] {
+                             ParamList q("a=maybe", "S", "");
+                             q.take_bool("a", false);
+                         }),
+                         "\"maybe\""));
+}
+
+void test_agent_config(void **)
+{
+    auto d = storm::agent::AgentConfig::from_switch_parameters(nullptr);
+    assert_int_equal(d.port, storm::agent::AgentConfig::default_port);
+    assert_int_equal(d.fanout, storm::agent::AgentConfig::default_fanout);
+    auto c = storm::agent::AgentConfig::from_switch_parameters("storm_agent_port=16830,storm_fanout=16");
+    assert_int_equal(c.port, 16830);
+    assert_int_equal(c.fanout, 16);
+    assert_true(contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_agent_port=0"); }),
+                         "storm_agent_port"));
+    assert_true(contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("mtu=9000"); }),
+                         "unknown key mtu"));
+}
+
+} // namespace
+
+int main()
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_empty_and_null),
+        cmocka_unit_test(test_uint_values_and_ranges),
+        cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_unknown_keys_named),
+        cmocka_unit_test(test_prefix_leaves_foreign_keys),
+        cmocka_unit_test(test_durations),
+        cmocka_unit_test(test_bools),
+        cmocka_unit_test(test_agent_config),
+    };
+    return cmocka_run_group_tests_name("params", tests, nullptr, nullptr);
+}
