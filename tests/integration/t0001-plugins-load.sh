@@ -1,2 +1,98 @@
-#!/bin/sh
-exit 77
+#!/usr/bin/env bash
+# t0001: on a virtual cluster of stock Slurm daemons, every plugin of the
+# suite is loaded by the daemons that should load it, and sbatch, srun and
+# an Open MPI program under srun --mpi=pmix run across the nodes.
+. "$(dirname "$0")/lib.sh"
+t_require_root
+t_require_installed
+N=4
+vc_up "$N"
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+LOG=$STATE/log
+nodes=$(seq -f 'vn%g' 1 "$N")
+
+# --- configuration as slurmctld sees it ------------------------------------
+scontrol show config > "$T_WORK/config" 2>&1
+for kv in "SchedulerType *= sched/gang" "SelectType *= select/gang" "SwitchType *= switch/rdma" \
+          "LaunchType *= launch/bcast"; do
+    t_check "scontrol show config: $kv" grep -Eq "^$kv\$" "$T_WORK/config"
+done
+
+# --- slurmctld loaded sched/gang (wrapping backfill), select/gang, switch/rdma
+ctl=$LOG/slurmctld.log
+t_check "slurmctld: sched/gang loaded, wrapping backfill" grep -q "sched/gang: Storm [0-9.]* loaded (Slurm 22.05.8); wrapping sched/backfill" "$ctl"
+t_check "slurmctld: select/gang loaded, delegating to cons_tres" grep -q "select/gang: Storm [0-9.]* loaded (Slurm 22.05.8); delegating to select/cons_tres" "$ctl"
+t_check "slurmctld: switch/rdma loaded" grep -q "switch/rdma: Storm [0-9.]* loaded in slurmctld" "$ctl"
+t_check "slurmctld: backfill thread running" grep -qi "backfill" "$ctl"
+
+# --- every slurmd: node agent started, SPANK loaded --------------------------
+agents=0 spank=0
+for n in $nodes; do
+    grep -q "switch/rdma: Storm [0-9.]* loaded in slurmd" "$LOG/slurmd-$n.log" &&
+        grep -q "switch/rdma: node agent started (port 6830, fanout 8" "$LOG/slurmd-$n.log" && agents=$((agents + 1))
+    grep -q "spank/storm: Storm [0-9.]* loaded in slurmd" "$LOG/slurmd-$n.log" && spank=$((spank + 1))
+done
+t_check "node agent started in all $N slurmd ($agents)" [ "$agents" = "$N" ]
+t_check "spank/storm loaded in all $N slurmd ($spank)" [ "$spank" = "$N" ]
+# the agent thread really exists inside each slurmd
+threads_ok=0
+for n in $nodes; do
+    pid=$(cat "$STATE/run/slurmd-$n.pid" 2>/dev/null) || continue
+    [ "$(ls "/proc/$pid/task" 2>/dev/null | wc -l)" -ge 2 ] && threads_ok=$((threads_ok + 1))
+done
+t_check "every slurmd runs more than one thread ($threads_ok/$N)" [ "$threads_ok" = "$N" ]
+
+# --- srun: launch/bcast in srun, switch/rdma + SPANK in slurmstepd -----------
+srun -v -N "$N" -n "$N" hostname > "$T_WORK/srun.out" 2> "$T_WORK/srun.err"
+t_check "srun -N$N hostname ran on every node" [ "$(sort -u "$T_WORK/srun.out" | tr '\n' ' ')" = "$(echo $nodes | tr ' ' '\n' | sort | tr '\n' ' ')" ]
+t_check "srun: launch/bcast loaded (srun -v)" grep -q "launch/bcast: Storm [0-9.]* loaded (Slurm 22.05.8); wrapping launch/slurm" "$T_WORK/srun.err"
+t_check "srun: switch/rdma loaded (srun -v)" grep -q "switch/rdma: Storm [0-9.]* loaded in srun" "$T_WORK/srun.err"
+t_check "srun: spank/storm loaded in local context" grep -q "spank/storm: Storm [0-9.]* loaded in local (srun)" "$T_WORK/srun.err"
+t_check "srun: nothing of Storm's printed without -v" \
+    bash -c "srun -N1 true 2>&1 | { ! grep -q storm; }"
+stepd=0 remote=0
+for n in $nodes; do
+    grep -q "switch/rdma: Storm [0-9.]* loaded in slurmstepd" "$LOG/slurmd-$n.log" && stepd=$((stepd + 1))
+    grep -q "spank/storm: Storm [0-9.]* loaded in remote (slurmstepd)" "$LOG/slurmd-$n.log" && remote=$((remote + 1))
+done
+t_check "switch/rdma loaded in slurmstepd on all $N nodes ($stepd)" [ "$stepd" = "$N" ]
+t_check "spank/storm loaded in slurmstepd on all $N nodes ($remote)" [ "$remote" = "$N" ]
+
+# --- sbatch with steps across nodes -------------------------------------------
+cat > "$T_WORK/job.sh" <<'JOB'
+#!/bin/bash
+echo "batch host $(hostname)"
+srun -N2 -n2 hostname | sort
+JOB
+jid=$(sbatch --parsable -N2 -o "$T_WORK/job.out" -D "$T_WORK" "$T_WORK/job.sh" 2> "$T_WORK/sbatch.err")
+t_check "sbatch accepted ($jid)" [ -n "$jid" ]
+t_check "batch job finished" wait_job "$jid" 60
+t_check "batch job ran two steps on two nodes" \
+    bash -c "grep -q '^batch host vn' '$T_WORK/job.out' && [ \$(grep -c '^vn' '$T_WORK/job.out') = 2 ] && [ \$(grep '^vn' '$T_WORK/job.out' | sort -u | wc -l) = 2 ]"
+state=$(sacct -n -X -j "$jid" -o State 2>/dev/null | tr -d ' ')
+[ -n "$state" ] || state=$(scontrol show job "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p')
+t_check "batch job completed (state ${state:-unknown})" [ "${state:-COMPLETED}" = COMPLETED ]
+
+# --- Open MPI under srun --mpi=pmix across nodes -----------------------------
+if mpicc -O2 -o "$T_WORK/mpi_ring" "$STORM_SRCDIR/tests/integration/mpi_ring.c" 2> "$T_WORK/mpicc.err"; then
+    t_ok "mpicc built the ring program"
+    timeout 120 srun --mpi=pmix -N "$N" -n "$N" "$T_WORK/mpi_ring" > "$T_WORK/mpi.out" 2> "$T_WORK/mpi.err"
+    rc=$?
+    t_check "srun --mpi=pmix ring exited 0 (rc $rc)" [ "$rc" = 0 ]
+    t_check "MPI ring token came back intact" grep -q "^ring ok: token" "$T_WORK/mpi.out"
+    t_check "MPI ranks ran on $N distinct nodes" [ "$(grep '^rank' "$T_WORK/mpi.out" | awk '{print $NF}' | sort -u | wc -l)" = "$N" ]
+    [ "$rc" = 0 ] || t_diag < "$T_WORK/mpi.err"
+else
+    t_diag < "$T_WORK/mpicc.err"
+    t_fail "mpicc built the ring program"
+fi
+
+# --- fini: the node agents stop cleanly when slurmd stops ---------------------
+"$VC" down > "$T_WORK/down.out" 2>&1
+T_CLUSTER=no
+stopped=0
+for n in $nodes; do
+    grep -q "switch/rdma: node agent stopped" "$LOG/slurmd-$n.log" && stopped=$((stopped + 1))
+done
+t_check "node agent stopped cleanly in all $N slurmd at shutdown ($stopped)" [ "$stopped" = "$N" ]
+t_done

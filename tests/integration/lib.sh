@@ -1,0 +1,89 @@
+# Shared helpers of the numbered integration scripts (sourced, not run).
+#
+# Each script prints "ok N - what" / "not ok N - what" lines, ends with a
+# summary, and exits 0 only if every check passed (77 = skipped, for
+# automake).  Clusters it starts are torn down on every exit path, and
+# leftovers of an earlier crashed run are cleaned before starting.
+set -u
+
+: "${STORM_SRCDIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+: "${STORM_BUILDDIR:=$STORM_SRCDIR}"
+: "${STORM_PLUGINDIR:=$(sed -n 's/^SLURM_PLUGINDIR = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
+VC="$STORM_SRCDIR/contrib/vcluster/storm-vcluster"
+T_NAME=$(basename "$0" .sh)
+# Work files must be visible on every virtual node: not /tmp (private per node).
+T_WORK="$STORM_BUILDDIR/test-work/$T_NAME"
+T_PASS=0 T_FAIL=0 T_N=0
+T_CLUSTER=no
+
+t_ok() { T_N=$((T_N + 1)); T_PASS=$((T_PASS + 1)); echo "ok $T_N - $*"; }
+t_fail() { T_N=$((T_N + 1)); T_FAIL=$((T_FAIL + 1)); echo "not ok $T_N - $*"; }
+# t_check DESCRIPTION COMMAND...: passes when COMMAND exits 0.
+t_check() { local d=$1; shift; if "$@"; then t_ok "$d"; else t_fail "$d"; fi; }
+t_skip() { echo "SKIP: $*"; exit 77; }
+t_bail() { t_fail "$*"; exit 1; }   # runs the EXIT trap
+t_diag() { sed 's/^/# /'; }
+
+t_done() {
+    echo "$T_NAME: $T_PASS passed, $T_FAIL failed"
+    [ "$T_FAIL" = 0 ] && [ "$T_PASS" -gt 0 ]
+}
+
+t_require_root() {
+    if [ "$(id -u)" != 0 ]; then
+        [ "${STORM_REQUIRE_INTEGRATION:-0}" = 1 ] && { echo "not ok - needs root"; exit 1; }
+        t_skip "needs root (network and mount namespaces)"
+    fi
+}
+
+# Fails unless the plugins in Slurm's PluginDir are the ones just built.
+t_require_installed() {
+    local p
+    for p in sched_gang select_gang switch_rdma launch_bcast spank_storm; do
+        if ! cmp -s "$STORM_BUILDDIR/plugins/.libs/$p.so" "$STORM_PLUGINDIR/$p.so"; then
+            t_bail "$STORM_PLUGINDIR/$p.so is not the plugin just built: run 'make install' (contrib/storm-test does)"
+        fi
+    done
+}
+
+t_cleanup() {
+    local rc=$?
+    if [ "$T_CLUSTER" = yes ]; then
+        if [ "$rc" != 0 ] || [ "$T_FAIL" != 0 ]; then
+            echo "# --- logs of the failed run (tails) ---"
+            for f in "${STORM_VC_STATE:-/var/lib/storm-vcluster}"/log/*.log; do
+                [ -f "$f" ] || continue
+                echo "# == $f"; tail -n 15 "$f" | t_diag
+            done
+        fi
+        "$VC" down > /dev/null 2>&1 || "$VC" down
+    fi
+    exit "$rc"
+}
+trap t_cleanup EXIT
+trap 'exit 130' INT TERM
+
+# vc_up N [ARGS...]: a fresh virtual cluster (any leftover torn down first).
+vc_up() {
+    "$VC" down > /dev/null 2>&1 || true
+    T_CLUSTER=yes
+    if ! "$VC" up "$@" > "$T_WORK/vcluster-up.out" 2>&1; then
+        t_diag < "$T_WORK/vcluster-up.out"
+        t_bail "storm-vcluster up $*"
+    fi
+    eval "$("$VC" env)"
+    t_ok "virtual cluster up: $*"
+}
+
+t_workdir() { rm -rf "$T_WORK"; mkdir -p "$T_WORK"; }
+t_workdir
+
+# wait_job JOBID [SECONDS]: waits until the job has left the queue.
+wait_job() {
+    local id=$1 limit=${2:-60} i=0
+    while [ $i -lt $((limit * 5)) ]; do
+        squeue -h -j "$id" 2>/dev/null | grep -q . || return 0
+        sleep 0.2; i=$((i + 1))
+    done
+    return 1
+}
