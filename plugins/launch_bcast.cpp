@@ -8,6 +8,9 @@
 //
 // srun prints info() lines on the user's terminal, so the "loaded" line is
 // logged at verbose level: `srun -v` shows it.
+//
+// launch/slurm relies on srun's MPIR process table, which srun allocates
+// only for a LaunchType containing "slurm"; step_launch allocates it.
 #include "plugins/common/shim.hpp"
 
 // src/srun/libsrun/opt.h declares "extern enum modes mode;", which only C
@@ -16,6 +19,7 @@ enum modes : int;
 extern "C" {
 #include "src/common/plugin.h"
 #include "src/srun/libsrun/launch.h"
+#include "src/srun/libsrun/multi_prog.h"
 }
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
@@ -70,7 +74,7 @@ extern "C" int init(void)
                                                   sizeof(launch_syms));
         if (!ctx->slurm_launch)
             throw std::runtime_error("cannot load launch/slurm from PluginDir");
-        ctx->log.verbose("Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
+        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
                          STORM_SLURM_VERSION);
         g_ctx = ctx.release();
         return SLURM_SUCCESS;
@@ -102,6 +106,16 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
 int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
                          slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local)
 {
+    // srun sets up the MPIR process table only when LaunchType contains
+    // "slurm" (src/srun/srun.c), and launch/slurm writes every started task
+    // into it: do what srun does for launch/slurm.  srun frees it
+    // (mpir_cleanup) whatever the launcher.
+    if (!MPIR_proctable)
+        mpir_init(job->ntasks);
+    // srun loads its launcher before it applies -v, so init()'s line stays
+    // hidden: say at launch, when -v is in force, who launches the step.
+    g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
+                       STORM_SLURM_VERSION, job->ntasks);
     return g_ctx->ops.step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
 }
 int launch_p_step_wait(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local)

@@ -61,7 +61,7 @@ extern "C" int init(void)
                                               backfill_syms, sizeof(backfill_syms));
         if (!ctx->backfill)
             throw std::runtime_error("cannot load sched/backfill from PluginDir");
-        ctx->log.info("Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
+        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
                       STORM_SLURM_VERSION);
         g_ctx = ctx.release();
         return SLURM_SUCCESS;

@@ -92,7 +92,7 @@ extern "C" int init(void)
                                                cons_tres_syms, sizeof(cons_tres_syms));
         if (!ctx->cons_tres)
             throw std::runtime_error("cannot load select/cons_tres from PluginDir");
-        ctx->log.info("Storm %s loaded (Slurm %s); delegating to select/cons_tres", STORM_VERSION,
+        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); delegating to select/cons_tres", STORM_VERSION,
                       STORM_SLURM_VERSION);
         g_ctx = ctx.release();
         return SLURM_SUCCESS;

@@ -49,10 +49,24 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
         return ESPANK_BAD_ARG;
     }
     spank_context_t ctx = spank_context();
-    // On the user's terminal (srun, sbatch) only with -v.
-    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR)
-        slurm_verbose("spank/storm: Storm %s loaded in %s", STORM_VERSION, context_name(ctx));
-    else
+    // On the user's terminal (srun, sbatch) the line waits until -v is in
+    // force: slurm_spank_init_post_opt (sbatch, salloc) or
+    // slurm_spank_local_user_init (srun).
+    if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
         slurm_info("spank/storm: Storm %s loaded in %s", STORM_VERSION, context_name(ctx));
+    return ESPANK_SUCCESS;
+}
+
+// sbatch/salloc apply -v before this hook; srun only before local_user_init.
+extern "C" int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+    if (spank_context() == S_CTX_ALLOCATOR)
+        slurm_verbose("spank/storm: Storm %s loaded in %s", STORM_VERSION, context_name(S_CTX_ALLOCATOR));
+    return ESPANK_SUCCESS;
+}
+
+extern "C" int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+    slurm_verbose("spank/storm: Storm %s loaded in %s", STORM_VERSION, context_name(S_CTX_LOCAL));
     return ESPANK_SUCCESS;
 }

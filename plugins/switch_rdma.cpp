@@ -51,14 +51,14 @@ extern "C" int init(void)
         ctx->configured = slurm_conf.switch_type && !std::strcmp(slurm_conf.switch_type, "switch/rdma");
         if (!ctx->configured) {
             // slurmd loads every switch plugin; another one is in charge.
-            ctx->log.info("Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle",
+            storm::shim::log_loaded(ctx->log, "Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle",
                           STORM_VERSION, prog, STORM_SLURM_VERSION,
                           slurm_conf.switch_type ? slurm_conf.switch_type : "none");
             g_ctx = ctx.release();
             return SLURM_SUCCESS;
         }
         auto config = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
-        ctx->log.info("Storm %s loaded in %s (Slurm %s)", STORM_VERSION, prog, STORM_SLURM_VERSION);
+        storm::shim::log_loaded(ctx->log, "Storm %s loaded in %s (Slurm %s)", STORM_VERSION, prog, STORM_SLURM_VERSION);
         if (running_in_slurmd()) {
             ctx->agent = std::make_unique<storm::agent::NodeAgent>(config, ctx->log);
             ctx->agent->start();

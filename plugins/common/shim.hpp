@@ -16,6 +16,7 @@
 extern "C" {
 #include "src/common/slurm_xlator.h"
 #include "src/common/log.h"
+#include "src/common/run_in_daemon.h"
 }
 
 // Slurm's log.h defines info()/verbose()/debug() as function-like macros
@@ -54,6 +55,18 @@ inline void slurm_log_sink(LogLevel level, const char *line)
 }
 
 inline void install_slurm_log() noexcept { set_log_sink(slurm_log_sink); }
+
+// The level of a plugin's one "loaded" line: info in the daemons (their log
+// files), verbose in client commands (srun, sbatch, sinfo, ... print info
+// lines on the user's terminal; -v shows them).
+inline void log_loaded(const Logger &log, const char *fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
+inline void log_loaded(const Logger &log, const char *fmt, ...) noexcept
+{
+    va_list ap;
+    va_start(ap, fmt);
+    log.write(running_in_daemon() ? LogLevel::info : LogLevel::verbose, fmt, ap);
+    va_end(ap);
+}
 
 // Runs f() and returns its result; an exception becomes `fail` (SLURM_ERROR
 // by default) plus one error line "<plugin>: <entry>: <what>".

@@ -45,11 +45,13 @@ t_check "every slurmd runs more than one thread ($threads_ok/$N)" [ "$threads_ok
 # --- srun: launch/bcast in srun, switch/rdma + SPANK in slurmstepd -----------
 srun -v -N "$N" -n "$N" hostname > "$T_WORK/srun.out" 2> "$T_WORK/srun.err"
 t_check "srun -N$N hostname ran on every node" [ "$(sort -u "$T_WORK/srun.out" | tr '\n' ' ')" = "$(echo $nodes | tr ' ' '\n' | sort | tr '\n' ' ')" ]
-t_check "srun: launch/bcast loaded (srun -v)" grep -q "launch/bcast: Storm [0-9.]* loaded (Slurm 22.05.8); wrapping launch/slurm" "$T_WORK/srun.err"
-t_check "srun: switch/rdma loaded (srun -v)" grep -q "switch/rdma: Storm [0-9.]* loaded in srun" "$T_WORK/srun.err"
-t_check "srun: spank/storm loaded in local context" grep -q "spank/storm: Storm [0-9.]* loaded in local (srun)" "$T_WORK/srun.err"
-t_check "srun: nothing of Storm's printed without -v" \
-    bash -c "srun -N1 true 2>&1 | { ! grep -q storm; }"
+t_check "srun: launch/bcast launched the step (srun -v)" grep -q "launch/bcast: Storm [0-9.]* (Slurm 22.05.8): launching $N tasks through launch/slurm" "$T_WORK/srun.err"
+t_check "srun: spank/storm loaded in local context (srun -v)" grep -q "spank/storm: Storm [0-9.]* loaded in local (srun)" "$T_WORK/srun.err"
+# Clients load every select and switch plugin: Storm's must stay quiet there.
+for cmd in "srun -N1 true" "sinfo" "squeue" "sbatch --wrap true -o /dev/null"; do
+    t_check "$cmd: nothing of Storm's on the terminal without -v" \
+        bash -c "$cmd 2>&1 | { ! grep -qi storm; }"
+done
 stepd=0 remote=0
 for n in $nodes; do
     grep -q "switch/rdma: Storm [0-9.]* loaded in slurmstepd" "$LOG/slurmd-$n.log" && stepd=$((stepd + 1))
