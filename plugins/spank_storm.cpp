@@ -46,7 +46,8 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
     if (ac > 0) {
         slurm_error("spank/storm: unknown argument \"%s\" in plugstack.conf (spank_storm.so takes none)",
                     av[0]);
-        return ESPANK_BAD_ARG;
+        return -1; // SPANK callers treat only a negative value as failure
+
     }
     spank_context_t ctx = spank_context();
     // On the user's terminal (srun, sbatch) the line waits until -v is in

@@ -1,2 +1,106 @@
-#!/bin/sh
-exit 77
+#!/usr/bin/env bash
+# t0002: the virtual-cluster tool refuses what it cannot do, cleans up the
+# leftovers of a crashed run, gives each node a private /tmp and hostname,
+# shapes links, tears down everything it made, and holds 256 nodes with
+# Storm's plugins.
+. "$(dirname "$0")/lib.sh"
+t_require_root
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+"$VC" down > /dev/null 2>&1 || true
+
+ours_left() { # prints what of ours is still there
+    ip netns list | grep -o '^storm-vn[0-9]*' | head -3
+    ip -o link show | grep -o 'svh[0-9]*\|stormbr0' | sort -u | head -3
+    pgrep -af "$STATE/etc/slurm.conf" | head -3
+    pgrep -af "$STATE/munge" | head -3
+}
+refused() { # description expected-message args...
+    local d=$1 msg=$2 rc; shift 2
+    "$@" > "$T_WORK/out" 2>&1; rc=$?
+    if [ "$rc" = 3 ] && grep -q -- "$msg" "$T_WORK/out" && [ -z "$(ours_left)" ]; then t_ok "$d"
+    else t_fail "$d (rc $rc)"; t_diag < "$T_WORK/out"; fi
+}
+
+# --- refusals, nothing made ---------------------------------------------------
+if command -v setpriv > /dev/null; then
+    refused "up as a non-root user is refused" "must run as root" \
+        setpriv --reuid=nobody --regid=nogroup --clear-groups "$VC" up 2 --stock
+fi
+refused "up 0 is refused" "positive integer" "$VC" up 0 --stock
+refused "up abc is refused" "positive integer" "$VC" up abc --stock
+refused "a size the machine cannot hold is refused" "cannot hold 100000 nodes" "$VC" up 100000 --stock
+"$VC" status > /dev/null 2>&1; rc=$?
+t_check "status with nothing up exits 1 (rc $rc)" [ "$rc" = 1 ]
+
+# --- up, a second up, private /tmp and hostnames ------------------------------
+gc3_before=$(sysctl -n net.ipv4.neigh.default.gc_thresh3)
+vc_up 4 --stock
+"$VC" status > /dev/null 2>&1; rc=$?
+t_check "status of a healthy cluster exits 0 (rc $rc)" [ "$rc" = 0 ]
+refused_up() { "$VC" up 4 --stock > "$T_WORK/out" 2>&1; }
+refused_up; rc=$?
+t_check "a second up is refused (rc $rc)" bash -c "[ $rc = 3 ] && grep -q 'already up (4 nodes' '$T_WORK/out'"
+"$VC" status > /dev/null 2>&1; rc=$?
+t_check "the refused second up left the cluster healthy (rc $rc)" [ "$rc" = 0 ]
+t_check "each node has its own hostname" [ "$(srun -N4 hostname | sort | tr '\n' ' ')" = "vn1 vn2 vn3 vn4 " ]
+rm -f /tmp/storm-t0002-mark
+srun -N1 -w vn1 sh -c 'echo vn1 > /tmp/storm-t0002-mark' 
+t_check "a file in vn1's /tmp is there on vn1" srun -N1 -w vn1 test -s /tmp/storm-t0002-mark
+t_check "... and not in vn2's /tmp" srun -N1 -w vn2 test ! -e /tmp/storm-t0002-mark
+t_check "... nor in the host's /tmp" test ! -e /tmp/storm-t0002-mark
+t_check "each node has a writable /scratch" srun -N4 sh -c 'touch /scratch/x && rm /scratch/x'
+
+# --- a crashed run: killed daemons are found and cleaned by the next up --------
+pkill -KILL -f "slurmctld -f $STATE/etc/slurm.conf"
+pkill -KILL -f "slurmd -N vn2 "
+sleep 0.5
+"$VC" status > /dev/null 2>&1; rc=$?
+t_check "status after a crash is not healthy (rc $rc)" [ "$rc" != 0 ]
+if "$VC" up 4 --stock > "$T_WORK/up2.out" 2>&1; then
+    t_check "up after a crash cleans the leftovers first" grep -q "cleaning up leftovers" "$T_WORK/up2.out"
+    eval "$("$VC" env)"
+    t_check "the new cluster works" [ "$(srun -N4 hostname | sort -u | wc -l)" = 4 ]
+else
+    t_diag < "$T_WORK/up2.out"; t_fail "up after a crash"
+fi
+
+# --- link shaping ----------------------------------------------------------------
+# 5 MB broadcast by srun --bcast to one node through a 20 Mbit/s link needs at
+# least 2.1 s: a lower bound, so a busy machine cannot make this fail.
+blob="$T_WORK/blob5m"
+printf '#!/bin/sh\nexit 0\n' > "$blob"; head -c 5000000 /dev/zero | tr '\0' '#' >> "$blob"; chmod +x "$blob"
+"$VC" shape 20mbit > "$T_WORK/shape.out" 2>&1
+t_check "shape 20mbit puts a 20Mbit class on both ends of every node link" \
+    bash -c "[ \$(for i in 1 2 3 4; do tc class show dev svh\$i; ip netns exec storm-vn\$i tc class show dev eth0; done | grep -c 'rate 20Mbit') -ge 8 ]"
+t0=$(date +%s.%N)
+srun -N1 -w vn3 --bcast=/tmp/blob "$blob" > "$T_WORK/bcast.out" 2>&1; rc=$?
+t1=$(date +%s.%N)
+secs=$(echo "$t1 - $t0" | bc 2>/dev/null || awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
+t_check "a shaped 5 MB broadcast ran (rc $rc) and took >= 1.7 s ($secs s)" \
+    awk -v s="$secs" -v rc="$rc" 'BEGIN { exit !(rc == 0 && s >= 1.7) }'
+"$VC" shape off > /dev/null 2>&1
+t_check "shape off removes the qdiscs" bash -c "! tc class show dev svh1 | grep -q 'rate 20Mbit'"
+
+# --- down removes everything; a second down is harmless ----------------------------
+"$VC" down > "$T_WORK/down.out" 2>&1; rc=$?
+T_CLUSTER=no
+left=$(ours_left)
+t_check "down exits 0 and leaves nothing of ours (rc $rc) ${left:+: $left}" bash -c "[ $rc = 0 ] && [ -z '$left' ]"
+t_check "down restored the neighbour-table sysctls" [ "$(sysctl -n net.ipv4.neigh.default.gc_thresh3)" = "$gc3_before" ]
+"$VC" down > "$T_WORK/down2.out" 2>&1; rc=$?
+t_check "a second down says there is nothing to tear down (rc $rc)" \
+    bash -c "[ $rc = 0 ] && grep -q 'nothing to tear down' '$T_WORK/down2.out'"
+
+# --- 256 nodes with Storm's plugins ---------------------------------------------------
+t0=$(date +%s)
+vc_up 256
+t_check "256 nodes came up in $(( $(date +%s) - t0 )) s, all idle" \
+    [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = 256 ]
+t_check "a node agent started in all 256 slurmd" \
+    [ "$(grep -l 'switch/rdma: node agent started' "$STATE"/log/slurmd-vn*.log | wc -l)" = 256 ]
+t_check "srun -N256 hostname runs on 256 distinct nodes" \
+    [ "$(timeout 120 srun -N256 hostname | sort -u | wc -l)" = 256 ]
+"$VC" down > /dev/null 2>&1
+T_CLUSTER=no
+t_check "256-node cluster torn down" [ -z "$(ours_left)" ]
+t_done
