@@ -17,7 +17,6 @@
 // accepts for an enum it never defines; C++ needs an opaque declaration.
 enum modes : int;
 extern "C" {
-#include "src/common/plugin.h"
 #include "src/srun/libsrun/launch.h"
 #include "src/srun/libsrun/multi_prog.h"
 }
@@ -45,18 +44,11 @@ struct LaunchOps {
     void (*print_status)(void);
     void (*fwd_signal)(int signal);
 };
-static_assert(sizeof(LaunchOps) == sizeof(launch_syms), "launch_syms and LaunchOps differ");
 
 struct LaunchContext {
     storm::Logger log{"launch/bcast"};
-    LaunchOps ops{};
-    plugin_context_t *slurm_launch = nullptr;
-
-    ~LaunchContext()
-    {
-        if (slurm_launch)
-            plugin_context_destroy(slurm_launch);
-    }
+    storm::shim::WrappedPlugin<LaunchOps> slurm_launch{"launch", "launch/slurm", launch_syms,
+                                                       sizeof(launch_syms)};
 };
 
 LaunchContext *g_ctx = nullptr;
@@ -65,43 +57,30 @@ LaunchContext *g_ctx = nullptr;
 
 extern "C" int init(void)
 {
-    storm::shim::install_slurm_log();
-    storm::Logger log{"launch/bcast"};
-    return storm::shim::guarded(log, "init", [] {
+    return storm::shim::init_context(g_ctx, "launch/bcast", [] {
         auto ctx = std::make_unique<LaunchContext>();
-        ctx->slurm_launch = plugin_context_create("launch", "launch/slurm",
-                                                  reinterpret_cast<void **>(&ctx->ops), launch_syms,
-                                                  sizeof(launch_syms));
-        if (!ctx->slurm_launch)
-            throw std::runtime_error("cannot load launch/slurm from PluginDir");
         storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
-                         STORM_SLURM_VERSION);
-        g_ctx = ctx.release();
-        return SLURM_SUCCESS;
+                                STORM_SLURM_VERSION);
+        return ctx;
     });
 }
 
-extern "C" int fini(void)
-{
-    delete g_ctx;
-    g_ctx = nullptr;
-    return SLURM_SUCCESS;
-}
+extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 
 extern "C" {
 
 int launch_p_setup_srun_opt(char **rest, slurm_opt_t *opt_local)
 {
-    return g_ctx->ops.setup_srun_opt(rest, opt_local);
+    return g_ctx->slurm_launch.ops().setup_srun_opt(rest, opt_local);
 }
 int launch_p_handle_multi_prog_verify(int command_pos, slurm_opt_t *opt_local)
 {
-    return g_ctx->ops.handle_multi_prog(command_pos, opt_local);
+    return g_ctx->slurm_launch.ops().handle_multi_prog(command_pos, opt_local);
 }
 int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
                              sig_atomic_t *destroy_job, slurm_opt_t *opt_local)
 {
-    return g_ctx->ops.create_job_step(job, use_all_cpus, signal_function, destroy_job, opt_local);
+    return g_ctx->slurm_launch.ops().create_job_step(job, use_all_cpus, signal_function, destroy_job, opt_local);
 }
 int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
                          slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local)
@@ -116,14 +95,14 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
     // hidden: say at launch, when -v is in force, who launches the step.
     g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
                        STORM_SLURM_VERSION, job->ntasks);
-    return g_ctx->ops.step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
+    return g_ctx->slurm_launch.ops().step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
 }
 int launch_p_step_wait(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local)
 {
-    return g_ctx->ops.step_wait(job, got_alloc, opt_local);
+    return g_ctx->slurm_launch.ops().step_wait(job, got_alloc, opt_local);
 }
-int launch_p_step_terminate(void) { return g_ctx->ops.step_terminate(); }
-void launch_p_print_status(void) { g_ctx->ops.print_status(); }
-void launch_p_fwd_signal(int signal) { g_ctx->ops.fwd_signal(signal); }
+int launch_p_step_terminate(void) { return g_ctx->slurm_launch.ops().step_terminate(); }
+void launch_p_print_status(void) { g_ctx->slurm_launch.ops().print_status(); }
+void launch_p_fwd_signal(int signal) { g_ctx->slurm_launch.ops().fwd_signal(signal); }
 
 } // extern "C"

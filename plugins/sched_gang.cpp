@@ -12,7 +12,6 @@
 #include "lib/common/params.hpp"
 
 extern "C" {
-#include "src/common/plugin.h"
 #include "src/common/read_config.h"
 }
 
@@ -24,21 +23,6 @@ const char *backfill_syms[] = {"sched_p_reconfig"};
 struct BackfillOps {
     int (*reconfig)(void);
 };
-static_assert(sizeof(BackfillOps) == sizeof(backfill_syms), "backfill_syms and BackfillOps differ");
-
-struct SchedContext {
-    storm::Logger log{"sched/gang"};
-    BackfillOps backfill_ops{};
-    plugin_context_t *backfill = nullptr;
-
-    ~SchedContext()
-    {
-        if (backfill)
-            plugin_context_destroy(backfill);
-    }
-};
-
-SchedContext *g_ctx = nullptr;
 
 // Storm has no scheduler settings yet: every storm_* key is unknown.
 void check_params()
@@ -47,40 +31,33 @@ void check_params()
     p.reject_unknown();
 }
 
+struct SchedContext {
+    storm::Logger log{"sched/gang"};
+    storm::shim::WrappedPlugin<BackfillOps> backfill{"sched", "sched/backfill", backfill_syms,
+                                                     sizeof(backfill_syms)};
+};
+
+SchedContext *g_ctx = nullptr;
+
 } // namespace
 
 extern "C" int init(void)
 {
-    storm::shim::install_slurm_log();
-    storm::Logger log{"sched/gang"};
-    return storm::shim::guarded(log, "init", [] {
-        auto ctx = std::make_unique<SchedContext>();
+    return storm::shim::init_context(g_ctx, "sched/gang", [] {
         check_params();
-        ctx->backfill = plugin_context_create("sched", "sched/backfill",
-                                              reinterpret_cast<void **>(&ctx->backfill_ops),
-                                              backfill_syms, sizeof(backfill_syms));
-        if (!ctx->backfill)
-            throw std::runtime_error("cannot load sched/backfill from PluginDir");
+        auto ctx = std::make_unique<SchedContext>();
         storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
-                      STORM_SLURM_VERSION);
-        g_ctx = ctx.release();
-        return SLURM_SUCCESS;
+                                STORM_SLURM_VERSION);
+        return ctx;
     });
 }
 
-extern "C" int fini(void)
-{
-    delete g_ctx;
-    g_ctx = nullptr;
-    return SLURM_SUCCESS;
-}
+extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 
 extern "C" int sched_p_reconfig(void)
 {
-    if (!g_ctx)
-        return SLURM_ERROR;
     return storm::shim::guarded(g_ctx->log, "reconfig", [] {
         check_params();
-        return g_ctx->backfill_ops.reconfig();
+        return g_ctx->backfill.ops().reconfig();
     });
 }

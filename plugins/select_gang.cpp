@@ -11,7 +11,6 @@
 #include "plugins/common/shim.hpp"
 
 extern "C" {
-#include "src/common/plugin.h"
 #include "src/common/select.h"
 }
 
@@ -22,7 +21,8 @@ extern const uint32_t plugin_id = 150; // unique among select plugins (>= 100)
 
 namespace {
 
-// Must match slurm_select_ops_t in src/common/select.h (checked below).
+// Must match slurm_select_ops_t in src/common/select.h (WrappedPlugin checks
+// the size; t0000 checks the names against the Slurm source).
 const char *cons_tres_syms[] = {
     "plugin_id",
     "select_p_state_save",
@@ -62,19 +62,11 @@ const char *cons_tres_syms[] = {
     "select_p_reconfigure",
     "select_p_resv_test",
 };
-static_assert(sizeof(cons_tres_syms) == sizeof(slurm_select_ops_t),
-              "cons_tres_syms differs from slurm_select_ops_t in src/common/select.h");
 
 struct SelectContext {
     storm::Logger log{"select/gang"};
-    slurm_select_ops_t ops{};
-    plugin_context_t *cons_tres = nullptr;
-
-    ~SelectContext()
-    {
-        if (cons_tres)
-            plugin_context_destroy(cons_tres);
-    }
+    storm::shim::WrappedPlugin<slurm_select_ops_t> cons_tres{"select", "select/cons_tres", cons_tres_syms,
+                                                            sizeof(cons_tres_syms)};
 };
 
 SelectContext *g_ctx = nullptr;
@@ -83,32 +75,19 @@ SelectContext *g_ctx = nullptr;
 
 extern "C" int init(void)
 {
-    storm::shim::install_slurm_log();
-    storm::Logger log{"select/gang"};
-    return storm::shim::guarded(log, "init", [] {
+    return storm::shim::init_context(g_ctx, "select/gang", [] {
         auto ctx = std::make_unique<SelectContext>();
-        ctx->cons_tres = plugin_context_create("select", "select/cons_tres",
-                                               reinterpret_cast<void **>(&ctx->ops),
-                                               cons_tres_syms, sizeof(cons_tres_syms));
-        if (!ctx->cons_tres)
-            throw std::runtime_error("cannot load select/cons_tres from PluginDir");
-        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); delegating to select/cons_tres", STORM_VERSION,
-                      STORM_SLURM_VERSION);
-        g_ctx = ctx.release();
-        return SLURM_SUCCESS;
+        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); delegating to select/cons_tres",
+                                STORM_VERSION, STORM_SLURM_VERSION);
+        return ctx;
     });
 }
 
-extern "C" int fini(void)
-{
-    delete g_ctx;
-    g_ctx = nullptr;
-    return SLURM_SUCCESS;
-}
+extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 
 // Forwarders.  Slurm calls select_p_* only after init() succeeded.
 #define FWD2(ret, sym, member, params, args) \
-    extern "C" ret select_p_##sym params { return g_ctx->ops.member args; }
+    extern "C" ret select_p_##sym params { return g_ctx->cons_tres.ops().member args; }
 #define FWD(ret, name, params, args) FWD2(ret, name, name, params, args)
 
 FWD(int, state_save, (char *dir_name), (dir_name))

@@ -43,37 +43,31 @@ SwitchContext *g_ctx = nullptr;
 
 extern "C" int init(void)
 {
-    storm::shim::install_slurm_log();
-    storm::Logger log{"switch/rdma"};
-    return storm::shim::guarded(log, "init", [] {
+    return storm::shim::init_context(g_ctx, "switch/rdma", [] {
         auto ctx = std::make_unique<SwitchContext>();
         const char *prog = slurm_prog_name ? slurm_prog_name : "unknown";
         ctx->configured = slurm_conf.switch_type && !std::strcmp(slurm_conf.switch_type, "switch/rdma");
         if (!ctx->configured) {
             // slurmd loads every switch plugin; another one is in charge.
-            storm::shim::log_loaded(ctx->log, "Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle",
-                          STORM_VERSION, prog, STORM_SLURM_VERSION,
-                          slurm_conf.switch_type ? slurm_conf.switch_type : "none");
-            g_ctx = ctx.release();
-            return SLURM_SUCCESS;
+            storm::shim::log_loaded(ctx->log,
+                                    "Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle",
+                                    STORM_VERSION, prog, STORM_SLURM_VERSION,
+                                    slurm_conf.switch_type ? slurm_conf.switch_type : "none");
+            return ctx;
         }
         auto config = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
-        storm::shim::log_loaded(ctx->log, "Storm %s loaded in %s (Slurm %s)", STORM_VERSION, prog, STORM_SLURM_VERSION);
+        storm::shim::log_loaded(ctx->log, "Storm %s loaded in %s (Slurm %s)", STORM_VERSION, prog,
+                                STORM_SLURM_VERSION);
         if (running_in_slurmd()) {
             ctx->agent = std::make_unique<storm::agent::NodeAgent>(config, ctx->log);
             ctx->agent->start();
         }
-        g_ctx = ctx.release();
-        return SLURM_SUCCESS;
+        return ctx;
     });
 }
 
-extern "C" int fini(void)
-{
-    delete g_ctx; // stops the node agent, if any
-    g_ctx = nullptr;
-    return SLURM_SUCCESS;
-}
+// Stops the node agent, if any.
+extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 
 extern "C" {
 

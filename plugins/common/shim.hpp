@@ -10,12 +10,15 @@
 #include <exception>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "lib/common/log.hpp"
 
 extern "C" {
 #include "src/common/slurm_xlator.h"
 #include "src/common/log.h"
+#include "src/common/plugin.h"
 #include "src/common/run_in_daemon.h"
 }
 
@@ -82,6 +85,54 @@ auto guarded(const Logger &log, const char *entry, F &&f, decltype(f()) fail = S
         log.error("%s: unknown exception", entry);
     }
     return fail;
+}
+
+// Another Slurm plugin, loaded through Slurm's own loader as the daemon
+// would (plugin_context_create, which calls its init()), whose entry points
+// fill `Ops` in the order of `syms`.  Destruction unloads it (its fini()).
+// Throws std::runtime_error if it cannot be loaded.
+template <class Ops> class WrappedPlugin {
+public:
+    WrappedPlugin(const char *type, const char *name, const char **syms, size_t syms_size)
+        : ctx_(plugin_context_create(type, name, reinterpret_cast<void **>(&ops_), syms, syms_size))
+    {
+        static_assert(std::is_trivially_copyable<Ops>::value, "Ops is a table of pointers");
+        if (syms_size != sizeof(Ops))
+            throw std::logic_error(std::string("symbol list and ops table of ") + name + " differ");
+        if (!ctx_)
+            throw std::runtime_error(std::string("cannot load ") + name + " from PluginDir");
+    }
+    ~WrappedPlugin() { plugin_context_destroy(ctx_); }
+    WrappedPlugin(const WrappedPlugin &) = delete;
+    WrappedPlugin &operator=(const WrappedPlugin &) = delete;
+
+    const Ops &ops() const noexcept { return ops_; }
+
+private:
+    Ops ops_{};
+    plugin_context_t *ctx_;
+};
+
+// The body of a plugin's init(): routes Storm's log into Slurm's, builds
+// the plugin's one context with make() (which returns a unique_ptr and may
+// throw) and keeps it in `global` until fini_context().  An exception
+// becomes SLURM_ERROR plus one log line "<plugin>: init: <what>".
+template <class Ctx, class Make> int init_context(Ctx *&global, const char *plugin, Make make) noexcept
+{
+    install_slurm_log();
+    Logger log{plugin};
+    return guarded(log, "init", [&] {
+        global = make().release();
+        return SLURM_SUCCESS;
+    });
+}
+
+// The body of a plugin's fini(): destroys the context init_context() made.
+template <class Ctx> int fini_context(Ctx *&global) noexcept
+{
+    delete global;
+    global = nullptr;
+    return SLURM_SUCCESS;
 }
 
 } // namespace storm::shim

@@ -22,6 +22,10 @@ expect_refusal() { # description expected-message configure-args...
         t_fail "$d: message \"$msg\" missing"; t_diag < "$T_WORK/conf.out"; fi
 }
 
+# A library that pkg-config cannot find (PKG_CONFIG_LIBDIR of an empty dir).
+mkdir -p "$T_WORK/no-pc"
+PKG_CONFIG_LIBDIR="$T_WORK/no-pc" expect_refusal "missing libevent" "libevent 2.1 not found (Debian: apt-get install libevent-dev)" \
+    --with-slurm-source="$slurm_src"
 expect_refusal "no --with-slurm-source" "with-slurm-source=DIR is required"
 expect_refusal "missing directory" "is not a directory" --with-slurm-source="$T_WORK/nonexistent"
 mkdir -p "$T_WORK/notslurm"
