@@ -23,14 +23,15 @@ extern "C" {
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
 
-namespace {
+namespace
+{
 
 // Must match plugin_ops_t and syms[] in src/srun/libsrun/launch.c.
 const char *launch_syms[] = {
-    "launch_p_setup_srun_opt",      "launch_p_handle_multi_prog_verify",
-    "launch_p_create_job_step",     "launch_p_step_launch",
-    "launch_p_step_wait",           "launch_p_step_terminate",
-    "launch_p_print_status",        "launch_p_fwd_signal",
+    "launch_p_setup_srun_opt",  "launch_p_handle_multi_prog_verify",
+    "launch_p_create_job_step", "launch_p_step_launch",
+    "launch_p_step_wait",       "launch_p_step_terminate",
+    "launch_p_print_status",    "launch_p_fwd_signal",
 };
 struct LaunchOps {
     int (*setup_srun_opt)(char **rest, slurm_opt_t *opt_local);
@@ -59,7 +60,8 @@ extern "C" int init(void)
 {
     return storm::shim::init_context(g_ctx, "launch/bcast", [] {
         auto ctx = std::make_unique<LaunchContext>();
-        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
+        storm::shim::log_loaded(ctx->log, running_in_daemon(),
+                                "Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
                                 STORM_SLURM_VERSION);
         return ctx;
     });
@@ -80,7 +82,8 @@ int launch_p_handle_multi_prog_verify(int command_pos, slurm_opt_t *opt_local)
 int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
                              sig_atomic_t *destroy_job, slurm_opt_t *opt_local)
 {
-    return g_ctx->slurm_launch.ops().create_job_step(job, use_all_cpus, signal_function, destroy_job, opt_local);
+    return g_ctx->slurm_launch.ops().create_job_step(job, use_all_cpus, signal_function, destroy_job,
+                                                     opt_local);
 }
 int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
                          slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local)

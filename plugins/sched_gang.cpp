@@ -17,7 +17,8 @@ extern "C" {
 
 STORM_PLUGIN_IDENTITY("Storm gang scheduler (wraps sched/backfill)", "sched/gang")
 
-namespace {
+namespace
+{
 
 const char *backfill_syms[] = {"sched_p_reconfig"};
 struct BackfillOps {
@@ -46,7 +47,8 @@ extern "C" int init(void)
     return storm::shim::init_context(g_ctx, "sched/gang", [] {
         check_params();
         auto ctx = std::make_unique<SchedContext>();
-        storm::shim::log_loaded(ctx->log, "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
+        storm::shim::log_loaded(ctx->log, running_in_daemon(),
+                                "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
                                 STORM_SLURM_VERSION);
         return ctx;
     });

@@ -12,14 +12,14 @@ extern "C" {
 #include <slurm/spank.h>
 }
 
-
 extern "C" {
 extern const char plugin_name[] = "storm";
 extern const char plugin_type[] = "spank";
 extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
 }
 
-namespace {
+namespace
+{
 
 const char *context_name(spank_context_t ctx)
 {
@@ -47,7 +47,6 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
         slurm_error("spank/storm: unknown argument \"%s\" in plugstack.conf (spank_storm.so takes none)",
                     av[0]);
         return -1; // SPANK callers treat only a negative value as failure
-
     }
     spank_context_t ctx = spank_context();
     // On the user's terminal (srun, sbatch) the line waits until -v is in

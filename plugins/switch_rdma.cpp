@@ -29,7 +29,8 @@ extern "C" {
 extern const uint32_t plugin_id = 150; // unique among switch plugins (>= 100)
 }
 
-namespace {
+namespace
+{
 
 struct SwitchContext {
     storm::Logger log{"switch/rdma"};
@@ -49,15 +50,15 @@ extern "C" int init(void)
         ctx->configured = slurm_conf.switch_type && !std::strcmp(slurm_conf.switch_type, "switch/rdma");
         if (!ctx->configured) {
             // slurmd loads every switch plugin; another one is in charge.
-            storm::shim::log_loaded(ctx->log,
-                                    "Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle",
-                                    STORM_VERSION, prog, STORM_SLURM_VERSION,
-                                    slurm_conf.switch_type ? slurm_conf.switch_type : "none");
+            storm::shim::log_loaded(
+                ctx->log, running_in_daemon(),
+                "Storm %s loaded in %s (Slurm %s); not the configured SwitchType (%s), idle", STORM_VERSION,
+                prog, STORM_SLURM_VERSION, slurm_conf.switch_type ? slurm_conf.switch_type : "none");
             return ctx;
         }
         auto config = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
-        storm::shim::log_loaded(ctx->log, "Storm %s loaded in %s (Slurm %s)", STORM_VERSION, prog,
-                                STORM_SLURM_VERSION);
+        storm::shim::log_loaded(ctx->log, running_in_daemon(), "Storm %s loaded in %s (Slurm %s)",
+                                STORM_VERSION, prog, STORM_SLURM_VERSION);
         if (running_in_slurmd()) {
             ctx->agent = std::make_unique<storm::agent::NodeAgent>(config, ctx->log);
             ctx->agent->start();

@@ -10,13 +10,14 @@
 
 #include "lib/common/params.hpp"
 
-namespace storm::agent {
+namespace storm::agent
+{
 
 struct AgentConfig {
     static constexpr uint16_t default_port = 6830;
     static constexpr unsigned default_fanout = 8;
 
-    uint16_t port = default_port; // TCP port every node agent listens on
+    uint16_t port = default_port;     // TCP port every node agent listens on
     unsigned fanout = default_fanout; // children per node in the agents' k-ary tree
 
     // Throws ConfigError on a bad value or an unknown key.  `text` may be null.

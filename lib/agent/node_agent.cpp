@@ -8,7 +8,8 @@
 
 #include <event2/event.h>
 
-namespace storm::agent {
+namespace storm::agent
+{
 
 NodeAgent::NodeAgent(const AgentConfig &config, const Logger &log) : config_(config), log_(log) {}
 
@@ -43,8 +44,8 @@ void NodeAgent::start()
         throw;
     }
     ready.wait();
-    log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port,
-              config_.fanout, event_get_version(), event_base_get_method(base_));
+    log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port, config_.fanout,
+              event_get_version(), event_base_get_method(base_));
 }
 
 void NodeAgent::run() noexcept

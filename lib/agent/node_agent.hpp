@@ -28,9 +28,11 @@
 struct event_base;
 struct event;
 
-namespace storm::agent {
+namespace storm::agent
+{
 
-class NodeAgent {
+class NodeAgent
+{
 public:
     NodeAgent(const AgentConfig &config, const Logger &log);
     ~NodeAgent();

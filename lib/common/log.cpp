@@ -2,8 +2,10 @@
 
 #include <cstdio>
 
-namespace storm {
-namespace {
+namespace storm
+{
+namespace
+{
 
 void stderr_sink(LogLevel level, const char *line)
 {
@@ -27,13 +29,13 @@ void Logger::write(LogLevel level, const char *fmt, va_list ap) const noexcept
     g_sink(level, line);
 }
 
-#define STORM_LOG_METHOD(name, level)                                  \
-    void Logger::name(const char *fmt, ...) const noexcept             \
-    {                                                                  \
-        va_list ap;                                                    \
-        va_start(ap, fmt);                                             \
-        write(level, fmt, ap);                                         \
-        va_end(ap);                                                    \
+#define STORM_LOG_METHOD(name, level)                                                                        \
+    void Logger::name(const char *fmt, ...) const noexcept                                                   \
+    {                                                                                                        \
+        va_list ap;                                                                                          \
+        va_start(ap, fmt);                                                                                   \
+        write(level, fmt, ap);                                                                               \
+        va_end(ap);                                                                                          \
     }
 STORM_LOG_METHOD(error, LogLevel::error)
 STORM_LOG_METHOD(info, LogLevel::info)

@@ -3,8 +3,10 @@
 #include <cerrno>
 #include <cstdlib>
 
-namespace storm {
-namespace {
+namespace storm
+{
+namespace
+{
 
 std::string trim(std::string_view s)
 {

@@ -19,14 +19,17 @@
 #include <string_view>
 #include <vector>
 
-namespace storm {
+namespace storm
+{
 
-class ConfigError : public std::runtime_error {
+class ConfigError : public std::runtime_error
+{
 public:
     using std::runtime_error::runtime_error;
 };
 
-class ParamList {
+class ParamList
+{
 public:
     // Throws ConfigError on malformed text.  A null or empty text is an
     // empty list.
@@ -39,8 +42,7 @@ public:
 
     // Duration with a unit suffix: us, ms, s or min ("2ms", "30s").  Returns
     // microseconds in [min_us, max_us]; `def_us` when absent.
-    uint64_t take_duration_us(const std::string &key, uint64_t min_us, uint64_t max_us,
-                              uint64_t def_us);
+    uint64_t take_duration_us(const std::string &key, uint64_t min_us, uint64_t max_us, uint64_t def_us);
 
     // Bare flag, or key=yes|no|1|0|true|false.
     bool take_bool(const std::string &key, bool def);

@@ -34,7 +34,8 @@ extern "C" {
 // (Makefile.am): Storm's own config header would clash with Slurm's
 // config.h, which Slurm's headers include.
 
-namespace storm::shim {
+namespace storm::shim
+{
 
 // Routes storm::Logger output to Slurm's log functions (slurmctld.log,
 // slurmd.log, srun's stderr), keeping Storm's level mapping:
@@ -59,15 +60,18 @@ inline void slurm_log_sink(LogLevel level, const char *line)
 
 inline void install_slurm_log() noexcept { set_log_sink(slurm_log_sink); }
 
-// The level of a plugin's one "loaded" line: info in the daemons (their log
-// files), verbose in client commands (srun, sbatch, sinfo, ... print info
-// lines on the user's terminal; -v shows them).
-inline void log_loaded(const Logger &log, const char *fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
-inline void log_loaded(const Logger &log, const char *fmt, ...) noexcept
+// Logs a plugin's one "loaded" line: at info where `to_log_file` (a daemon
+// writing its log file), else at verbose.  Client commands (srun, sbatch,
+// sinfo, ...) print info lines on the user's terminal, and so does slurmd
+// for plugins it loads before it daemonizes (every select plugin); -v shows
+// the verbose line there.
+inline void log_loaded(const Logger &log, bool to_log_file, const char *fmt, ...) noexcept
+    __attribute__((format(printf, 3, 4)));
+inline void log_loaded(const Logger &log, bool to_log_file, const char *fmt, ...) noexcept
 {
     va_list ap;
     va_start(ap, fmt);
-    log.write(running_in_daemon() ? LogLevel::info : LogLevel::verbose, fmt, ap);
+    log.write(to_log_file ? LogLevel::info : LogLevel::verbose, fmt, ap);
     va_end(ap);
 }
 
@@ -91,7 +95,8 @@ auto guarded(const Logger &log, const char *entry, F &&f, decltype(f()) fail = S
 // would (plugin_context_create, which calls its init()), whose entry points
 // fill `Ops` in the order of `syms`.  Destruction unloads it (its fini()).
 // Throws std::runtime_error if it cannot be loaded.
-template <class Ops> class WrappedPlugin {
+template <class Ops> class WrappedPlugin
+{
 public:
     WrappedPlugin(const char *type, const char *name, const char **syms, size_t syms_size)
         : ctx_(plugin_context_create(type, name, reinterpret_cast<void **>(&ops_), syms, syms_size))
@@ -140,9 +145,9 @@ template <class Ctx> int fini_context(Ctx *&global) noexcept
 // Exported plugin identity.  Slurm checks plugin_version against its own
 // SLURM_VERSION_NUMBER exactly (SPANK: major.minor), so it comes from the
 // Slurm source we were configured with.
-#define STORM_PLUGIN_IDENTITY(name, type)                         \
-    extern "C" {                                                  \
-    extern const char plugin_name[] = name;                       \
-    extern const char plugin_type[] = type;                       \
-    extern const uint32_t plugin_version = SLURM_VERSION_NUMBER;  \
+#define STORM_PLUGIN_IDENTITY(name, type)                                                                    \
+    extern "C" {                                                                                             \
+    extern const char plugin_name[] = name;                                                                  \
+    extern const char plugin_type[] = type;                                                                  \
+    extern const uint32_t plugin_version = SLURM_VERSION_NUMBER;                                             \
     }

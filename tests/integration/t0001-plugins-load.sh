@@ -9,6 +9,9 @@ N=4
 vc_up "$N" --conf "SchedulerParameters=bf_interval=1"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 LOG=$STATE/log
+# slurmd loads every select plugin before it daemonizes, on the terminal.
+t_check "starting the daemons printed nothing of Storm's on the terminal" \
+    bash -c "! grep 'Storm [0-9]' '$T_WORK/vcluster-up.out'"
 nodes=$(seq -f 'vn%g' 1 "$N")
 
 # --- configuration as slurmctld sees it ------------------------------------

@@ -10,7 +10,8 @@
 using storm::ConfigError;
 using storm::ParamList;
 
-namespace {
+namespace
+{
 
 // Returns the ConfigError message of f(), or "" if f() did not throw.
 template <class F> std::string error_of(F f)
@@ -83,8 +84,7 @@ void test_unknown_keys_named(void **)
 void test_prefix_leaves_foreign_keys(void **)
 {
     // SchedulerParameters is shared with backfill: only storm_* is ours.
-    ParamList p("bf_interval=30,default_queue_depth=100,storm_quantum=2ms", "SchedulerParameters",
-                "storm_");
+    ParamList p("bf_interval=30,default_queue_depth=100,storm_quantum=2ms", "SchedulerParameters", "storm_");
     assert_false(p.has("bf_interval"));
     assert_int_equal(p.take_duration_us("storm_quantum", 1000, 60000000, 50000), 2000);
     p.reject_unknown();
@@ -140,8 +140,9 @@ void test_agent_config(void **)
     auto c = storm::agent::AgentConfig::from_switch_parameters("storm_agent_port=16830,storm_fanout=16");
     assert_int_equal(c.port, 16830);
     assert_int_equal(c.fanout, 16);
-    assert_true(contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_agent_port=0"); }),
-                         "storm_agent_port"));
+    assert_true(
+        contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_agent_port=0"); }),
+                 "storm_agent_port"));
     assert_true(contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("mtu=9000"); }),
                          "unknown key mtu"));
 }
