@@ -1,0 +1,69 @@
+// The frame: the unit every connection between Storm's daemons carries.
+//
+//   offset size field
+//        0    4 magic    0x53544f52 ("STOR")
+//        4    1 version  kProtocolVersion
+//        5    1 type     MsgType
+//        6    2 flags    reserved, must be 0
+//        8    4 length   payload bytes that follow the header
+//       12    8 op       operation id (matches requests and replies)
+//   (20 bytes, network byte order, then `length` bytes of payload)
+//
+// Contract: decode_header() validates everything a receiver must know
+// before it reads a payload (magic, version, a known type, zero flags, a
+// length within the type's limit) and throws FrameError naming what is
+// wrong; a receiver closes the connection on FrameError and never acts on
+// the frame.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "lib/net/wire.hpp"
+
+namespace storm::net
+{
+
+constexpr uint32_t kFrameMagic = 0x53544f52;
+constexpr uint8_t kProtocolVersion = 1;
+constexpr size_t kHeaderSize = 20;
+// Largest payload of a data frame (one broadcast chunk plus its header).
+constexpr uint32_t kMaxDataPayload = 16u << 20;
+// Largest payload of any control frame.
+constexpr uint32_t kMaxControlPayload = 64u << 10;
+
+enum class MsgType : uint8_t {
+    hello = 1,    // client -> server: munge credential (authentication)
+    hello_ok = 2, // server -> client: accepted
+    xfer = 3,     // XFER-AND-SIGNAL down the tree (data)
+    xfer_ack = 4, // completion up the tree, with failed nodes
+    caw = 5,      // COMPARE-AND-WRITE down the tree
+    caw_ack = 6,  // result up the tree
+    heartbeat = 7,
+};
+
+class FrameError : public std::runtime_error
+{
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct FrameHeader {
+    MsgType type = MsgType::hello;
+    uint32_t length = 0;
+    uint64_t op = 0;
+};
+
+const char *msg_type_name(MsgType t) noexcept;
+// The payload limit of a type: kMaxDataPayload for xfer, else control.
+uint32_t max_payload(MsgType t) noexcept;
+
+// Appends a header and `payload` to out.  Throws FrameError if the payload
+// exceeds the type's limit.
+void encode_frame(std::string &out, MsgType type, uint64_t op, std::string_view payload);
+
+// Validates and decodes the kHeaderSize bytes at p.
+FrameHeader decode_header(const void *p);
+
+} // namespace storm::net

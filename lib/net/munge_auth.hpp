@@ -1,0 +1,55 @@
+// Authentication of the connections between Storm's daemons, with munge.
+//
+// A connecting daemon sends, once per connection, a munge credential whose
+// payload binds the purpose and the peer it is meant for; the accepting
+// daemon decodes it through its local munged, which rejects forged,
+// expired and replayed credentials, and then applies its own policy (the
+// credential's uid must be the uid the agents run as).  Frames on an
+// authenticated connection carry no further credential.
+//
+// Contract: encode() and decode() throw AuthError whose message names the
+// munge error ("Replayed credential", "Invalid credential", ...) and never
+// return a credential munge did not accept.  A MungeAuth is immutable and
+// safe to share between threads (each call makes its own munge context).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+
+namespace storm::net
+{
+
+class AuthError : public std::runtime_error
+{
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class MungeAuth
+{
+public:
+    // socket: munged's socket path; empty means munge's compiled-in default.
+    explicit MungeAuth(std::string socket = "") : socket_(std::move(socket)) {}
+
+    // The socket named by Slurm's AuthInfo ("socket=/path,ttl=60"), or ""
+    // when AuthInfo names none.
+    static std::string socket_from_authinfo(const char *authinfo);
+
+    std::string encode(std::string_view payload) const;
+
+    struct Credential {
+        uid_t uid;
+        gid_t gid;
+        std::string payload;
+    };
+    Credential decode(std::string_view cred) const;
+
+    const std::string &socket() const noexcept { return socket_; }
+
+private:
+    std::string socket_;
+};
+
+} // namespace storm::net

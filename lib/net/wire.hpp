@@ -1,0 +1,114 @@
+// Bounds-checked encoding of Storm's messages (network byte order).
+//
+// Contract: Writer appends to a std::string it owns.  Reader reads from a
+// buffer it does not own (the caller keeps it alive) and throws DecodeError
+// on any read past the end, so a malformed or truncated message can never
+// make a receiver read outside the bytes it was given.  Reader::finish()
+// rejects trailing bytes.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace storm::net
+{
+
+class DecodeError : public std::runtime_error
+{
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class Writer
+{
+public:
+    void u8(uint8_t v) { buf_.push_back(static_cast<char>(v)); }
+    void u16(uint16_t v)
+    {
+        u8(static_cast<uint8_t>(v >> 8));
+        u8(static_cast<uint8_t>(v));
+    }
+    void u32(uint32_t v)
+    {
+        u16(static_cast<uint16_t>(v >> 16));
+        u16(static_cast<uint16_t>(v));
+    }
+    void u64(uint64_t v)
+    {
+        u32(static_cast<uint32_t>(v >> 32));
+        u32(static_cast<uint32_t>(v));
+    }
+    // A length-prefixed (u32) byte string.
+    void bytes(std::string_view b)
+    {
+        u32(static_cast<uint32_t>(b.size()));
+        buf_.append(b.data(), b.size());
+    }
+    const std::string &data() const noexcept { return buf_; }
+    std::string take() noexcept { return std::move(buf_); }
+
+private:
+    std::string buf_;
+};
+
+class Reader
+{
+public:
+    Reader(const void *p, size_t n) : p_(static_cast<const unsigned char *>(p)), n_(n) {}
+    explicit Reader(std::string_view s) : Reader(s.data(), s.size()) {}
+
+    uint8_t u8()
+    {
+        need(1);
+        return p_[off_++];
+    }
+    uint16_t u16()
+    {
+        uint16_t hi = u8();
+        return static_cast<uint16_t>(hi << 8 | u8());
+    }
+    uint32_t u32()
+    {
+        uint32_t hi = u16();
+        return hi << 16 | u16();
+    }
+    uint64_t u64()
+    {
+        uint64_t hi = u32();
+        return hi << 32 | u32();
+    }
+    // A length-prefixed byte string of at most `max` bytes.
+    std::string_view bytes(size_t max)
+    {
+        uint32_t len = u32();
+        if (len > max)
+            throw DecodeError("field of " + std::to_string(len) + " bytes exceeds its limit of " +
+                              std::to_string(max));
+        need(len);
+        std::string_view v(reinterpret_cast<const char *>(p_ + off_), len);
+        off_ += len;
+        return v;
+    }
+    size_t remaining() const noexcept { return n_ - off_; }
+    void finish() const
+    {
+        if (off_ != n_)
+            throw DecodeError(std::to_string(n_ - off_) + " unexpected trailing bytes");
+    }
+
+private:
+    void need(size_t k) const
+    {
+        if (k > n_ - off_)
+            throw DecodeError("truncated: need " + std::to_string(k) + " more bytes, have " +
+                              std::to_string(n_ - off_));
+    }
+    const unsigned char *p_;
+    size_t n_;
+    size_t off_ = 0;
+};
+
+} // namespace storm::net

@@ -1,0 +1,231 @@
+// Unit tests of the wire format (lib/net/wire.hpp, frame.*) and of node sets
+// and the tree over them (lib/net/rangeset.*): every malformed input is
+// rejected with an error, never read past its end.
+#include "tests/unit/cmocka.hpp"
+
+#include <random>
+#include <set>
+#include <string>
+
+#include "lib/net/frame.hpp"
+#include "lib/net/rangeset.hpp"
+
+using namespace storm::net;
+
+namespace
+{
+
+template <class E, class F> std::string error_of(F f)
+{
+    try {
+        f();
+    } catch (const E &e) {
+        return e.what();
+    }
+    return "";
+}
+bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
+
+void test_reader_writer_roundtrip(void **)
+{
+    Writer w;
+    w.u8(0xab);
+    w.u16(0xbeef);
+    w.u32(0xdeadbeef);
+    w.u64(0x0123456789abcdefULL);
+    w.bytes("hello");
+    std::string b = w.take();
+    assert_int_equal(b.size(), 1 + 2 + 4 + 8 + 4 + 5);
+    assert_int_equal(static_cast<unsigned char>(b[1]), 0xbe); // network byte order
+    Reader r(b);
+    assert_int_equal(r.u8(), 0xab);
+    assert_int_equal(r.u16(), 0xbeef);
+    assert_int_equal(r.u32(), 0xdeadbeef);
+    assert_true(r.u64() == 0x0123456789abcdefULL);
+    assert_true(r.bytes(16) == "hello");
+    r.finish();
+}
+
+void test_reader_rejects_overruns(void **)
+{
+    Writer w;
+    w.bytes("0123456789");
+    std::string b = w.take();
+    // Every truncation of a valid message is an error, not a short read.
+    for (size_t n = 0; n < b.size(); ++n) {
+        std::string e = error_of<DecodeError>([&] {
+            Reader r(b.data(), n);
+            r.bytes(64);
+        });
+        assert_true(contains(e, "truncated"));
+    }
+    assert_true(contains(error_of<DecodeError>([&] { Reader(b).bytes(4); }), "exceeds its limit"));
+    // A length field that claims more than the buffer holds.
+    std::string lie = b;
+    lie[0] = '\x7f';
+    assert_true(contains(error_of<DecodeError>([&] { Reader(lie).bytes(UINT32_MAX); }), "truncated"));
+    assert_true(contains(error_of<DecodeError>([&] {
+                             Reader r(b);
+                             r.u32();
+                             r.finish();
+                         }),
+                         "10 unexpected trailing bytes"));
+}
+
+void test_frame_roundtrip(void **)
+{
+    std::string out;
+    encode_frame(out, MsgType::xfer, 42, "payload");
+    assert_int_equal(out.size(), kHeaderSize + 7);
+    FrameHeader h = decode_header(out.data());
+    assert_int_equal(static_cast<int>(h.type), static_cast<int>(MsgType::xfer));
+    assert_int_equal(h.length, 7);
+    assert_int_equal(h.op, 42);
+    assert_true(out.substr(kHeaderSize) == "payload");
+}
+
+void test_frame_rejects_bad_headers(void **)
+{
+    std::string good;
+    encode_frame(good, MsgType::caw, 7, "");
+    auto bad = [&](size_t off, char v) {
+        std::string b = good;
+        b[off] = v;
+        return error_of<FrameError>([&] { decode_header(b.data()); });
+    };
+    assert_true(contains(bad(0, 'X'), "bad magic"));
+    assert_true(contains(bad(4, 2), "protocol version 2"));
+    assert_true(contains(bad(5, 0), "unknown message type 0"));
+    assert_true(contains(bad(5, 99), "unknown message type 99"));
+    assert_true(contains(bad(7, 1), "reserved flags"));
+    // A control frame may not claim a data-sized payload.
+    assert_true(contains(bad(9, 2), "caw frame of 131072 bytes exceeds the limit"));
+    // Random headers: never accepted unless magic/version/type/flags/length are all valid.
+    std::mt19937 rng(1);
+    for (int i = 0; i < 100000; ++i) {
+        char b[kHeaderSize];
+        for (char &c : b)
+            c = static_cast<char>(rng());
+        try {
+            FrameHeader h = decode_header(b);
+            assert_true(h.length <= max_payload(h.type));
+        } catch (const FrameError &) {
+        }
+    }
+    std::string big(kMaxControlPayload + 1, 'x');
+    std::string out;
+    assert_true(contains(error_of<FrameError>([&] { encode_frame(out, MsgType::heartbeat, 1, big); }),
+                         "exceeds the limit"));
+    encode_frame(out, MsgType::xfer, 1, big); // data frames may be larger
+}
+
+void test_rangeset_basics(void **)
+{
+    RangeSet s = RangeSet::parse("0-63,70,72-80");
+    assert_int_equal(s.size(), 64 + 1 + 9);
+    assert_string_equal(s.str().c_str(), "0-63,70,72-80");
+    assert_true(s.contains(0) && s.contains(63) && s.contains(70) && s.contains(80));
+    assert_false(s.contains(64) || s.contains(71) || s.contains(81));
+    assert_int_equal(s.nth(64), 70);
+    assert_int_equal(s.nth(65), 72);
+    assert_string_equal(s.slice(60, 67).str().c_str(), "60-63,70,72-73");
+    assert_string_equal(RangeSet::parse("3,4,5").str().c_str(), "3-5"); // adjacent ranges merge
+    for (const char *bad : {"", "a", "5-3", "4,2", "1,,2", "1,", "-3", "1-", "3,3", "99999999"}) {
+        bool threw = false;
+        try {
+            RangeSet::parse(bad);
+        } catch (const std::invalid_argument &) {
+            threw = true;
+        }
+        assert_true(threw || std::string(bad).empty());
+    }
+    assert_true(RangeSet::parse("").empty());
+}
+
+void test_rangeset_wire(void **)
+{
+    RangeSet s = RangeSet::parse("0-255,1000-1999");
+    Writer w;
+    s.encode(w);
+    assert_int_equal(w.data().size(), 4 + 2 * 8); // compact: independent of the node count
+    Reader r(w.data());
+    assert_true(RangeSet::decode(r) == s);
+    r.finish();
+    auto decode_ranges = [](std::initializer_list<uint32_t> words) {
+        Writer x;
+        x.u32(static_cast<uint32_t>(words.size() / 2));
+        for (uint32_t v : words)
+            x.u32(v);
+        Reader rr(x.data());
+        return error_of<DecodeError>([&] { RangeSet::decode(rr); });
+    };
+    assert_true(contains(decode_ranges({5, 5}), "empty"));              // empty range
+    assert_true(contains(decode_ranges({5, 9, 2, 4}), "out of order")); // decreasing
+    assert_true(contains(decode_ranges({0, 4, 4, 8}), "adjacent"));     // not normalised
+    assert_true(contains(decode_ranges({0, RangeSet::kMaxIndex + 1}), "out of bounds"));
+    Writer huge;
+    huge.u32(RangeSet::kMaxRanges + 1);
+    Reader hr(huge.data());
+    assert_true(contains(error_of<DecodeError>([&] { RangeSet::decode(hr); }), "exceeds"));
+}
+
+// Walks the tree from the root of `set`: every member is reached exactly
+// once, no node has more than `fanout` children, and the depth is bounded.
+void check_tree(const RangeSet &set, unsigned fanout)
+{
+    std::multiset<uint32_t> reached;
+    unsigned max_depth = 0;
+    std::vector<std::pair<RangeSet, unsigned>> stack{{set, 0}};
+    while (!stack.empty()) {
+        auto [sub, depth] = stack.back();
+        stack.pop_back();
+        reached.insert(sub.nth(0));
+        max_depth = std::max(max_depth, depth);
+        auto kids = split_children(sub, fanout);
+        assert_true(kids.size() <= fanout);
+        uint32_t total = 1;
+        for (auto &k : kids) {
+            assert_false(k.empty());
+            total += k.size();
+            stack.push_back({k, depth + 1});
+        }
+        assert_int_equal(total, sub.size());
+    }
+    auto m = set.members();
+    assert_int_equal(reached.size(), m.size());
+    for (uint32_t v : m)
+        assert_int_equal(reached.count(v), 1);
+    unsigned bound = 1; // ceil(log_F(N)) + 1 levels at most
+    for (uint64_t cap = 1; cap < set.size(); cap = cap * fanout + 1)
+        ++bound;
+    assert_true(max_depth <= bound);
+}
+
+void test_tree_split(void **)
+{
+    assert_true(split_children(RangeSet::range(5, 6), 8).empty());
+    auto kids = split_children(RangeSet::range(0, 17), 4); // 16 below the root
+    assert_int_equal(kids.size(), 4);
+    assert_string_equal(kids[0].str().c_str(), "1-4");
+    assert_string_equal(kids[3].str().c_str(), "13-16");
+    for (unsigned f : {1u, 2u, 3u, 8u, 16u, 64u})
+        for (uint32_t n : {1u, 2u, 7u, 64u, 256u, 1000u})
+            check_tree(RangeSet::range(0, n), f);
+    check_tree(RangeSet::parse("3,7-9,20-90,200,300-301"), 4);
+}
+
+} // namespace
+
+int main()
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reader_writer_roundtrip),
+        cmocka_unit_test(test_reader_rejects_overruns),
+        cmocka_unit_test(test_frame_roundtrip),
+        cmocka_unit_test(test_frame_rejects_bad_headers),
+        cmocka_unit_test(test_rangeset_basics),
+        cmocka_unit_test(test_rangeset_wire),
+        cmocka_unit_test(test_tree_split),
+    };
+    return cmocka_run_group_tests_name("wire", tests, nullptr, nullptr);
+}
