@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <csignal>
 #include <future>
+#include <pthread.h>
 #include <system_error>
 #include <unistd.h>
 
@@ -50,6 +52,11 @@ void NodeAgent::start()
 
 void NodeAgent::run() noexcept
 {
+    // A peer that dies must not kill slurmd: writes to it fail with EPIPE.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     int rc = event_base_dispatch(base_);
     running_ = false;
     if (rc < 0)

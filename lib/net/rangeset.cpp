@@ -105,6 +105,25 @@ std::vector<uint32_t> RangeSet::members() const
     return v;
 }
 
+RangeSet RangeSet::unite(const RangeSet &o) const
+{
+    std::vector<std::pair<uint32_t, uint32_t>> all(ranges_);
+    all.insert(all.end(), o.ranges_.begin(), o.ranges_.end());
+    std::sort(all.begin(), all.end());
+    RangeSet out;
+    for (const auto &r : all) {
+        if (!out.ranges_.empty() && r.first <= out.ranges_.back().second) {
+            if (r.second > out.ranges_.back().second) {
+                out.size_ += r.second - out.ranges_.back().second;
+                out.ranges_.back().second = r.second;
+            }
+        } else {
+            out.append(r.first, r.second);
+        }
+    }
+    return out;
+}
+
 std::string RangeSet::str() const
 {
     std::string s;

@@ -36,6 +36,7 @@ public:
     RangeSet() = default;
     // [lo, hi); an empty range gives an empty set.
     static RangeSet range(uint32_t lo, uint32_t hi);
+    static RangeSet single(uint32_t index) { return range(index, index + 1); }
     // "0-63,70,72-80" (inclusive ranges, in increasing order).
     static RangeSet parse(const std::string &text);
 
@@ -47,6 +48,8 @@ public:
     // Members at positions [from, to), as a set.
     RangeSet slice(uint32_t from, uint32_t to) const;
     std::vector<uint32_t> members() const;
+    // The union of both sets.
+    RangeSet unite(const RangeSet &o) const;
     const std::vector<std::pair<uint32_t, uint32_t>> &ranges() const noexcept { return ranges_; }
     std::string str() const; // the parse() form
 

@@ -1,0 +1,55 @@
+// What a connection needs from an authentication scheme: a credential to
+// present, and the verification of a peer's.  MungeAuth is the real one;
+// unit tests may use a fake.
+//
+// Contract: verify() returns the payload the credential carries only if it
+// is genuine, unexpired and not replayed, and throws AuthError otherwise.
+// Both may block briefly (munge talks to munged over a unix socket) and are
+// called only when a connection is set up.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+
+#include "lib/net/munge_auth.hpp"
+
+namespace storm::net
+{
+
+class Authenticator
+{
+public:
+    virtual ~Authenticator() = default;
+    virtual std::string credential(std::string_view payload) = 0;
+    struct Verified {
+        uid_t uid;
+        std::string payload;
+    };
+    virtual Verified verify(std::string_view cred) = 0;
+};
+
+// munge: the credential's uid must be `allowed_uid` (the uid the agents
+// run as, normally SlurmUser).
+class MungeAuthenticator : public Authenticator
+{
+public:
+    MungeAuthenticator(std::string socket, uid_t allowed_uid) : munge_(std::move(socket)), uid_(allowed_uid)
+    {
+    }
+    std::string credential(std::string_view payload) override { return munge_.encode(payload); }
+    Verified verify(std::string_view cred) override
+    {
+        auto c = munge_.decode(cred);
+        if (c.uid != uid_)
+            throw AuthError("credential of uid " + std::to_string(c.uid) + ", expected uid " +
+                            std::to_string(uid_));
+        return {c.uid, std::move(c.payload)};
+    }
+
+private:
+    MungeAuth munge_;
+    uid_t uid_;
+};
+
+} // namespace storm::net

@@ -1,0 +1,291 @@
+#include "lib/net/connection.hpp"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <netinet/tcp.h>
+#include <random>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+namespace storm::net
+{
+namespace
+{
+
+constexpr size_t kMaxCredential = 4096;
+constexpr uint32_t kNoIndex = UINT32_MAX;
+
+std::string make_nonce()
+{
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    char b[17];
+    snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(rng()));
+    return b;
+}
+
+std::string addr_str(const sockaddr_in &a)
+{
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+    return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+// "storm:v1:<to>:<from>:<nonce>" -> fields; false if malformed.
+bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string &nonce)
+{
+    unsigned long t, f;
+    char n[64];
+    if (std::sscanf(p.c_str(), "storm:v1:%lu:%lu:%63s", &t, &f, n) != 3)
+        return false;
+    to = static_cast<uint32_t>(t);
+    from = static_cast<uint32_t>(f);
+    nonce = n;
+    return true;
+}
+
+} // namespace
+
+Connection::Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index)
+    : base_(base), bev_(bev), auth_(auth), client_(client), peer_(client ? index : kNoIndex),
+      self_(client ? kNoIndex : index)
+{
+}
+
+Connection::~Connection()
+{
+    if (bev_)
+        bufferevent_free(bev_);
+}
+
+std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr_in &addr, uint32_t peer,
+                                                Authenticator &auth)
+{
+    // Our own socket, close-on-exec: slurmd forks and execs slurmstepd.
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+    bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        ::close(fd);
+        throw std::runtime_error("bufferevent_socket_new failed");
+    }
+    std::shared_ptr<Connection> c(new Connection(base, bev, auth, true, peer));
+    c->name_ = "agent " + std::to_string(peer) + " (" + addr_str(addr) + ")";
+    c->self_ref_ = c;
+    bufferevent_setcb(bev, read_cb, write_cb, event_cb, c.get());
+    bufferevent_setwatermark(bev, EV_WRITE, kLowWater, 0);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(bev, reinterpret_cast<const sockaddr *>(&addr), sizeof addr) < 0) {
+        // Reported through the close handler, like any other failure.
+        c->closed_ = true;
+        c->self_ref_.reset();
+        throw std::runtime_error("connect to " + c->name_ + " failed: " + std::strerror(errno));
+    }
+    return c;
+}
+
+std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_t self, Authenticator &auth)
+{
+    bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        ::close(fd);
+        throw std::runtime_error("bufferevent_socket_new failed");
+    }
+    std::shared_ptr<Connection> c(new Connection(base, bev, auth, false, self));
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    getpeername(fd, reinterpret_cast<sockaddr *>(&a), &len);
+    c->name_ = "peer " + addr_str(a);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->self_ref_ = c;
+    bufferevent_setcb(bev, read_cb, write_cb, event_cb, c.get());
+    bufferevent_setwatermark(bev, EV_WRITE, kLowWater, 0);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    return c;
+}
+
+void Connection::send(MsgType type, uint64_t op, std::string_view payload)
+{
+    if (closed_)
+        return;
+    std::string frame;
+    encode_frame(frame, type, op, payload);
+    if (client_ && !ready_ && type != MsgType::hello) {
+        held_ += frame;
+        return;
+    }
+    bufferevent_write(bev_, frame.data(), frame.size());
+}
+
+size_t Connection::queued() const noexcept
+{
+    return (bev_ ? evbuffer_get_length(bufferevent_get_output(bev_)) : 0) + held_.size();
+}
+
+void Connection::set_reading(bool on)
+{
+    if (closed_)
+        return;
+    if (on)
+        bufferevent_enable(bev_, EV_READ);
+    else
+        bufferevent_disable(bev_, EV_READ);
+}
+
+void Connection::close(const std::string &why)
+{
+    if (closed_)
+        return;
+    closed_ = true;
+    bufferevent_disable(bev_, EV_READ | EV_WRITE);
+    bufferevent_setcb(bev_, nullptr, nullptr, nullptr, nullptr);
+    auto keep = shared_from_this(); // handlers may drop the last other reference
+    self_ref_.reset();
+    if (close_handler_)
+        close_handler_(*this, why);
+    frame_handler_ = nullptr;
+    close_handler_ = nullptr;
+    ready_handler_ = nullptr;
+    drain_handler_ = nullptr;
+}
+
+void Connection::flush_held()
+{
+    if (!held_.empty()) {
+        bufferevent_write(bev_, held_.data(), held_.size());
+        held_.clear();
+    }
+}
+
+void Connection::read_cb(bufferevent *, void *arg)
+{
+    auto *c = static_cast<Connection *>(arg);
+    auto keep = c->shared_from_this();
+    c->handle_input();
+}
+
+void Connection::write_cb(bufferevent *, void *arg)
+{
+    auto *c = static_cast<Connection *>(arg);
+    auto keep = c->shared_from_this();
+    if (c->drain_handler_ && !c->closed_)
+        c->drain_handler_(*c);
+}
+
+void Connection::event_cb(bufferevent *bev, short what, void *arg)
+{
+    auto *c = static_cast<Connection *>(arg);
+    auto keep = c->shared_from_this();
+    if (what & BEV_EVENT_CONNECTED) {
+        int fd = bufferevent_getfd(bev);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->nonce_ = make_nonce();
+        try {
+            std::string payload =
+                "storm:v1:" + std::to_string(c->peer_) + ":" + std::to_string(kNoIndex) + ":" + c->nonce_;
+            Writer w;
+            w.bytes(c->auth_.credential(payload));
+            c->send(MsgType::hello, 0, w.data());
+        } catch (const std::exception &e) {
+            c->close(std::string("cannot authenticate: ") + e.what());
+        }
+        return;
+    }
+    if (what & BEV_EVENT_EOF)
+        c->close("connection closed by " + c->name_);
+    else if (what & BEV_EVENT_ERROR)
+        c->close(std::string("connection error with ") + c->name_ + ": " +
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+}
+
+void Connection::handle_input()
+{
+    evbuffer *in = bufferevent_get_input(bev_);
+    while (!closed_) {
+        size_t avail = evbuffer_get_length(in);
+        if (avail < kHeaderSize)
+            return;
+        FrameHeader h;
+        try {
+            unsigned char hdr[kHeaderSize];
+            evbuffer_copyout(in, hdr, kHeaderSize);
+            h = decode_header(hdr);
+        } catch (const FrameError &e) {
+            close("malformed frame from " + name_ + ": " + e.what());
+            return;
+        }
+        if (avail < kHeaderSize + h.length)
+            return;
+        evbuffer_drain(in, kHeaderSize);
+        std::string payload(h.length, '\0');
+        evbuffer_remove(in, payload.data(), h.length);
+        try {
+            if (h.type == MsgType::hello) {
+                if (client_ || ready_)
+                    throw FrameError("unexpected hello");
+                handle_hello(payload);
+            } else if (h.type == MsgType::hello_ok) {
+                if (!client_ || ready_)
+                    throw FrameError("unexpected hello_ok");
+                handle_hello_ok(payload);
+            } else if (!ready_) {
+                throw FrameError(std::string(msg_type_name(h.type)) + " frame before authentication");
+            } else if (frame_handler_) {
+                frame_handler_(*this, h, payload);
+            }
+        } catch (const AuthError &e) {
+            close("authentication of " + name_ + " failed: " + e.what());
+        } catch (const std::exception &e) {
+            close("bad " + std::string(msg_type_name(h.type)) + " frame from " + name_ + ": " + e.what());
+        }
+    }
+}
+
+void Connection::handle_hello(std::string_view payload)
+{
+    Reader r(payload);
+    std::string cred(r.bytes(kMaxCredential));
+    r.finish();
+    auto v = auth_.verify(cred);
+    uint32_t to, from;
+    std::string nonce;
+    if (!parse_hello(v.payload, to, from, nonce))
+        throw AuthError("credential payload \"" + v.payload + "\" is not a Storm hello");
+    if (to != self_)
+        throw AuthError("credential meant for agent " + std::to_string(to) + ", this is agent " +
+                        std::to_string(self_));
+    peer_ = from;
+    // Mutual: prove to the client that this is the agent it asked for.
+    Writer w;
+    w.bytes(
+        auth_.credential("storm:v1:" + std::to_string(kNoIndex) + ":" + std::to_string(self_) + ":" + nonce));
+    ready_ = true;
+    send(MsgType::hello_ok, 0, w.data());
+    if (ready_handler_)
+        ready_handler_(*this);
+}
+
+void Connection::handle_hello_ok(std::string_view payload)
+{
+    Reader r(payload);
+    std::string cred(r.bytes(kMaxCredential));
+    r.finish();
+    auto v = auth_.verify(cred);
+    uint32_t to, from;
+    std::string nonce;
+    if (!parse_hello(v.payload, to, from, nonce) || from != peer_ || nonce != nonce_)
+        throw AuthError("answer \"" + v.payload + "\" does not come from agent " + std::to_string(peer_) +
+                        " for this connection");
+    ready_ = true;
+    flush_held();
+    if (ready_handler_)
+        ready_handler_(*this);
+}
+
+} // namespace storm::net

@@ -1,0 +1,102 @@
+// One TCP connection between Storm daemons, on a libevent loop: framing,
+// validation, authentication and back-pressure.
+//
+// Life cycle: a client Connection is made by connect() and authenticates
+// itself with a hello frame carrying a credential bound to the peer it
+// wants ("storm:v1:<peer index>:<nonce>"); the server side, made by
+// accept(), verifies it, answers hello_ok and only then delivers frames.
+// Any framing error, an unexpected frame before authentication, a failed
+// verification, EOF or a socket error closes the connection: the close
+// handler runs once, with the reason, and nothing more is delivered.
+//
+// Ownership: Connections are owned by shared_ptr (the engine's tables).
+// Handlers get a reference valid for the duration of the call; a handler
+// may close the connection or drop the engine's reference, and the object
+// stays alive until the callback returns (the connection keeps itself alive
+// while libevent may call it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <netinet/in.h>
+#include <string>
+#include <string_view>
+
+#include "lib/net/authenticator.hpp"
+#include "lib/net/frame.hpp"
+
+struct bufferevent;
+struct event_base;
+
+namespace storm::net
+{
+
+class Connection : public std::enable_shared_from_this<Connection>
+{
+public:
+    using FrameHandler = std::function<void(Connection &, const FrameHeader &, std::string_view payload)>;
+    using CloseHandler = std::function<void(Connection &, const std::string &why)>;
+    using ReadyHandler = std::function<void(Connection &)>;
+    using DrainHandler = std::function<void(Connection &)>;
+
+    // Starts a non-blocking connect to `addr`, as the agent with index
+    // `peer` expects.  on_ready runs once hello_ok arrives.
+    static std::shared_ptr<Connection> connect(event_base *base, const sockaddr_in &addr, uint32_t peer,
+                                               Authenticator &auth);
+    // Wraps an accepted socket; `self` is this agent's index, which the
+    // client's credential must name.
+    static std::shared_ptr<Connection> accept(event_base *base, int fd, uint32_t self, Authenticator &auth);
+
+    ~Connection();
+
+    void on_frame(FrameHandler h) { frame_handler_ = std::move(h); }
+    void on_close(CloseHandler h) { close_handler_ = std::move(h); }
+    void on_ready(ReadyHandler h) { ready_handler_ = std::move(h); }
+    // Runs when the output queue falls below the low-water mark.
+    void on_drain(DrainHandler h) { drain_handler_ = std::move(h); }
+
+    // Queues a frame (may be called before the connection is ready: frames
+    // are held until hello_ok).  Throws FrameError if the payload is too big.
+    void send(MsgType type, uint64_t op, std::string_view payload);
+    // Bytes not yet handed to the kernel.
+    size_t queued() const noexcept;
+    void set_reading(bool on);
+    void close(const std::string &why);
+
+    bool ready() const noexcept { return ready_; }
+    bool closed() const noexcept { return closed_; }
+    uint32_t peer() const noexcept { return peer_; }
+    const std::string &describe() const noexcept { return name_; }
+
+    static constexpr size_t kLowWater = 1u << 20;
+
+private:
+    Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index);
+    static void read_cb(bufferevent *bev, void *arg);
+    static void write_cb(bufferevent *bev, void *arg);
+    static void event_cb(bufferevent *bev, short what, void *arg);
+    void handle_input();
+    void handle_hello(std::string_view payload);
+    void handle_hello_ok(std::string_view payload);
+    void flush_held();
+
+    event_base *base_;
+    bufferevent *bev_;
+    Authenticator &auth_;
+    bool client_;
+    uint32_t peer_; // client: the server's index; server: set from the credential
+    uint32_t self_; // server: own index
+    bool ready_ = false;
+    bool closed_ = false;
+    std::string nonce_;
+    std::string held_; // frames queued before hello_ok (client)
+    std::string name_;
+    std::shared_ptr<Connection> self_ref_; // alive while libevent holds us
+    FrameHandler frame_handler_;
+    CloseHandler close_handler_;
+    ReadyHandler ready_handler_;
+    DrainHandler drain_handler_;
+};
+
+} // namespace storm::net

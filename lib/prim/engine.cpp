@@ -1,0 +1,706 @@
+#include "lib/prim/engine.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <system_error>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+namespace storm::prim
+{
+
+using net::Connection;
+using net::MsgType;
+using net::Reader;
+using net::Writer;
+
+namespace
+{
+
+constexpr size_t kMaxName = 255;
+
+uint64_t random_id()
+{
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    return rng();
+}
+
+// Levels of the tree over n members with the given fanout.
+unsigned levels(uint32_t n, unsigned fanout)
+{
+    unsigned l = 1;
+    for (uint64_t cap = 1; cap < n; cap = cap * fanout + 1)
+        ++l;
+    return l;
+}
+
+bool holds(int64_t have, Relation rel, int64_t value)
+{
+    switch (rel) {
+    case Relation::ge:
+        return have >= value;
+    case Relation::lt:
+        return have < value;
+    case Relation::eq:
+        return have == value;
+    case Relation::ne:
+        return have != value;
+    }
+    return false;
+}
+
+} // namespace
+
+const char *relation_name(Relation r) noexcept
+{
+    switch (r) {
+    case Relation::ge:
+        return ">=";
+    case Relation::lt:
+        return "<";
+    case Relation::eq:
+        return "=";
+    case Relation::ne:
+        return "!=";
+    }
+    return "?";
+}
+
+struct Engine::Hop {
+    MsgType type;
+    std::function<std::string(const RangeSet &)> body;
+    Answer answer;
+    Finish finish;
+    unsigned waiting = 0;
+    event *timer = nullptr;
+    struct TimerArg {
+        Engine *engine;
+        uint64_t op;
+    } timer_arg{};
+    ~Hop()
+    {
+        if (timer)
+            event_free(timer);
+    }
+};
+
+struct Engine::Transfer {
+    RangeSet set;
+    std::string event;
+    std::string data;
+    uint64_t origin;
+    size_t next = 0; // offset of the next chunk to send
+    unsigned inflight = 0;
+    bool started = false;
+    RangeSet failed;
+    XferDone done;
+};
+
+struct Engine::Incoming {
+    std::string buf;
+    uint64_t received = 0;
+};
+
+struct Engine::CawCall {
+    RangeSet set;
+    std::string var, wvar;
+    Relation rel;
+    int64_t value, wval;
+    bool write;
+    std::weak_ptr<Connection> reply_to;
+    uint64_t reply_op;
+};
+
+Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log)
+    : base_(base), cfg_(std::move(config)), auth_(auth), log_(std::move(log))
+{
+    if (cfg_.fanout < 1 || cfg_.chunk_size == 0 || cfg_.chunk_size > net::kMaxDataPayload - 1024 ||
+        cfg_.window == 0)
+        throw std::invalid_argument("engine: fanout, chunk size and window must be positive (chunk at most " +
+                                    std::to_string(net::kMaxDataPayload - 1024) + " bytes)");
+    if (cfg_.self != EngineConfig::kNotANode && cfg_.self >= cfg_.nodes.size())
+        throw std::invalid_argument("engine: self index beyond the node table");
+}
+
+Engine::~Engine()
+{
+    *alive_ = false;
+    if (listener_)
+        evconnlistener_free(listener_);
+    hops_.clear();
+    auto peers = std::move(peers_);
+    auto accepted = std::move(accepted_);
+    for (auto &p : peers)
+        p.second->close("agent shutting down");
+    for (auto &c : accepted)
+        const_cast<Connection &>(*c).close("agent shutting down");
+}
+
+void Engine::listen()
+{
+    if (cfg_.self == EngineConfig::kNotANode)
+        throw std::logic_error("engine: an initiator that is not a node does not listen");
+    const sockaddr_in &a = cfg_.nodes[cfg_.self];
+    listener_ = evconnlistener_new_bind(
+        base_,
+        [](evconnlistener *, evutil_socket_t fd, sockaddr *, int, void *arg) {
+            static_cast<Engine *>(arg)->on_accept(fd);
+        },
+        this, LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 1024,
+        reinterpret_cast<const sockaddr *>(&a), sizeof a);
+    if (!listener_)
+        throw std::system_error(errno, std::generic_category(),
+                                "engine: cannot listen on port " + std::to_string(ntohs(a.sin_port)));
+}
+
+void Engine::on_accept(int fd)
+{
+    std::shared_ptr<Connection> c;
+    try {
+        c = Connection::accept(base_, fd, cfg_.self, auth_);
+    } catch (const std::exception &e) {
+        log_.error("cannot accept a connection: %s", e.what());
+        return;
+    }
+    accepted_.insert(c);
+    std::weak_ptr<bool> alive = alive_;
+    c->on_frame(
+        [this](Connection &conn, const net::FrameHeader &h, std::string_view p) { on_frame(conn, h, p); });
+    c->on_close([this, alive](Connection &conn, const std::string &why) {
+        if (alive.expired() || !*alive.lock())
+            return;
+        if (!conn.ready() || why.find("closed by") == std::string::npos) {
+            ++rejected_;
+            log_.error("%s", why.c_str());
+        }
+        accepted_.erase(conn.shared_from_this());
+    });
+}
+
+std::shared_ptr<Connection> Engine::peer(uint32_t index)
+{
+    auto it = peers_.find(index);
+    if (it != peers_.end() && !it->second->closed())
+        return it->second;
+    if (index >= cfg_.nodes.size())
+        throw std::out_of_range("node index " + std::to_string(index) + " beyond the node table");
+    auto down = down_until_.find(index);
+    if (down != down_until_.end()) {
+        if (std::chrono::steady_clock::now() < down->second)
+            throw std::runtime_error("failed recently");
+        down_until_.erase(down);
+    }
+    auto c = Connection::connect(base_, cfg_.nodes[index], index, auth_);
+    std::weak_ptr<bool> alive = alive_;
+    c->on_frame(
+        [this](Connection &conn, const net::FrameHeader &h, std::string_view p) { on_frame(conn, h, p); });
+    c->on_close([this, alive](Connection &conn, const std::string &why) {
+        if (!alive.expired() && *alive.lock())
+            on_peer_closed(conn, why);
+    });
+    peers_[index] = c;
+    return c;
+}
+
+// ---- generic tree forwarding ---------------------------------------------
+
+void Engine::forward(const RangeSet &set, MsgType type,
+                     const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish)
+{
+    auto hop = std::make_shared<Hop>();
+    hop->type = type;
+    hop->body = body;
+    hop->answer = std::move(local);
+    hop->finish = std::move(finish);
+    uint64_t op = next_op();
+    hops_[op] = hop;
+    // A pure initiator, or a node initiating for a set it does not head,
+    // sends the whole set to its first member; a node heading the set
+    // sends the slices below itself.
+    std::vector<RangeSet> slices;
+    if (!set.empty() && set.nth(0) == cfg_.self)
+        slices = net::split_children(set, cfg_.fanout);
+    else if (!set.empty())
+        slices.push_back(set);
+    std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
+    while (!todo.empty()) {
+        RangeSet slice = std::move(todo.back());
+        todo.pop_back();
+        uint32_t root = slice.nth(0);
+        try {
+            auto c = peer(root);
+            uint64_t child_op = next_op();
+            child_ops_[child_op] = {op, slice};
+            hop->waiting++;
+            c->send(type, child_op, body(slice));
+        } catch (const std::exception &e) {
+            // Unreachable at once: route around it.
+            if (down_until_.count(root) == 0)
+                log_.error("agent %u unreachable (%s): routing around it", root, e.what());
+            hop->answer.failed = hop->answer.failed.unite(RangeSet::single(root));
+            for (auto &sub : net::split_children(slice, cfg_.fanout))
+                todo.push_back(std::move(sub));
+        }
+    }
+    if (hop->waiting == 0) {
+        hops_.erase(op);
+        hop->finish(hop->answer);
+        return;
+    }
+    hop->timer_arg = {this, op};
+    hop->timer = evtimer_new(
+        base_,
+        [](evutil_socket_t, short, void *arg) {
+            auto *ta = static_cast<Hop::TimerArg *>(arg);
+            ta->engine->hop_timeout(ta->op);
+        },
+        &hop->timer_arg);
+    auto ms = cfg_.timeout.count() * levels(set.size(), cfg_.fanout);
+    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    evtimer_add(hop->timer, &tv);
+}
+
+void Engine::hop_answer(uint64_t child_op, const Answer &a)
+{
+    auto it = child_ops_.find(child_op);
+    if (it == child_ops_.end())
+        return; // late answer after a timeout
+    uint64_t op = it->second.first;
+    child_ops_.erase(it);
+    auto hit = hops_.find(op);
+    if (hit == hops_.end())
+        return;
+    auto hop = hit->second;
+    hop->answer.failed = hop->answer.failed.unite(a.failed);
+    hop->answer.holds = hop->answer.holds && a.holds;
+    if (--hop->waiting == 0) {
+        hops_.erase(hit);
+        hop->finish(hop->answer);
+    }
+}
+
+void Engine::hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why)
+{
+    auto it = child_ops_.find(child_op);
+    if (it == child_ops_.end())
+        return;
+    RangeSet slice = it->second.second;
+    child_ops_.erase(it);
+    auto hit = hops_.find(op);
+    if (hit == hops_.end())
+        return;
+    auto hop = hit->second;
+    hop->answer.failed = hop->answer.failed.unite(slice);
+    hop->answer.holds = false;
+    if (--hop->waiting == 0) {
+        hops_.erase(hit);
+        hop->finish(hop->answer);
+    }
+}
+
+void Engine::hop_timeout(uint64_t op)
+{
+    std::vector<uint64_t> late;
+    for (const auto &kv : child_ops_)
+        if (kv.second.first == op)
+            late.push_back(kv.first);
+    for (uint64_t c : late) {
+        log_.error("agent %u: no answer within the timeout, its %u nodes count as failed",
+                   child_ops_[c].second.nth(0), child_ops_[c].second.size());
+        hop_child_failed(op, c, "timeout");
+    }
+}
+
+void Engine::on_peer_closed(Connection &c, const std::string &why)
+{
+    uint32_t index = c.peer();
+    bool never_ready = !c.ready();
+    auto pit = peers_.find(index);
+    if (pit != peers_.end() && pit->second.get() == &c)
+        peers_.erase(pit);
+    down_until_[index] = std::chrono::steady_clock::now() + cfg_.timeout;
+    std::vector<std::pair<uint64_t, uint64_t>> affected; // (hop op, child op)
+    for (const auto &kv : child_ops_)
+        if (kv.second.second.nth(0) == index)
+            affected.emplace_back(kv.second.first, kv.first);
+    if (!affected.empty())
+        log_.error("%s", why.c_str());
+    for (auto [op, child_op] : affected) {
+        auto hit = hops_.find(op);
+        auto cit = child_ops_.find(child_op);
+        if (hit == hops_.end() || cit == child_ops_.end())
+            continue;
+        if (!never_ready) {
+            hop_child_failed(op, child_op, why);
+            continue;
+        }
+        // Could not reach it at all: route around it to its children.
+        auto hop = hit->second;
+        RangeSet slice = cit->second.second;
+        child_ops_.erase(cit);
+        hop->waiting--;
+        hop->answer.failed = hop->answer.failed.unite(RangeSet::single(index));
+        for (auto &sub : net::split_children(slice, cfg_.fanout)) {
+            uint32_t root = sub.nth(0);
+            try {
+                auto pc = peer(root);
+                uint64_t nop = next_op();
+                child_ops_[nop] = {op, sub};
+                hop->waiting++;
+                pc->send(hop->type, nop, hop->body(sub));
+            } catch (const std::exception &e) {
+                hop->answer.failed = hop->answer.failed.unite(sub);
+            }
+        }
+        if (hop->waiting == 0) {
+            hops_.erase(op);
+            hop->finish(hop->answer);
+        }
+    }
+}
+
+void Engine::reply(const std::weak_ptr<Connection> &to, MsgType type, uint64_t op, const Answer &a)
+{
+    auto c = to.lock();
+    if (!c || c->closed())
+        return;
+    Writer w;
+    a.failed.encode(w);
+    w.u8(a.holds ? 1 : 0);
+    c->send(type, op, w.data());
+}
+
+void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view payload)
+{
+    switch (h.type) {
+    case MsgType::xfer:
+        handle_xfer(c, h.op, payload);
+        break;
+    case MsgType::caw:
+        handle_caw(c, h.op, payload);
+        break;
+    case MsgType::xfer_ack:
+    case MsgType::caw_ack: {
+        auto it = child_ops_.find(h.op);
+        if (it != child_ops_.end() && it->second.second.nth(0) != c.peer())
+            throw net::FrameError("answer for an operation sent to another agent");
+        Reader r(payload);
+        Answer a;
+        a.failed = RangeSet::decode(r);
+        a.holds = r.u8() != 0;
+        r.finish();
+        hop_answer(h.op, a);
+        break;
+    }
+    case MsgType::heartbeat:
+        break;
+    default:
+        throw net::FrameError("unexpected frame type");
+    }
+}
+
+// ---- XFER-AND-SIGNAL -------------------------------------------------------
+
+namespace
+{
+
+std::string xfer_body(const RangeSet &set, uint64_t origin, const std::string &event, uint64_t offset,
+                      uint64_t total, std::string_view data)
+{
+    Writer w;
+    set.encode(w);
+    w.u64(origin);
+    w.bytes(event);
+    w.u64(offset);
+    w.u64(total);
+    w.bytes(data);
+    return w.take();
+}
+
+} // namespace
+
+void Engine::xfer_and_signal(const RangeSet &set, const std::string &remote_event, std::string data,
+                             XferDone done)
+{
+    if (remote_event.empty() || remote_event.size() > kMaxName)
+        throw std::invalid_argument("event name must have 1 to 255 bytes");
+    if (data.size() > cfg_.max_event_bytes)
+        throw std::invalid_argument("transfer of " + std::to_string(data.size()) +
+                                    " bytes exceeds the limit of " + std::to_string(cfg_.max_event_bytes));
+    auto t = std::make_shared<Transfer>();
+    t->set = set;
+    t->event = remote_event;
+    t->data = std::move(data);
+    t->origin = random_id();
+    t->done = std::move(done);
+    if (set.empty()) {
+        t->done(XferResult{true, {}, ""});
+        return;
+    }
+    start_chunks(t);
+}
+
+void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
+{
+    std::weak_ptr<bool> alive = alive_;
+    while (t->inflight < cfg_.window && (t->next < t->data.size() || !t->started)) {
+        t->started = true;
+        size_t off = t->next;
+        size_t len = std::min(cfg_.chunk_size, t->data.size() - off);
+        t->next += len;
+        t->inflight++;
+        std::string_view chunk(t->data.data() + off, len);
+        uint64_t origin = t->origin, total = t->data.size();
+        const std::string &ev = t->event;
+        forward(
+            t->set, MsgType::xfer,
+            [=](const RangeSet &slice) { return xfer_body(slice, origin, ev, off, total, chunk); }, Answer{},
+            [this, t, alive](const Answer &a) {
+                if (alive.expired() || !*alive.lock())
+                    return;
+                t->failed = t->failed.unite(a.failed);
+                t->inflight--;
+                if (t->next < t->data.size()) {
+                    start_chunks(t);
+                } else if (t->inflight == 0) {
+                    XferResult r;
+                    r.ok = t->failed.empty();
+                    r.failed = t->failed;
+                    if (!r.ok)
+                        r.error = "nodes " + t->failed.str() + " do not hold " + t->event;
+                    auto done = std::move(t->done);
+                    done(r);
+                }
+            });
+    }
+}
+
+void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                         std::string_view data, Answer &local)
+{
+    auto key = std::make_pair(event, origin);
+    auto it = incoming_.find(key);
+    if (it == incoming_.end()) {
+        if (total > cfg_.max_event_bytes) {
+            log_.error("transfer of %llu bytes for event %s exceeds the limit of %zu bytes: refused",
+                       static_cast<unsigned long long>(total), event.c_str(), cfg_.max_event_bytes);
+            local.failed = local.failed.unite(RangeSet::single(cfg_.self));
+            return;
+        }
+        auto in = std::make_shared<Incoming>();
+        in->buf.assign(total, '\0');
+        it = incoming_.emplace(key, in).first;
+    }
+    auto &in = *it->second;
+    if (offset > in.buf.size() || data.size() > in.buf.size() - offset || in.buf.size() != total)
+        throw net::DecodeError("chunk [" + std::to_string(offset) + ", +" + std::to_string(data.size()) +
+                               ") outside the transfer of " + std::to_string(in.buf.size()) + " bytes");
+    std::memcpy(in.buf.data() + offset, data.data(), data.size());
+    in.received += data.size();
+    if (in.received >= total) {
+        auto &ev = events_[event];
+        ev.first++;
+        ev.second = std::move(in.buf);
+        incoming_.erase(it);
+    }
+}
+
+void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
+{
+    Reader r(payload);
+    RangeSet set = RangeSet::decode(r);
+    uint64_t origin = r.u64();
+    std::string event(r.bytes(kMaxName));
+    uint64_t offset = r.u64(), total = r.u64();
+    std::string_view data = r.bytes(net::kMaxDataPayload);
+    r.finish();
+    if (set.empty() || set.nth(0) != cfg_.self)
+        throw net::FrameError("xfer for set " + set.str() + " sent to agent " + std::to_string(cfg_.self));
+    if (event.empty())
+        throw net::FrameError("xfer without an event name");
+    Answer local;
+    apply_chunk(event, origin, offset, total, data, local);
+    std::string chunk(data);
+    std::weak_ptr<Connection> up = c.shared_from_this();
+    forward(
+        set, MsgType::xfer,
+        [=](const RangeSet &slice) { return xfer_body(slice, origin, event, offset, total, chunk); }, local,
+        [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
+}
+
+uint64_t Engine::test_event(const std::string &event, std::string *data) const
+{
+    auto it = events_.find(event);
+    if (it == events_.end())
+        return 0;
+    if (data)
+        *data = it->second.second;
+    return it->second.first;
+}
+
+bool Engine::run_until(const std::function<bool()> &done, std::chrono::milliseconds timeout)
+{
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() >= deadline)
+            return false;
+        // Wake at least every 10 ms to check the deadline.
+        timeval tv{0, 10000};
+        event_base_loopexit(base_, &tv);
+        event_base_loop(base_, EVLOOP_ONCE);
+    }
+    return true;
+}
+
+bool Engine::wait_event(const std::string &event, uint64_t seen, std::chrono::milliseconds timeout)
+{
+    return run_until([&] { return test_event(event) > seen; }, timeout);
+}
+
+int64_t Engine::variable(const std::string &name) const
+{
+    auto it = vars_.find(name);
+    return it == vars_.end() ? 0 : it->second;
+}
+
+// ---- COMPARE-AND-WRITE -----------------------------------------------------
+//
+// Phase 0: initiator -> the set's first member (which queues the call);
+// phase 1: compare down the tree; phase 2: write down the tree.
+
+namespace
+{
+
+std::string caw_body(const RangeSet &set, uint8_t phase, const std::string &var, Relation rel, int64_t value,
+                     const std::string &wvar, int64_t wval, bool write)
+{
+    Writer w;
+    set.encode(w);
+    w.u8(phase);
+    w.bytes(var);
+    w.u8(static_cast<uint8_t>(rel));
+    w.u64(static_cast<uint64_t>(value));
+    w.u8(write ? 1 : 0);
+    w.bytes(wvar);
+    w.u64(static_cast<uint64_t>(wval));
+    return w.take();
+}
+
+} // namespace
+
+void Engine::compare_and_write(const RangeSet &set, const std::string &variable, Relation rel, int64_t value,
+                               std::optional<Write> write, CawDone done)
+{
+    if (variable.empty() || variable.size() > kMaxName ||
+        (write && (write->variable.empty() || write->variable.size() > kMaxName)))
+        throw std::invalid_argument("variable names must have 1 to 255 bytes");
+    if (set.empty()) {
+        done(CawResult{true, true, false, {}, ""});
+        return;
+    }
+    std::string wvar = write ? write->variable : "";
+    int64_t wval = write ? write->value : 0;
+    bool w = write.has_value();
+    std::weak_ptr<bool> alive = alive_;
+    // The root answers phase 0 with holds = relation held everywhere, and
+    // failed = nodes that did not answer; "written" is holds && write &&
+    // nothing failed.
+    forward(
+        set, MsgType::caw,
+        [=](const RangeSet &s) { return caw_body(s, 0, variable, rel, value, wvar, wval, w); }, Answer{},
+        [done, w, set](const Answer &a) {
+            CawResult r;
+            r.ok = a.failed.empty();
+            r.holds = r.ok && a.holds;
+            r.written = r.holds && w;
+            r.failed = a.failed;
+            if (!r.ok)
+                r.error = "nodes " + a.failed.str() + " did not answer";
+            done(r);
+        });
+}
+
+bool Engine::caw_local(uint8_t phase, const std::string &var, Relation rel, int64_t value,
+                       const std::string &wvar, int64_t wval)
+{
+    if (phase == 2) {
+        vars_[wvar] = wval;
+        return true;
+    }
+    return holds(variable(var), rel, value);
+}
+
+void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
+{
+    Reader r(payload);
+    RangeSet set = RangeSet::decode(r);
+    uint8_t phase = r.u8();
+    std::string var(r.bytes(kMaxName));
+    uint8_t rel_raw = r.u8();
+    int64_t value = static_cast<int64_t>(r.u64());
+    bool write = r.u8() != 0;
+    std::string wvar(r.bytes(kMaxName));
+    int64_t wval = static_cast<int64_t>(r.u64());
+    r.finish();
+    if (phase > 2 || rel_raw < 1 || rel_raw > 4)
+        throw net::FrameError("caw with phase " + std::to_string(phase) + " and relation " +
+                              std::to_string(rel_raw));
+    if (set.empty() || set.nth(0) != cfg_.self)
+        throw net::FrameError("caw for set " + set.str() + " sent to agent " + std::to_string(cfg_.self));
+    Relation rel = static_cast<Relation>(rel_raw);
+    std::weak_ptr<Connection> up = c.shared_from_this();
+    if (phase == 0) {
+        auto call = std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op});
+        caw_queue_.push_back(call);
+        caw_next();
+        return;
+    }
+    Answer local;
+    local.holds = caw_local(phase, var, rel, value, wvar, wval);
+    forward(
+        set, MsgType::caw,
+        [=](const RangeSet &s) { return caw_body(s, phase, var, rel, value, wvar, wval, write); }, local,
+        [this, up, op](const Answer &a) { reply(up, MsgType::caw_ack, op, a); });
+}
+
+void Engine::caw_next()
+{
+    if (caw_busy_ || caw_queue_.empty())
+        return;
+    caw_busy_ = true;
+    auto call = caw_queue_.front();
+    caw_queue_.erase(caw_queue_.begin());
+    std::weak_ptr<bool> alive = alive_;
+    auto finish_call = [this, call, alive](const Answer &a) {
+        if (alive.expired() || !*alive.lock())
+            return;
+        reply(call->reply_to, MsgType::caw_ack, call->reply_op, a);
+        caw_busy_ = false;
+        caw_next();
+    };
+    Answer local;
+    local.holds = caw_local(1, call->var, call->rel, call->value, call->wvar, call->wval);
+    auto body1 = [call](const RangeSet &s) {
+        return caw_body(s, 1, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
+    };
+    forward(call->set, MsgType::caw, body1, local, [this, call, finish_call](const Answer &a1) {
+        if (!a1.failed.empty() || !a1.holds || !call->write) {
+            finish_call(a1);
+            return;
+        }
+        Answer local2;
+        local2.holds = caw_local(2, call->var, call->rel, call->value, call->wvar, call->wval);
+        auto body2 = [call](const RangeSet &s) {
+            return caw_body(s, 2, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
+        };
+        forward(call->set, MsgType::caw, body2, local2, [finish_call](const Answer &a2) {
+            Answer a = a2;
+            a.holds = a2.failed.empty(); // the compare held; the answer says whether the write reached all
+            finish_call(a);
+        });
+    });
+}
+
+} // namespace storm::prim

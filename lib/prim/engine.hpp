@@ -1,0 +1,194 @@
+// STORM's primitives between node agents (seed 000, section 2.4):
+//
+//   XFER-AND-SIGNAL(set, data, remote event, local event)
+//   TEST-EVENT(event, block)
+//   COMPARE-AND-WRITE(set, variable, relation, value [, write variable, value])
+//
+// One Engine runs in each node agent, on the agent's libevent loop, and in
+// any initiator (slurmctld, srun, a tool), which need not be a node.  Nodes
+// are indices into a node table that every party holds in the same order
+// (Slurm's node table); a set of nodes travels as a RangeSet.  An operation
+// goes to the first member of its set, which applies it, forwards it to the
+// roots of up to `fanout` slices of the rest (split_children), collects
+// their replies and answers upwards: O(fanout) work per hop, depth about
+// log_fanout(N).  Connections between agents are persistent and
+// authenticated once (Connection).
+//
+// XFER-AND-SIGNAL cuts data into chunks that stream down the tree, at most
+// `window` chunks in flight per transfer (global flow control: a chunk
+// leaves the initiator only when an earlier one was acknowledged by the
+// whole set), so every link of the tree is busy at once on large transfers.
+// A node signals the remote event when it holds every byte.
+// The local event (the completion callback) reports success only if every
+// node of the set got every byte; otherwise it names the nodes that did not
+// (a node that was unreachable, died or timed out, with the subtree it
+// served if it died after forwarding).  A node that cannot be connected to
+// is routed around: its slice is re-split among its own children.
+//
+// COMPARE-AND-WRITE runs in two phases from the set's first member, which
+// serialises the calls on that set: compare everywhere (the answers are
+// and-ed up the tree); then, if the relation held on every node and a write
+// was asked for, write everywhere.  Concurrent calls on the same set
+// therefore leave every node with the same value.
+//
+// Threading: everything runs on the event_base's thread; callbacks are
+// called from it.  Not thread safe.  That thread must block or ignore
+// SIGPIPE (the node agent's thread blocks it), so that a write to a peer
+// that died fails with EPIPE instead of killing the daemon.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <netinet/in.h>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lib/common/log.hpp"
+#include "lib/net/authenticator.hpp"
+#include "lib/net/connection.hpp"
+#include "lib/net/rangeset.hpp"
+
+struct event_base;
+struct evconnlistener;
+struct event;
+
+namespace storm::prim
+{
+
+using net::RangeSet;
+
+struct EngineConfig {
+    static constexpr uint32_t kNotANode = UINT32_MAX;
+    uint32_t self = kNotANode;      // this agent's index, or kNotANode for a pure initiator
+    std::vector<sockaddr_in> nodes; // the node table: index -> agent address
+    unsigned fanout = 8;
+    size_t chunk_size = 256u << 10;           // XFER-AND-SIGNAL chunk
+    unsigned window = 8;                      // chunks in flight per transfer
+    std::chrono::milliseconds timeout{10000}; // per hop: an answer must come within this
+    size_t max_event_bytes = 1u << 30;        // largest transfer a node accepts
+};
+
+enum class Relation : uint8_t { ge = 1, lt = 2, eq = 3, ne = 4 };
+const char *relation_name(Relation r) noexcept;
+
+struct XferResult {
+    bool ok = false;
+    RangeSet failed; // nodes that do not hold the data
+    std::string error;
+};
+
+struct CawResult {
+    bool ok = false;      // every node answered
+    bool holds = false;   // the relation held on every node
+    bool written = false; // the write was applied on every node
+    RangeSet failed;      // nodes that did not answer
+    std::string error;
+};
+
+class Engine
+{
+public:
+    Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log);
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine &operator=(const Engine &) = delete;
+
+    // Binds and listens on this node's address (nodes[self]).  Throws
+    // std::system_error if the port cannot be bound.
+    void listen();
+
+    using XferDone = std::function<void(const XferResult &)>;
+    void xfer_and_signal(const RangeSet &set, const std::string &remote_event, std::string data,
+                         XferDone done);
+
+    using CawDone = std::function<void(const CawResult &)>;
+    struct Write {
+        std::string variable;
+        int64_t value;
+    };
+    void compare_and_write(const RangeSet &set, const std::string &variable, Relation rel, int64_t value,
+                           std::optional<Write> write, CawDone done);
+
+    // TEST-EVENT on this node: how many times `event` was signalled (the
+    // number of completed transfers); the data of the last one in *data.
+    uint64_t test_event(const std::string &event, std::string *data = nullptr) const;
+    // Blocks (runs the loop) until test_event(event) > seen or the timeout;
+    // for initiators and tests, never on an agent's loop thread callback.
+    bool wait_event(const std::string &event, uint64_t seen, std::chrono::milliseconds timeout);
+    // Runs the loop until done() or the timeout; false on timeout.
+    bool run_until(const std::function<bool()> &done, std::chrono::milliseconds timeout);
+
+    int64_t variable(const std::string &name) const;
+    void set_variable(const std::string &name, int64_t value) { vars_[name] = value; }
+
+    // Connections this engine holds (for tests and status).
+    size_t connections() const noexcept { return peers_.size() + accepted_.size(); }
+    uint64_t frames_rejected() const noexcept { return rejected_; }
+
+private:
+    struct Hop;      // an operation this node forwarded and awaits answers for
+    struct Transfer; // an XFER-AND-SIGNAL this engine initiates
+    struct Incoming; // a multi-chunk transfer being received
+    struct CawCall;  // a COMPARE-AND-WRITE queued at the set's root
+
+    std::shared_ptr<net::Connection> peer(uint32_t index);
+    void on_accept(int fd);
+    void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload);
+    void on_peer_closed(net::Connection &c, const std::string &why);
+    uint64_t next_op() { return ++op_counter_; }
+
+    // Generic down-the-tree forwarding: sends `type` with `body` to the
+    // children of `set` (routing around unreachable ones), and calls
+    // `finish` with the aggregate once every child answered or timed out.
+    struct Answer {
+        RangeSet failed;
+        bool holds = true;
+    };
+    using Finish = std::function<void(const Answer &)>;
+    void forward(const RangeSet &set, net::MsgType type,
+                 const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish);
+    void hop_answer(uint64_t op, const Answer &a);
+    void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);
+    void hop_timeout(uint64_t op);
+
+    // XFER pieces
+    void start_chunks(const std::shared_ptr<Transfer> &t);
+    void handle_xfer(net::Connection &c, uint64_t op, std::string_view payload);
+    void apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                     std::string_view data, Answer &local);
+    // CAW pieces
+    void handle_caw(net::Connection &c, uint64_t op, std::string_view payload);
+    void caw_next();
+    bool caw_local(uint8_t phase, const std::string &var, Relation rel, int64_t value,
+                   const std::string &wvar, int64_t wval);
+
+    void reply(const std::weak_ptr<net::Connection> &to, net::MsgType type, uint64_t op, const Answer &a);
+
+    event_base *base_;
+    EngineConfig cfg_;
+    net::Authenticator &auth_;
+    Logger log_;
+    evconnlistener *listener_ = nullptr;
+    uint64_t op_counter_ = 0;
+    uint64_t rejected_ = 0;
+    std::map<uint32_t, std::shared_ptr<net::Connection>> peers_; // outgoing, by node index
+    // Agents whose connection failed: routed around without a new connect
+    // attempt until the time given (one timeout later).
+    std::map<uint32_t, std::chrono::steady_clock::time_point> down_until_;
+    std::set<std::shared_ptr<net::Connection>> accepted_;
+    std::map<uint64_t, std::shared_ptr<Hop>> hops_;               // by our op id
+    std::map<uint64_t, std::pair<uint64_t, RangeSet>> child_ops_; // child op -> (hop op, child's slice)
+    std::map<std::string, std::pair<uint64_t, std::string>> events_;
+    std::map<std::pair<std::string, uint64_t>, std::shared_ptr<Incoming>> incoming_;
+    std::map<std::string, int64_t> vars_;
+    std::vector<std::shared_ptr<CawCall>> caw_queue_;
+    bool caw_busy_ = false;
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+} // namespace storm::prim

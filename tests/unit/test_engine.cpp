@@ -1,0 +1,396 @@
+// Unit tests of STORM's primitives (lib/prim/engine.*): many agents in one
+// process on loopback, one event loop, with a fake authenticator (munge
+// itself is tested in test_munge_auth).  Fault injection: agents killed
+// before and during transfers, an agent that never answers, corrupt frames,
+// frames before authentication, forged and replayed credentials.
+#include "tests/unit/cmocka.hpp"
+
+#include <arpa/inet.h>
+#include <csignal>
+#include <pthread.h>
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <vector>
+
+#include <event2/event.h>
+
+#include "lib/prim/engine.hpp"
+
+using namespace storm;
+using namespace storm::prim;
+using namespace std::chrono_literals;
+using net::RangeSet;
+
+namespace
+{
+
+// "FAKE:<serial>:<payload>"; a serial is accepted once (replay detection).
+class FakeAuth : public net::Authenticator
+{
+public:
+    std::string credential(std::string_view payload) override
+    {
+        return "FAKE:" + std::to_string(++serial_) + ":" + std::string(payload);
+    }
+    Verified verify(std::string_view cred) override
+    {
+        std::string c(cred);
+        if (c.rfind("FAKE:", 0) != 0)
+            throw net::AuthError("Invalid credential");
+        size_t colon = c.find(':', 5);
+        if (colon == std::string::npos)
+            throw net::AuthError("Invalid credential");
+        if (!seen_.insert(c.substr(5, colon - 5)).second)
+            throw net::AuthError("Replayed credential");
+        return {0, c.substr(colon + 1)};
+    }
+
+private:
+    uint64_t serial_ = 0;
+    std::set<std::string> seen_;
+};
+
+sockaddr_in loopback(uint16_t port)
+{
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+}
+
+// A port below the ephemeral range (where outgoing connections would take
+// it from under us) that nobody is listening on now.
+uint16_t free_port()
+{
+    static uint16_t next = static_cast<uint16_t>(12000 + (getpid() % 500) * 32);
+    for (;;) {
+        uint16_t p = next++;
+        if (next >= 30000)
+            next = 12000;
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in a = loopback(p);
+        bool ok = bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0;
+        close(s);
+        if (ok)
+            return p;
+    }
+}
+
+struct Cluster {
+    event_base *base = event_base_new();
+    FakeAuth auth;
+    std::vector<sockaddr_in> table;
+    std::vector<std::unique_ptr<Engine>> agents;
+    std::unique_ptr<Engine> initiator;
+
+    Cluster(unsigned n, unsigned fanout, std::chrono::milliseconds timeout = 2000ms)
+    {
+        for (unsigned i = 0; i < n; ++i)
+            table.push_back(loopback(free_port()));
+        for (unsigned i = 0; i < n; ++i) {
+            EngineConfig c;
+            c.self = i;
+            c.nodes = table;
+            c.fanout = fanout;
+            c.timeout = timeout;
+            c.chunk_size = 64 << 10;
+            agents.push_back(std::make_unique<Engine>(base, c, auth, Logger("agent" + std::to_string(i))));
+            agents.back()->listen();
+        }
+        EngineConfig c;
+        c.nodes = table;
+        c.fanout = fanout;
+        c.timeout = timeout;
+        c.chunk_size = 64 << 10;
+        initiator = std::make_unique<Engine>(base, c, auth, Logger("initiator"));
+    }
+    ~Cluster()
+    {
+        initiator.reset();
+        agents.clear();
+        event_base_free(base);
+    }
+
+    XferResult xfer(const RangeSet &set, const std::string &ev, const std::string &data,
+                    std::chrono::milliseconds limit = 20000ms)
+    {
+        bool done = false;
+        XferResult res;
+        initiator->xfer_and_signal(set, ev, data, [&](const XferResult &r) {
+            res = r;
+            done = true;
+        });
+        assert_true(initiator->run_until([&] { return done; }, limit));
+        return res;
+    }
+    CawResult caw(const RangeSet &set, const std::string &var, Relation rel, int64_t v,
+                  std::optional<Engine::Write> w)
+    {
+        bool done = false;
+        CawResult res;
+        initiator->compare_and_write(set, var, rel, v, w, [&](const CawResult &r) {
+            res = r;
+            done = true;
+        });
+        assert_true(initiator->run_until([&] { return done; }, 20000ms));
+        return res;
+    }
+};
+
+std::string pattern(size_t n, unsigned seed)
+{
+    std::string s(n, '\0');
+    uint32_t x = seed * 2654435761u + 1;
+    for (auto &c : s) {
+        x = x * 1103515245u + 12345u;
+        c = static_cast<char>(x >> 24);
+    }
+    return s;
+}
+
+void test_xfer_small_and_large(void **)
+{
+    Cluster cl(16, 2);
+    auto r = cl.xfer(RangeSet::range(0, 16), "small", "0123456789abcdef");
+    assert_true(r.ok);
+    for (auto &a : cl.agents) {
+        std::string d;
+        assert_int_equal(a->test_event("small", &d), 1);
+        assert_true(d == "0123456789abcdef");
+    }
+    std::string big = pattern(3 << 20, 7); // 48 chunks of 64 KiB, 8 in flight
+    r = cl.xfer(RangeSet::range(0, 16), "big", big);
+    assert_true(r.ok);
+    for (auto &a : cl.agents) {
+        std::string d;
+        assert_int_equal(a->test_event("big", &d), 1);
+        assert_true(d == big);
+    }
+    // The same event again: TEST-EVENT counts signals.
+    assert_true(cl.xfer(RangeSet::range(0, 16), "small", "x").ok);
+    assert_int_equal(cl.agents[9]->test_event("small"), 2);
+    // An empty transfer still signals.
+    assert_true(cl.xfer(RangeSet::range(0, 16), "empty", "").ok);
+    assert_int_equal(cl.agents[15]->test_event("empty"), 1);
+}
+
+void test_xfer_subset(void **)
+{
+    Cluster cl(12, 3);
+    RangeSet set = RangeSet::parse("3,5-9,11");
+    assert_true(cl.xfer(set, "ev", "data").ok);
+    for (uint32_t i = 0; i < 12; ++i)
+        assert_int_equal(cl.agents[i]->test_event("ev"), set.contains(i) ? 1 : 0);
+}
+
+void test_caw(void **)
+{
+    Cluster cl(10, 3);
+    RangeSet all = RangeSet::range(0, 10);
+    for (auto &a : cl.agents)
+        a->set_variable("x", 5);
+    auto r = cl.caw(all, "x", Relation::ge, 5, Engine::Write{"y", 7});
+    assert_true(r.ok && r.holds && r.written);
+    for (auto &a : cl.agents)
+        assert_int_equal(a->variable("y"), 7);
+    // Fails on one node: no write anywhere.
+    cl.agents[6]->set_variable("x", 4);
+    r = cl.caw(all, "x", Relation::ge, 5, Engine::Write{"y", 9});
+    assert_true(r.ok && !r.holds && !r.written);
+    for (auto &a : cl.agents)
+        assert_int_equal(a->variable("y"), 7);
+    assert_true(cl.caw(all, "x", Relation::lt, 6, std::nullopt).holds);
+    assert_true(cl.caw(all, "x", Relation::ne, 3, std::nullopt).holds);
+    assert_false(cl.caw(all, "x", Relation::eq, 5, std::nullopt).holds);
+    assert_true(cl.caw(RangeSet::range(0, 6), "x", Relation::eq, 5, std::nullopt).holds);
+}
+
+void test_caw_concurrent_same_value(void **)
+{
+    Cluster cl(16, 2);
+    RangeSet all = RangeSet::range(0, 16);
+    // Two initiators race: "if v = 0 then v := mine".  Exactly one wins and
+    // every node ends with the winner's value.
+    EngineConfig c;
+    c.nodes = cl.table;
+    c.fanout = 2;
+    Engine other(cl.base, c, cl.auth, Logger("other"));
+    int done = 0;
+    CawResult r1, r2;
+    cl.initiator->compare_and_write(all, "v", Relation::eq, 0, Engine::Write{"v", 111},
+                                    [&](const CawResult &r) {
+                                        r1 = r;
+                                        ++done;
+                                    });
+    other.compare_and_write(all, "v", Relation::eq, 0, Engine::Write{"v", 222}, [&](const CawResult &r) {
+        r2 = r;
+        ++done;
+    });
+    assert_true(cl.initiator->run_until([&] { return done == 2; }, 20000ms));
+    assert_true(r1.ok && r2.ok);
+    assert_true(r1.written != r2.written);
+    int64_t v = cl.agents[0]->variable("v");
+    assert_true(v == 111 || v == 222);
+    assert_int_equal(v, r1.written ? 111 : 222);
+    for (auto &a : cl.agents)
+        assert_int_equal(a->variable("v"), v);
+}
+
+void test_dead_node_routed_around(void **)
+{
+    Cluster cl(16, 2);
+    cl.agents[1].reset(); // an inner node of the binary tree, dead before the transfer
+    cl.agents[0].reset(); // and the root itself
+    auto r = cl.xfer(RangeSet::range(0, 16), "ev", pattern(200000, 3));
+    assert_false(r.ok);
+    assert_string_equal(r.failed.str().c_str(), "0-1"); // only the dead ones
+    for (uint32_t i = 2; i < 16; ++i)
+        assert_int_equal(cl.agents[i]->test_event("ev"), 1);
+}
+
+void test_node_killed_mid_transfer(void **)
+{
+    Cluster cl(16, 2);
+    bool done = false, killed = false;
+    XferResult res;
+    std::string data = pattern(8 << 20, 5);
+    cl.initiator->xfer_and_signal(RangeSet::range(0, 16), "ev", data, [&](const XferResult &r) {
+        res = r;
+        done = true;
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    assert_true(cl.initiator->run_until(
+        [&] {
+            if (!killed && cl.agents[15]->test_event("ev") == 0) {
+                // Kill node 2 once node 15 (below it) is receiving.
+                std::string partial;
+                if (std::chrono::steady_clock::now() - t0 > 50ms) {
+                    cl.agents[2].reset();
+                    killed = true;
+                }
+            }
+            return done;
+        },
+        30000ms));
+    assert_true(killed);
+    assert_false(res.ok);
+    assert_true(res.failed.contains(2));
+    // Nodes outside node 2's subtree got everything.
+    assert_int_equal(cl.agents[1]->test_event("ev"), 1);
+    assert_false(res.failed.contains(1));
+}
+
+void test_silent_node_times_out(void **)
+{
+    Cluster cl(8, 2, 300ms);
+    // Agent 3 is replaced by a socket that accepts and never answers.
+    cl.agents[3].reset();
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a = cl.table[3];
+    assert_int_equal(bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    listen(s, 8);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = cl.xfer(RangeSet::range(0, 8), "ev", "data", 10000ms);
+    auto took = std::chrono::steady_clock::now() - t0;
+    close(s);
+    assert_false(r.ok);
+    assert_true(r.failed.contains(3));
+    assert_true(took < 5s); // bounded: timeout x tree levels
+    assert_int_equal(cl.agents[0]->test_event("ev"), 1);
+}
+
+// Raw bytes to agent 0; returns true if the agent closed the connection.
+bool agent_closes_after(Cluster &cl, const std::string &bytes)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = cl.table[0];
+    if (connect(s, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0) {
+        close(s);
+        return false;
+    }
+    send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    bool closed = false;
+    cl.initiator->run_until(
+        [&] {
+            char b[256];
+            ssize_t n = recv(s, b, sizeof b, MSG_DONTWAIT);
+            if (n == 0)
+                closed = true;
+            return closed;
+        },
+        3000ms);
+    close(s);
+    return closed;
+}
+
+void test_bad_input_rejected(void **)
+{
+    Cluster cl(4, 2);
+    uint64_t rejected = cl.agents[0]->frames_rejected();
+    // Garbage.
+    assert_true(agent_closes_after(cl, std::string(64, '\x42')));
+    // A valid xfer frame without authentication: never acted on.
+    net::Writer w;
+    RangeSet::range(0, 1).encode(w);
+    w.u64(1);
+    w.bytes("sneaky");
+    w.u64(0);
+    w.u64(1);
+    w.bytes("x");
+    std::string frame;
+    net::encode_frame(frame, net::MsgType::xfer, 1, w.data());
+    assert_true(agent_closes_after(cl, frame));
+    assert_int_equal(cl.agents[0]->test_event("sneaky"), 0);
+    // A forged credential, then a replayed one, then one for another agent.
+    auto hello = [](const std::string &cred) {
+        net::Writer h;
+        h.bytes(cred);
+        std::string f;
+        net::encode_frame(f, net::MsgType::hello, 0, h.data());
+        return f;
+    };
+    assert_true(agent_closes_after(cl, hello("MUNGE:forged")));
+    std::string good = cl.auth.credential("storm:v1:0:4294967295:abcd");
+    assert_false(agent_closes_after(cl, hello(good))); // genuine: accepted, stays open
+    assert_true(agent_closes_after(cl, hello(good)));  // replayed
+    assert_true(agent_closes_after(cl, hello(cl.auth.credential("storm:v1:2:4294967295:abcd"))));
+    // A header announcing a huge control payload.
+    std::string huge;
+    net::encode_frame(huge, net::MsgType::caw, 1, "");
+    huge[8] = '\x7f';
+    assert_true(agent_closes_after(cl, huge));
+    assert_true(cl.agents[0]->frames_rejected() >= rejected + 6);
+    // The agent still works.
+    assert_true(cl.xfer(RangeSet::range(0, 4), "after", "ok").ok);
+    assert_int_equal(cl.agents[0]->test_event("after"), 1);
+}
+
+} // namespace
+
+int main()
+{
+    sigset_t pipe; // as the node agent's thread does
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_xfer_small_and_large),
+        cmocka_unit_test(test_xfer_subset),
+        cmocka_unit_test(test_caw),
+        cmocka_unit_test(test_caw_concurrent_same_value),
+        cmocka_unit_test(test_dead_node_routed_around),
+        cmocka_unit_test(test_node_killed_mid_transfer),
+        cmocka_unit_test(test_silent_node_times_out),
+        cmocka_unit_test(test_bad_input_rejected),
+    };
+    return cmocka_run_group_tests_name("engine", tests, nullptr, nullptr);
+}
