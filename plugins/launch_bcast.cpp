@@ -23,8 +23,7 @@ extern "C" {
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
 
-namespace
-{
+namespace {
 
 // Must match plugin_ops_t and syms[] in src/srun/libsrun/launch.c.
 const char *launch_syms[] = {

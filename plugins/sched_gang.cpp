@@ -17,8 +17,7 @@ extern "C" {
 
 STORM_PLUGIN_IDENTITY("Storm gang scheduler (wraps sched/backfill)", "sched/gang")
 
-namespace
-{
+namespace {
 
 const char *backfill_syms[] = {"sched_p_reconfig"};
 struct BackfillOps {

@@ -19,8 +19,7 @@ extern "C" {
 extern const uint32_t plugin_id = 150; // unique among select plugins (>= 100)
 }
 
-namespace
-{
+namespace {
 
 // Must match slurm_select_ops_t in src/common/select.h (WrappedPlugin checks
 // the size; t0000 checks the names against the Slurm source).

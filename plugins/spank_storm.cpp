@@ -18,8 +18,7 @@ extern const char plugin_type[] = "spank";
 extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
 }
 
-namespace
-{
+namespace {
 
 const char *context_name(spank_context_t ctx)
 {

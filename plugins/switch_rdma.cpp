@@ -15,12 +15,16 @@
 #include <cstring>
 #include <memory>
 
+#include <dlfcn.h>
+
 #include "lib/agent/node_agent.hpp"
+#include "plugins/common/slurm_nodes.hpp"
 
 extern "C" {
 #include "src/common/read_config.h"
 #include "src/common/run_in_daemon.h"
 #include "src/slurmctld/slurmctld.h"
+#include "src/slurmd/slurmd/slurmd.h"
 #include "src/slurmd/slurmstepd/slurmstepd_job.h"
 }
 
@@ -29,8 +33,7 @@ extern "C" {
 extern const uint32_t plugin_id = 150; // unique among switch plugins (>= 100)
 }
 
-namespace
-{
+namespace {
 
 struct SwitchContext {
     storm::Logger log{"switch/rdma"};
@@ -39,6 +42,43 @@ struct SwitchContext {
 };
 
 SwitchContext *g_ctx = nullptr;
+
+// This slurmd's node name.  slurmd exports its `conf`; looked up at run time
+// because this plugin is also loaded by processes that have none.
+std::string slurmd_node_name()
+{
+    auto **c = static_cast<slurmd_conf_t **>(dlsym(RTLD_DEFAULT, "conf"));
+    if (!c || !*c || !(*c)->node_name)
+        throw std::runtime_error("cannot find this slurmd's node name");
+    return (*c)->node_name;
+}
+
+// The agents' network as slurmd sees it: Slurm's node table with the agent
+// port, this node's index, munge with SlurmUser's and SlurmdUser's uids.
+std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::AgentConfig &config,
+                                                        const storm::Logger &log)
+{
+    auto table = storm::shim::slurm_node_table();
+    std::string me = slurmd_node_name();
+    storm::agent::AgentNetwork net;
+    net.self = UINT32_MAX;
+    for (size_t i = 0; i < table.size(); ++i) {
+        sockaddr_in sa = table[i].sa;
+        sa.sin_port = htons(config.port);
+        net.nodes.push_back(sa);
+        if (table[i].name == me)
+            net.self = static_cast<uint32_t>(i);
+    }
+    if (net.self == UINT32_MAX) {
+        log.error("node %s is not in slurm.conf's node table: the primitives are off on this node",
+                  me.c_str());
+        return std::nullopt;
+    }
+    net.auth = std::make_unique<storm::net::MungeAuthenticator>(
+        storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
+        std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
+    return net;
+}
 
 } // namespace
 
@@ -60,7 +100,8 @@ extern "C" int init(void)
         storm::shim::log_loaded(ctx->log, running_in_daemon(), "Storm %s loaded in %s (Slurm %s)",
                                 STORM_VERSION, prog, STORM_SLURM_VERSION);
         if (running_in_slurmd()) {
-            ctx->agent = std::make_unique<storm::agent::NodeAgent>(config, ctx->log);
+            ctx->agent =
+                std::make_unique<storm::agent::NodeAgent>(config, ctx->log, agent_network(config, ctx->log));
             ctx->agent->start();
         }
         return ctx;

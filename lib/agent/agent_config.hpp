@@ -10,8 +10,7 @@
 
 #include "lib/common/params.hpp"
 
-namespace storm::agent
-{
+namespace storm::agent {
 
 struct AgentConfig {
     static constexpr uint16_t default_port = 6830;

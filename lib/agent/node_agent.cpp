@@ -10,10 +10,14 @@
 
 #include <event2/event.h>
 
-namespace storm::agent
-{
+#include "lib/prim/checksum.hpp"
 
-NodeAgent::NodeAgent(const AgentConfig &config, const Logger &log) : config_(config), log_(log) {}
+namespace storm::agent {
+
+NodeAgent::NodeAgent(const AgentConfig &config, const Logger &log, std::optional<AgentNetwork> network)
+    : config_(config), log_(log), network_(std::move(network))
+{
+}
 
 NodeAgent::~NodeAgent() { stop(); }
 
@@ -33,6 +37,23 @@ void NodeAgent::start()
         stop();
         throw std::runtime_error("node agent: cannot register its control channel");
     }
+    if (network_) {
+        try {
+            prim::EngineConfig ec;
+            ec.self = network_->self;
+            ec.nodes = network_->nodes;
+            ec.fanout = config_.fanout;
+            engine_ = std::make_unique<prim::Engine>(base_, ec, *network_->auth, log_);
+            engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
+                engine_->set_variable("event:" + ev, static_cast<int64_t>(count));
+                engine_->set_variable("crc:" + ev, static_cast<int64_t>(prim::fnv1a64(data)));
+            });
+            engine_->listen();
+        } catch (...) {
+            stop();
+            throw;
+        }
+    }
     std::promise<void> started;
     auto ready = started.get_future();
     try {
@@ -46,8 +67,13 @@ void NodeAgent::start()
         throw;
     }
     ready.wait();
-    log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port, config_.fanout,
-              event_get_version(), event_base_get_method(base_));
+    if (network_)
+        log_.info("node agent started (port %u, fanout %u, node %u of %zu, libevent %s backend %s)", config_.port,
+                  config_.fanout, network_->self, network_->nodes.size(), event_get_version(),
+                  event_base_get_method(base_));
+    else
+        log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port, config_.fanout,
+                  event_get_version(), event_base_get_method(base_));
 }
 
 void NodeAgent::run() noexcept
@@ -98,6 +124,7 @@ void NodeAgent::stop() noexcept
         send(Control::stop);
         thread_.join();
     }
+    engine_.reset(); // closes its connections; before the base goes
     if (control_ev_) {
         event_free(control_ev_);
         control_ev_ = nullptr;

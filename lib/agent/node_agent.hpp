@@ -15,26 +15,43 @@
 //    agent's own.
 //  - wakeups() counts control messages the loop has handled: a liveness
 //    probe for tests.
+//  - With a network, start() also binds the agent port and runs STORM's
+//    primitives (lib/prim) on the loop; each signalled remote event sets
+//    the variables "event:<name>" (how many times) and "crc:<name>" (the
+//    FNV-1a of its data) that COMPARE-AND-WRITE can test, so an initiator
+//    can check with one COMPARE-AND-WRITE that a whole set holds the data.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <thread>
 
 #include "lib/agent/agent_config.hpp"
 #include "lib/common/log.hpp"
+#include "lib/net/authenticator.hpp"
+#include "lib/prim/engine.hpp"
 
 struct event_base;
 struct event;
 
-namespace storm::agent
-{
+namespace storm::agent {
 
-class NodeAgent
-{
+// Where this agent sits among the others: the node table (addresses with
+// the agent port set), its own index, and how connections authenticate.
+struct AgentNetwork {
+    std::vector<sockaddr_in> nodes;
+    uint32_t self;
+    std::unique_ptr<net::Authenticator> auth;
+};
+
+class NodeAgent {
 public:
-    NodeAgent(const AgentConfig &config, const Logger &log);
+    // Without a network the agent runs its loop only (unit tests, and a
+    // slurmd whose own node is not in the table).
+    NodeAgent(const AgentConfig &config, const Logger &log, std::optional<AgentNetwork> network = {});
     ~NodeAgent();
     NodeAgent(const NodeAgent &) = delete;
     NodeAgent &operator=(const NodeAgent &) = delete;
@@ -56,6 +73,8 @@ private:
 
     AgentConfig config_;
     Logger log_;
+    std::optional<AgentNetwork> network_;
+    std::unique_ptr<prim::Engine> engine_; // on base_; created by start()
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

@@ -2,10 +2,8 @@
 
 #include <cstdio>
 
-namespace storm
-{
-namespace
-{
+namespace storm {
+namespace {
 
 void stderr_sink(LogLevel level, const char *line)
 {

@@ -11,8 +11,7 @@
 #include <cstdarg>
 #include <string>
 
-namespace storm
-{
+namespace storm {
 
 enum class LogLevel { error, info, verbose, debug };
 
@@ -25,8 +24,7 @@ void set_log_sink(LogSink sink) noexcept;
 
 // A component's logger: a fixed prefix and printf-style helpers.  Cheap to
 // copy; never throws (a formatting failure logs a truncated line).
-class Logger
-{
+class Logger {
 public:
     explicit Logger(std::string component) : component_(std::move(component)) {}
 

@@ -3,10 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 
-namespace storm
-{
-namespace
-{
+namespace storm {
+namespace {
 
 std::string trim(std::string_view s)
 {

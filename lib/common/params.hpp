@@ -19,17 +19,14 @@
 #include <string_view>
 #include <vector>
 
-namespace storm
-{
+namespace storm {
 
-class ConfigError : public std::runtime_error
-{
+class ConfigError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
 
-class ParamList
-{
+class ParamList {
 public:
     // Throws ConfigError on malformed text.  A null or empty text is an
     // empty list.

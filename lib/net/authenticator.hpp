@@ -11,14 +11,13 @@
 #include <string>
 #include <string_view>
 #include <sys/types.h>
+#include <vector>
 
 #include "lib/net/munge_auth.hpp"
 
-namespace storm::net
-{
+namespace storm::net {
 
-class Authenticator
-{
+class Authenticator {
 public:
     virtual ~Authenticator() = default;
     virtual std::string credential(std::string_view payload) = 0;
@@ -29,27 +28,27 @@ public:
     virtual Verified verify(std::string_view cred) = 0;
 };
 
-// munge: the credential's uid must be `allowed_uid` (the uid the agents
-// run as, normally SlurmUser).
-class MungeAuthenticator : public Authenticator
-{
+// munge: the credential's uid must be one of `allowed` (the uids the
+// daemons run as: SlurmdUser and SlurmUser).
+class MungeAuthenticator : public Authenticator {
 public:
-    MungeAuthenticator(std::string socket, uid_t allowed_uid) : munge_(std::move(socket)), uid_(allowed_uid)
+    MungeAuthenticator(std::string socket, std::vector<uid_t> allowed)
+        : munge_(std::move(socket)), allowed_(std::move(allowed))
     {
     }
     std::string credential(std::string_view payload) override { return munge_.encode(payload); }
     Verified verify(std::string_view cred) override
     {
         auto c = munge_.decode(cred);
-        if (c.uid != uid_)
-            throw AuthError("credential of uid " + std::to_string(c.uid) + ", expected uid " +
-                            std::to_string(uid_));
-        return {c.uid, std::move(c.payload)};
+        for (uid_t u : allowed_)
+            if (c.uid == u)
+                return {c.uid, std::move(c.payload)};
+        throw AuthError("credential of uid " + std::to_string(c.uid) + ", which is not a Slurm daemon's");
     }
 
 private:
     MungeAuth munge_;
-    uid_t uid_;
+    std::vector<uid_t> allowed_;
 };
 
 } // namespace storm::net

@@ -11,10 +11,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-namespace storm::net
-{
-namespace
-{
+namespace storm::net {
+namespace {
 
 constexpr size_t kMaxCredential = 4096;
 constexpr uint32_t kNoIndex = UINT32_MAX;

@@ -29,11 +29,9 @@
 struct bufferevent;
 struct event_base;
 
-namespace storm::net
-{
+namespace storm::net {
 
-class Connection : public std::enable_shared_from_this<Connection>
-{
+class Connection : public std::enable_shared_from_this<Connection> {
 public:
     using FrameHandler = std::function<void(Connection &, const FrameHeader &, std::string_view payload)>;
     using CloseHandler = std::function<void(Connection &, const std::string &why)>;

@@ -2,10 +2,8 @@
 
 #include <cstdio>
 
-namespace storm::net
-{
-namespace
-{
+namespace storm::net {
+namespace {
 
 std::string hex(uint32_t v, int width)
 {

@@ -22,8 +22,7 @@
 
 #include "lib/net/wire.hpp"
 
-namespace storm::net
-{
+namespace storm::net {
 
 constexpr uint32_t kFrameMagic = 0x53544f52;
 constexpr uint8_t kProtocolVersion = 1;
@@ -43,8 +42,7 @@ enum class MsgType : uint8_t {
     heartbeat = 7,
 };
 
-class FrameError : public std::runtime_error
-{
+class FrameError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };

@@ -5,10 +5,8 @@
 
 #include <munge.h>
 
-namespace storm::net
-{
-namespace
-{
+namespace storm::net {
+namespace {
 
 using CtxPtr = std::unique_ptr<struct munge_ctx, decltype(&munge_ctx_destroy)>;
 

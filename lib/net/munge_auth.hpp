@@ -18,17 +18,14 @@
 #include <string_view>
 #include <sys/types.h>
 
-namespace storm::net
-{
+namespace storm::net {
 
-class AuthError : public std::runtime_error
-{
+class AuthError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
 
-class MungeAuth
-{
+class MungeAuth {
 public:
     // socket: munged's socket path; empty means munge's compiled-in default.
     explicit MungeAuth(std::string socket = "") : socket_(std::move(socket)) {}

@@ -4,8 +4,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-namespace storm::net
-{
+namespace storm::net {
 
 void RangeSet::append(uint32_t lo, uint32_t hi)
 {

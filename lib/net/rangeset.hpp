@@ -24,11 +24,9 @@
 
 #include "lib/net/wire.hpp"
 
-namespace storm::net
-{
+namespace storm::net {
 
-class RangeSet
-{
+class RangeSet {
 public:
     static constexpr uint32_t kMaxIndex = 1u << 24; // node indices are < 16 Mi
     static constexpr uint32_t kMaxRanges = 4096;

@@ -13,17 +13,14 @@
 #include <string>
 #include <string_view>
 
-namespace storm::net
-{
+namespace storm::net {
 
-class DecodeError : public std::runtime_error
-{
+class DecodeError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
 
-class Writer
-{
+class Writer {
 public:
     void u8(uint8_t v) { buf_.push_back(static_cast<char>(v)); }
     void u16(uint16_t v)
@@ -54,8 +51,7 @@ private:
     std::string buf_;
 };
 
-class Reader
-{
+class Reader {
 public:
     Reader(const void *p, size_t n) : p_(static_cast<const unsigned char *>(p)), n_(n) {}
     explicit Reader(std::string_view s) : Reader(s.data(), s.size()) {}

@@ -8,16 +8,14 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-namespace storm::prim
-{
+namespace storm::prim {
 
 using net::Connection;
 using net::MsgType;
 using net::Reader;
 using net::Writer;
 
-namespace
-{
+namespace {
 
 constexpr size_t kMaxName = 255;
 
@@ -403,8 +401,7 @@ void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view
 
 // ---- XFER-AND-SIGNAL -------------------------------------------------------
 
-namespace
-{
+namespace {
 
 std::string xfer_body(const RangeSet &set, uint64_t origin, const std::string &event, uint64_t offset,
                       uint64_t total, std::string_view data)
@@ -504,6 +501,8 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
         ev.first++;
         ev.second = std::move(in.buf);
         incoming_.erase(it);
+        if (signal_hook_)
+            signal_hook_(event, ev.first, ev.second);
     }
 }
 
@@ -570,8 +569,7 @@ int64_t Engine::variable(const std::string &name) const
 // Phase 0: initiator -> the set's first member (which queues the call);
 // phase 1: compare down the tree; phase 2: write down the tree.
 
-namespace
-{
+namespace {
 
 std::string caw_body(const RangeSet &set, uint8_t phase, const std::string &var, Relation rel, int64_t value,
                      const std::string &wvar, int64_t wval, bool write)

@@ -57,8 +57,7 @@ struct event_base;
 struct evconnlistener;
 struct event;
 
-namespace storm::prim
-{
+namespace storm::prim {
 
 using net::RangeSet;
 
@@ -90,8 +89,7 @@ struct CawResult {
     std::string error;
 };
 
-class Engine
-{
+class Engine {
 public:
     Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log);
     ~Engine();
@@ -122,6 +120,11 @@ public:
     bool wait_event(const std::string &event, uint64_t seen, std::chrono::milliseconds timeout);
     // Runs the loop until done() or the timeout; false on timeout.
     bool run_until(const std::function<bool()> &done, std::chrono::milliseconds timeout);
+
+    // Called on this node each time a remote event is signalled (after
+    // test_event() counts it).
+    using SignalHook = std::function<void(const std::string &event, uint64_t count, const std::string &data)>;
+    void on_signal(SignalHook hook) { signal_hook_ = std::move(hook); }
 
     int64_t variable(const std::string &name) const;
     void set_variable(const std::string &name, int64_t value) { vars_[name] = value; }
@@ -188,6 +191,7 @@ private:
     std::map<std::string, int64_t> vars_;
     std::vector<std::shared_ptr<CawCall>> caw_queue_;
     bool caw_busy_ = false;
+    SignalHook signal_hook_;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -34,8 +34,7 @@ extern "C" {
 // (Makefile.am): Storm's own config header would clash with Slurm's
 // config.h, which Slurm's headers include.
 
-namespace storm::shim
-{
+namespace storm::shim {
 
 // Routes storm::Logger output to Slurm's log functions (slurmctld.log,
 // slurmd.log, srun's stderr), keeping Storm's level mapping:
@@ -95,8 +94,7 @@ auto guarded(const Logger &log, const char *entry, F &&f, decltype(f()) fail = S
 // would (plugin_context_create, which calls its init()), whose entry points
 // fill `Ops` in the order of `syms`.  Destruction unloads it (its fini()).
 // Throws std::runtime_error if it cannot be loaded.
-template <class Ops> class WrappedPlugin
-{
+template <class Ops> class WrappedPlugin {
 public:
     WrappedPlugin(const char *type, const char *name, const char **syms, size_t syms_size)
         : ctx_(plugin_context_create(type, name, reinterpret_cast<void **>(&ops_), syms, syms_size))

@@ -25,12 +25,10 @@ using namespace storm::prim;
 using namespace std::chrono_literals;
 using net::RangeSet;
 
-namespace
-{
+namespace {
 
 // "FAKE:<serial>:<payload>"; a serial is accepted once (replay detection).
-class FakeAuth : public net::Authenticator
-{
+class FakeAuth : public net::Authenticator {
 public:
     std::string credential(std::string_view payload) override
     {

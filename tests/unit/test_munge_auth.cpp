@@ -14,8 +14,7 @@
 using storm::net::AuthError;
 using storm::net::MungeAuth;
 
-namespace
-{
+namespace {
 
 std::string g_dir;
 

@@ -14,8 +14,7 @@
 using storm::agent::AgentConfig;
 using storm::agent::NodeAgent;
 
-namespace
-{
+namespace {
 
 std::vector<std::string> g_lines;
 void capture_sink(storm::LogLevel, const char *line) { g_lines.emplace_back(line); }

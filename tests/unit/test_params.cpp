@@ -10,8 +10,7 @@
 using storm::ConfigError;
 using storm::ParamList;
 
-namespace
-{
+namespace {
 
 // Returns the ConfigError message of f(), or "" if f() did not throw.
 template <class F> std::string error_of(F f)

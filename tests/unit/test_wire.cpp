@@ -12,8 +12,7 @@
 
 using namespace storm::net;
 
-namespace
-{
+namespace {
 
 template <class E, class F> std::string error_of(F f)
 {

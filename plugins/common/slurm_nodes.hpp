@@ -1,0 +1,86 @@
+// Slurm's node table, as Storm's agents and initiators share it.
+//
+// Every party (the node agents in slurmd, slurmctld, srun, tools) builds the
+// same table from the slurm.conf it has loaded: the NodeName lines in file
+// order, each expanded in hostlist order, with NodeAddr (or NodeHostname,
+// or the name) as the address.  A node's index in this table is its name
+// in Storm's protocol (RangeSet).  "DEFAULT" lines are skipped.
+//
+// Contract: slurm_node_table() requires slurm_conf to be loaded (it is in
+// every daemon and client); it throws std::runtime_error if an address does
+// not resolve to IPv4 or the line's address list is shorter than its names.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "src/common/hostlist.h"
+#include "src/common/read_config.h"
+#include "src/common/xmalloc.h"
+}
+
+namespace storm::shim {
+
+struct SlurmNode {
+    std::string name;
+    std::string address;
+    sockaddr_in sa; // port left 0: the caller sets the agent port
+};
+
+inline std::vector<std::string> expand_hostlist(const char *expr)
+{
+    std::vector<std::string> out;
+    if (!expr)
+        return out;
+    hostlist_t hl = hostlist_create(expr);
+    if (!hl)
+        throw std::runtime_error(std::string("bad host list \"") + expr + "\"");
+    while (char *h = hostlist_shift(hl)) {
+        out.emplace_back(h);
+        free(h);
+    }
+    hostlist_destroy(hl);
+    return out;
+}
+
+inline sockaddr_in resolve_ipv4(const std::string &name, const std::string &addr)
+{
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(addr.c_str(), nullptr, &hints, &res);
+    if (rc != 0 || !res)
+        throw std::runtime_error("node " + name + ": address " + addr +
+                                 " does not resolve: " + gai_strerror(rc));
+    sockaddr_in sa = *reinterpret_cast<sockaddr_in *>(res->ai_addr);
+    freeaddrinfo(res);
+    return sa;
+}
+
+inline std::vector<SlurmNode> slurm_node_table()
+{
+    slurm_conf_node_t **lines = nullptr;
+    int n = slurm_conf_nodename_array(&lines);
+    std::vector<SlurmNode> table;
+    for (int i = 0; i < n; ++i) {
+        const slurm_conf_node_t *l = lines[i];
+        if (!l->nodenames || !strcasecmp(l->nodenames, "DEFAULT"))
+            continue;
+        auto names = expand_hostlist(l->nodenames);
+        auto addrs = expand_hostlist(l->addresses   ? l->addresses
+                                     : l->hostnames ? l->hostnames
+                                                    : l->nodenames);
+        if (addrs.size() < names.size())
+            throw std::runtime_error(std::string("NodeName=") + l->nodenames +
+                                     ": fewer addresses than names");
+        for (size_t k = 0; k < names.size(); ++k)
+            table.push_back({names[k], addrs[k], resolve_ipv4(names[k], addrs[k])});
+    }
+    return table;
+}
+
+} // namespace storm::shim
