@@ -7,6 +7,9 @@
 //   storm-prim [-n NODES] bench OP COUNT SIZE    latency of OP (xfer|caw): p50, p99
 //   storm-prim nodes                             the node table
 //
+// Options: -n NODES; -f F, the fanout of multi-chunk transfers (default 2);
+// -c SIZE, the chunk size (64k); -w W, chunks in flight (64).
+//
 // NODES is a set of indices into Slurm's node table ("0-63,70") or "all"
 // (the default).  SIZE accepts k/M suffixes.  The data of xfer/verify is a
 // pattern derived from EVENT and SIZE, so verify needs no copy of it.  Reads
@@ -42,7 +45,7 @@ namespace {
 {
     std::fprintf(stderr,
                  "storm-prim: %s\n"
-                 "usage: storm-prim [-n NODES] xfer EVENT SIZE | verify EVENT SIZE |\n"
+                 "usage: storm-prim [-n NODES] [-f FANOUT] [-c CHUNK] [-w WINDOW] xfer EVENT SIZE | verify EVENT SIZE |\n"
                  "                  caw VAR REL VALUE [WVAR=WVAL] | bench xfer|caw COUNT SIZE | nodes\n"
                  "  REL: ge lt eq ne; NODES: all (default) or indices like 0-63,70\n",
                  why);
@@ -103,9 +106,21 @@ int main(int argc, char **argv)
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     std::string nodes_arg = "all";
+    unsigned data_fanout = 0, window = 0;
+    size_t chunk = 0;
     int i = 1;
-    if (i + 1 < argc && !std::strcmp(argv[i], "-n")) {
-        nodes_arg = argv[i + 1];
+    while (i + 1 < argc && argv[i][0] == '-') {
+        std::string opt = argv[i], val = argv[i + 1];
+        if (opt == "-n")
+            nodes_arg = val;
+        else if (opt == "-f")
+            data_fanout = static_cast<unsigned>(std::stoul(val));
+        else if (opt == "-w")
+            window = static_cast<unsigned>(std::stoul(val));
+        else if (opt == "-c")
+            chunk = parse_size(val);
+        else
+            usage(("unknown option " + opt).c_str());
         i += 2;
     }
     if (i >= argc)
@@ -145,6 +160,12 @@ int main(int argc, char **argv)
         ec.nodes.push_back(sa);
     }
     ec.fanout = acfg.fanout;
+    if (data_fanout)
+        ec.data_fanout = data_fanout;
+    if (window)
+        ec.window = window;
+    if (chunk)
+        ec.chunk_size = chunk;
     event_base *base = event_base_new();
     net::MungeAuthenticator auth(net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
                                  {slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});

@@ -68,6 +68,7 @@ const char *relation_name(Relation r) noexcept
 
 struct Engine::Hop {
     MsgType type;
+    unsigned fanout;
     std::function<std::string(const RangeSet &)> body;
     Answer answer;
     Finish finish;
@@ -109,6 +110,7 @@ struct Engine::CawCall {
     bool write;
     std::weak_ptr<Connection> reply_to;
     uint64_t reply_op;
+    uint8_t fanout;
 };
 
 Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log)
@@ -204,11 +206,12 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
 
 // ---- generic tree forwarding ---------------------------------------------
 
-void Engine::forward(const RangeSet &set, MsgType type,
+void Engine::forward(const RangeSet &set, unsigned fanout, MsgType type,
                      const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish)
 {
     auto hop = std::make_shared<Hop>();
     hop->type = type;
+    hop->fanout = fanout;
     hop->body = body;
     hop->answer = std::move(local);
     hop->finish = std::move(finish);
@@ -219,7 +222,7 @@ void Engine::forward(const RangeSet &set, MsgType type,
     // sends the slices below itself.
     std::vector<RangeSet> slices;
     if (!set.empty() && set.nth(0) == cfg_.self)
-        slices = net::split_children(set, cfg_.fanout);
+        slices = net::split_children(set, fanout);
     else if (!set.empty())
         slices.push_back(set);
     std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
@@ -238,7 +241,7 @@ void Engine::forward(const RangeSet &set, MsgType type,
             if (down_until_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());
             hop->answer.failed = hop->answer.failed.unite(RangeSet::single(root));
-            for (auto &sub : net::split_children(slice, cfg_.fanout))
+            for (auto &sub : net::split_children(slice, fanout))
                 todo.push_back(std::move(sub));
         }
     }
@@ -255,7 +258,7 @@ void Engine::forward(const RangeSet &set, MsgType type,
             ta->engine->hop_timeout(ta->op);
         },
         &hop->timer_arg);
-    auto ms = cfg_.timeout.count() * levels(set.size(), cfg_.fanout);
+    auto ms = cfg_.timeout.count() * levels(set.size(), fanout);
     timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
     evtimer_add(hop->timer, &tv);
 }
@@ -340,7 +343,7 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
         child_ops_.erase(cit);
         hop->waiting--;
         hop->answer.failed = hop->answer.failed.unite(RangeSet::single(index));
-        for (auto &sub : net::split_children(slice, cfg_.fanout)) {
+        for (auto &sub : net::split_children(slice, hop->fanout)) {
             uint32_t root = sub.nth(0);
             try {
                 auto pc = peer(root);
@@ -403,11 +406,14 @@ void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view
 
 namespace {
 
-std::string xfer_body(const RangeSet &set, uint64_t origin, const std::string &event, uint64_t offset,
-                      uint64_t total, std::string_view data)
+constexpr unsigned kMaxFanout = 64;
+
+std::string xfer_body(const RangeSet &set, uint8_t fanout, uint64_t origin, const std::string &event,
+                      uint64_t offset, uint64_t total, std::string_view data)
 {
     Writer w;
     set.encode(w);
+    w.u8(fanout);
     w.u64(origin);
     w.bytes(event);
     w.u64(offset);
@@ -451,9 +457,11 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
         std::string_view chunk(t->data.data() + off, len);
         uint64_t origin = t->origin, total = t->data.size();
         const std::string &ev = t->event;
+        uint8_t fanout = static_cast<uint8_t>(t->data.size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout);
         forward(
-            t->set, MsgType::xfer,
-            [=](const RangeSet &slice) { return xfer_body(slice, origin, ev, off, total, chunk); }, Answer{},
+            t->set, fanout, MsgType::xfer,
+            [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, ev, off, total, chunk); },
+            Answer{},
             [this, t, alive](const Answer &a) {
                 if (alive.expired() || !*alive.lock())
                     return;
@@ -510,6 +518,7 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
 {
     Reader r(payload);
     RangeSet set = RangeSet::decode(r);
+    uint8_t fanout = r.u8();
     uint64_t origin = r.u64();
     std::string event(r.bytes(kMaxName));
     uint64_t offset = r.u64(), total = r.u64();
@@ -519,13 +528,15 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
         throw net::FrameError("xfer for set " + set.str() + " sent to agent " + std::to_string(cfg_.self));
     if (event.empty())
         throw net::FrameError("xfer without an event name");
+    if (fanout < 1 || fanout > kMaxFanout)
+        throw net::FrameError("xfer with fanout " + std::to_string(fanout));
     Answer local;
     apply_chunk(event, origin, offset, total, data, local);
     std::string chunk(data);
     std::weak_ptr<Connection> up = c.shared_from_this();
     forward(
-        set, MsgType::xfer,
-        [=](const RangeSet &slice) { return xfer_body(slice, origin, event, offset, total, chunk); }, local,
+        set, fanout, MsgType::xfer,
+        [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, event, offset, total, chunk); }, local,
         [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
 }
 
@@ -571,11 +582,12 @@ int64_t Engine::variable(const std::string &name) const
 
 namespace {
 
-std::string caw_body(const RangeSet &set, uint8_t phase, const std::string &var, Relation rel, int64_t value,
-                     const std::string &wvar, int64_t wval, bool write)
+std::string caw_body(const RangeSet &set, uint8_t fanout, uint8_t phase, const std::string &var, Relation rel,
+                     int64_t value, const std::string &wvar, int64_t wval, bool write)
 {
     Writer w;
     set.encode(w);
+    w.u8(fanout);
     w.u8(phase);
     w.bytes(var);
     w.u8(static_cast<uint8_t>(rel));
@@ -601,13 +613,13 @@ void Engine::compare_and_write(const RangeSet &set, const std::string &variable,
     std::string wvar = write ? write->variable : "";
     int64_t wval = write ? write->value : 0;
     bool w = write.has_value();
-    std::weak_ptr<bool> alive = alive_;
+    uint8_t fanout = static_cast<uint8_t>(cfg_.fanout);
     // The root answers phase 0 with holds = relation held everywhere, and
     // failed = nodes that did not answer; "written" is holds && write &&
     // nothing failed.
     forward(
-        set, MsgType::caw,
-        [=](const RangeSet &s) { return caw_body(s, 0, variable, rel, value, wvar, wval, w); }, Answer{},
+        set, fanout, MsgType::caw,
+        [=](const RangeSet &s) { return caw_body(s, fanout, 0, variable, rel, value, wvar, wval, w); }, Answer{},
         [done, w, set](const Answer &a) {
             CawResult r;
             r.ok = a.failed.empty();
@@ -634,6 +646,7 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
 {
     Reader r(payload);
     RangeSet set = RangeSet::decode(r);
+    uint8_t fanout = r.u8();
     uint8_t phase = r.u8();
     std::string var(r.bytes(kMaxName));
     uint8_t rel_raw = r.u8();
@@ -642,15 +655,15 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     std::string wvar(r.bytes(kMaxName));
     int64_t wval = static_cast<int64_t>(r.u64());
     r.finish();
-    if (phase > 2 || rel_raw < 1 || rel_raw > 4)
-        throw net::FrameError("caw with phase " + std::to_string(phase) + " and relation " +
-                              std::to_string(rel_raw));
+    if (phase > 2 || rel_raw < 1 || rel_raw > 4 || fanout < 1 || fanout > kMaxFanout)
+        throw net::FrameError("caw with phase " + std::to_string(phase) + ", relation " +
+                              std::to_string(rel_raw) + " and fanout " + std::to_string(fanout));
     if (set.empty() || set.nth(0) != cfg_.self)
         throw net::FrameError("caw for set " + set.str() + " sent to agent " + std::to_string(cfg_.self));
     Relation rel = static_cast<Relation>(rel_raw);
     std::weak_ptr<Connection> up = c.shared_from_this();
     if (phase == 0) {
-        auto call = std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op});
+        auto call = std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op, fanout});
         caw_queue_.push_back(call);
         caw_next();
         return;
@@ -658,8 +671,8 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     Answer local;
     local.holds = caw_local(phase, var, rel, value, wvar, wval);
     forward(
-        set, MsgType::caw,
-        [=](const RangeSet &s) { return caw_body(s, phase, var, rel, value, wvar, wval, write); }, local,
+        set, fanout, MsgType::caw,
+        [=](const RangeSet &s) { return caw_body(s, fanout, phase, var, rel, value, wvar, wval, write); }, local,
         [this, up, op](const Answer &a) { reply(up, MsgType::caw_ack, op, a); });
 }
 
@@ -681,9 +694,9 @@ void Engine::caw_next()
     Answer local;
     local.holds = caw_local(1, call->var, call->rel, call->value, call->wvar, call->wval);
     auto body1 = [call](const RangeSet &s) {
-        return caw_body(s, 1, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
+        return caw_body(s, call->fanout, 1, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
     };
-    forward(call->set, MsgType::caw, body1, local, [this, call, finish_call](const Answer &a1) {
+    forward(call->set, call->fanout, MsgType::caw, body1, local, [this, call, finish_call](const Answer &a1) {
         if (!a1.failed.empty() || !a1.holds || !call->write) {
             finish_call(a1);
             return;
@@ -691,9 +704,9 @@ void Engine::caw_next()
         Answer local2;
         local2.holds = caw_local(2, call->var, call->rel, call->value, call->wvar, call->wval);
         auto body2 = [call](const RangeSet &s) {
-            return caw_body(s, 2, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
+            return caw_body(s, call->fanout, 2, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
         };
-        forward(call->set, MsgType::caw, body2, local2, [finish_call](const Answer &a2) {
+        forward(call->set, call->fanout, MsgType::caw, body2, local2, [finish_call](const Answer &a2) {
             Answer a = a2;
             a.holds = a2.failed.empty(); // the compare held; the answer says whether the write reached all
             finish_call(a);

@@ -14,6 +14,11 @@
 // log_fanout(N).  Connections between agents are persistent and
 // authenticated once (Connection).
 //
+// The initiator chooses the fanout of each operation and it travels in the
+// frames: small operations use a wide tree (few hops), transfers of many
+// chunks a narrow one (each node's link carries few copies) -- fanout 1 is
+// a pipeline through every node.
+//
 // XFER-AND-SIGNAL cuts data into chunks that stream down the tree, at most
 // `window` chunks in flight per transfer (global flow control: a chunk
 // leaves the initiator only when an earlier one was acknowledged by the
@@ -65,9 +70,10 @@ struct EngineConfig {
     static constexpr uint32_t kNotANode = UINT32_MAX;
     uint32_t self = kNotANode;      // this agent's index, or kNotANode for a pure initiator
     std::vector<sockaddr_in> nodes; // the node table: index -> agent address
-    unsigned fanout = 8;
-    size_t chunk_size = 256u << 10;           // XFER-AND-SIGNAL chunk
-    unsigned window = 8;                      // chunks in flight per transfer
+    unsigned fanout = 8;                      // tree of control operations and small transfers
+    unsigned data_fanout = 2;                 // tree of transfers of more than one chunk
+    size_t chunk_size = 64u << 10;            // XFER-AND-SIGNAL chunk
+    unsigned window = 64;                     // chunks in flight per transfer
     std::chrono::milliseconds timeout{10000}; // per hop: an answer must come within this
     size_t max_event_bytes = 1u << 30;        // largest transfer a node accepts
 };
@@ -153,7 +159,7 @@ private:
         bool holds = true;
     };
     using Finish = std::function<void(const Answer &)>;
-    void forward(const RangeSet &set, net::MsgType type,
+    void forward(const RangeSet &set, unsigned fanout, net::MsgType type,
                  const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish);
     void hop_answer(uint64_t op, const Answer &a);
     void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);

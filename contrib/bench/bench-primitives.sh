@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench-primitives: STORM's primitives against stock Slurm's own fan-out,
+# side by side on the same virtual cluster (stock slurmd and slurmctld with
+# Storm's plugins installed; sbcast is stock Slurm's broadcast).
+#
+#   sudo contrib/bench/bench-primitives.sh [N...]      (default: 8 64 256)
+#
+# For each N: latency of a 64-byte XFER-AND-SIGNAL and of COMPARE-AND-WRITE
+# to all N nodes (p50, p99 over REPS runs) against stock sbcast of a 64-byte
+# file to the same nodes; time of a 12 MB XFER-AND-SIGNAL against sbcast of
+# 12 MB; with links unshaped and, for N=64, shaped to 100 Mbit/s.  Prints
+# one table with the ratios (stock / Storm: higher is better for Storm).
+# Environment: REPS (default 200; sbcast runs REPS/10 times), BUILD (the
+# build tree with tools/storm-prim, default: this source tree).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$top}
+PRIM=$BUILD/tools/storm-prim
+VC=$top/contrib/vcluster/storm-vcluster
+REPS=${REPS:-200}
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(8 64 256)
+work=/var/tmp/storm-bench-prim
+[ -x "$PRIM" ] || { echo "bench-primitives: $PRIM not built (run contrib/storm-setup)" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "bench-primitives: must run as root" >&2; exit 2; }
+trap '"$VC" down > /dev/null 2>&1' EXIT
+mkdir -p "$work"
+head -c 64 /dev/urandom > "$work/f64"
+head -c 12582912 /dev/urandom > "$work/f12m"
+
+# pct FILE P: the P-th percentile (0-100) of the numbers in FILE, in ms.
+pct() { sort -g "$1" | awk -v p="$2" '{ v[NR] = $1 } END { i = int(NR * p / 100); if (i < 1) i = 1; if (i > NR) i = NR; printf "%.2f", v[i] }'; }
+now() { date +%s.%N; }
+ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) * 1000 }'; }
+sbcast_times() { # JOBID FILE COUNT OUT: one sbcast per line, ms
+    : > "$4"
+    for _ in $(seq 1 "$3"); do
+        t0=$(now); sbcast -f -j "$1" "$2" /tmp/storm-bench.bin 2>> "$work/sbcast.err" || echo "sbcast failed" >&2
+        echo "$(ms "$t0" "$(now)")" >> "$4"
+    done
+}
+rows=()
+run_case() { # N SHAPE
+    local n=$1 shape=$2 label
+    label="$n nodes${shape:+, $shape}"
+    "$VC" down > /dev/null 2>&1
+    "$VC" up "$n" ${shape:+--rate "$shape"} --conf "MessageTimeout=10" > "$work/up.out" 2>&1 ||
+        { cat "$work/up.out"; echo "bench-primitives: cannot start $n nodes" >&2; return 1; }
+    eval "$("$VC" env)"
+    local jid
+    jid=$(sbatch --parsable -N "$n" -o /dev/null --wrap "sleep 3600")
+    for _ in $(seq 1 100); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
+    # Storm: one warm-up op inside bench; latencies of REPS ops.
+    local x c
+    x=$("$PRIM" bench xfer "$REPS" 64); c=$("$PRIM" bench caw "$REPS" 0)
+    local x50 x99 c50 c99
+    x50=$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$x"); x99=$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$x")
+    c50=$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$c"); c99=$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$c")
+    sbcast_times "$jid" "$work/f64" $((REPS / 10)) "$work/s64"
+    local s50 s99
+    s50=$(pct "$work/s64" 50); s99=$(pct "$work/s64" 99)
+    # 12 MB: best of 3 each.
+    local best_x=999999 best_s=999999 t
+    for _ in 1 2 3; do
+        t=$("$PRIM" xfer big 12M | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
+        [ -n "$t" ] && best_x=$(awk -v a="$best_x" -v b="$t" 'BEGIN { print (b < a) ? b : a }')
+        sbcast_times "$jid" "$work/f12m" 1 "$work/s12"
+        t=$(cat "$work/s12")
+        best_s=$(awk -v a="$best_s" -v b="$t" 'BEGIN { print (b < a) ? b : a }')
+    done
+    "$PRIM" verify big 12M > /dev/null || echo "bench-primitives: 12 MB verify failed at $label" >&2
+    scancel "$jid"
+    local link=""
+    [ -n "$shape" ] && link=$(awk -v r="${shape%mbit}" 'BEGIN { printf "%.0f", 12582912 * 8 / (r * 1e6) * 1000 }')
+    rows+=("$(printf '%-22s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s' "$label" \
+        "$x50" "$x99" "$c50" "$c99" "$s50" "$s99" \
+        "$(awk -v s="$s50" -v x="$x50" 'BEGIN { printf "%.1fx", s / x }')" \
+        "$best_x" "$best_s" "$(awk -v s="$best_s" -v x="$best_x" 'BEGIN { printf "%.1fx", s / x }')" "${link:--}")")
+}
+for n in "${sizes[@]}"; do run_case "$n" ""; done
+for n in "${sizes[@]}"; do [ "$n" = 64 ] && run_case 64 100mbit; done
+echo
+echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs)"
+printf '%-22s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
+    "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
+for r in "${rows[@]}"; do echo "$r"; done
