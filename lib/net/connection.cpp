@@ -245,24 +245,31 @@ void Connection::handle_input()
     }
 }
 
-void Connection::handle_hello(std::string_view payload)
+// A hello or hello_ok payload: a credential whose payload is a Storm
+// hello, "storm:v1:<to>:<from>:<nonce>".
+Connection::Hello Connection::verify_hello(std::string_view payload)
 {
     Reader r(payload);
     std::string cred(r.bytes(kMaxCredential));
     r.finish();
     auto v = auth_.verify(cred);
-    uint32_t to, from;
-    std::string nonce;
-    if (!parse_hello(v.payload, to, from, nonce))
+    Hello h;
+    if (!parse_hello(v.payload, h.to, h.from, h.nonce))
         throw AuthError("credential payload \"" + v.payload + "\" is not a Storm hello");
-    if (to != self_)
-        throw AuthError("credential meant for agent " + std::to_string(to) + ", this is agent " +
+    return h;
+}
+
+void Connection::handle_hello(std::string_view payload)
+{
+    Hello h = verify_hello(payload);
+    if (h.to != self_)
+        throw AuthError("credential meant for agent " + std::to_string(h.to) + ", this is agent " +
                         std::to_string(self_));
-    peer_ = from;
+    peer_ = h.from;
     // Mutual: prove to the client that this is the agent it asked for.
     Writer w;
-    w.bytes(
-        auth_.credential("storm:v1:" + std::to_string(kNoIndex) + ":" + std::to_string(self_) + ":" + nonce));
+    w.bytes(auth_.credential("storm:v1:" + std::to_string(kNoIndex) + ":" + std::to_string(self_) + ":" +
+                             h.nonce));
     ready_ = true;
     send(MsgType::hello_ok, 0, w.data());
     if (ready_handler_)
@@ -271,15 +278,10 @@ void Connection::handle_hello(std::string_view payload)
 
 void Connection::handle_hello_ok(std::string_view payload)
 {
-    Reader r(payload);
-    std::string cred(r.bytes(kMaxCredential));
-    r.finish();
-    auto v = auth_.verify(cred);
-    uint32_t to, from;
-    std::string nonce;
-    if (!parse_hello(v.payload, to, from, nonce) || from != peer_ || nonce != nonce_)
-        throw AuthError("answer \"" + v.payload + "\" does not come from agent " + std::to_string(peer_) +
-                        " for this connection");
+    Hello h = verify_hello(payload);
+    if (h.from != peer_ || h.nonce != nonce_)
+        throw AuthError("hello_ok does not come from agent " + std::to_string(peer_) +
+                        " for this connection (it names agent " + std::to_string(h.from) + ")");
     ready_ = true;
     flush_held();
     if (ready_handler_)

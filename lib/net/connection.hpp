@@ -75,6 +75,11 @@ private:
     static void write_cb(bufferevent *bev, void *arg);
     static void event_cb(bufferevent *bev, short what, void *arg);
     void handle_input();
+    struct Hello {
+        uint32_t to, from;
+        std::string nonce;
+    };
+    Hello verify_hello(std::string_view payload);
     void handle_hello(std::string_view payload);
     void handle_hello_ok(std::string_view payload);
     void flush_held();
