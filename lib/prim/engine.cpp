@@ -457,7 +457,8 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
         std::string_view chunk(t->data.data() + off, len);
         uint64_t origin = t->origin, total = t->data.size();
         const std::string &ev = t->event;
-        uint8_t fanout = static_cast<uint8_t>(t->data.size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout);
+        uint8_t fanout =
+            static_cast<uint8_t>(t->data.size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout);
         forward(
             t->set, fanout, MsgType::xfer,
             [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, ev, off, total, chunk); },
@@ -536,8 +537,8 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
     std::weak_ptr<Connection> up = c.shared_from_this();
     forward(
         set, fanout, MsgType::xfer,
-        [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, event, offset, total, chunk); }, local,
-        [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
+        [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, event, offset, total, chunk); },
+        local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
 }
 
 uint64_t Engine::test_event(const std::string &event, std::string *data) const
@@ -619,7 +620,8 @@ void Engine::compare_and_write(const RangeSet &set, const std::string &variable,
     // nothing failed.
     forward(
         set, fanout, MsgType::caw,
-        [=](const RangeSet &s) { return caw_body(s, fanout, 0, variable, rel, value, wvar, wval, w); }, Answer{},
+        [=](const RangeSet &s) { return caw_body(s, fanout, 0, variable, rel, value, wvar, wval, w); },
+        Answer{},
         [done, w, set](const Answer &a) {
             CawResult r;
             r.ok = a.failed.empty();
@@ -663,7 +665,8 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     Relation rel = static_cast<Relation>(rel_raw);
     std::weak_ptr<Connection> up = c.shared_from_this();
     if (phase == 0) {
-        auto call = std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op, fanout});
+        auto call =
+            std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op, fanout});
         caw_queue_.push_back(call);
         caw_next();
         return;
@@ -672,8 +675,8 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     local.holds = caw_local(phase, var, rel, value, wvar, wval);
     forward(
         set, fanout, MsgType::caw,
-        [=](const RangeSet &s) { return caw_body(s, fanout, phase, var, rel, value, wvar, wval, write); }, local,
-        [this, up, op](const Answer &a) { reply(up, MsgType::caw_ack, op, a); });
+        [=](const RangeSet &s) { return caw_body(s, fanout, phase, var, rel, value, wvar, wval, write); },
+        local, [this, up, op](const Answer &a) { reply(up, MsgType::caw_ack, op, a); });
 }
 
 void Engine::caw_next()
@@ -694,7 +697,8 @@ void Engine::caw_next()
     Answer local;
     local.holds = caw_local(1, call->var, call->rel, call->value, call->wvar, call->wval);
     auto body1 = [call](const RangeSet &s) {
-        return caw_body(s, call->fanout, 1, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
+        return caw_body(s, call->fanout, 1, call->var, call->rel, call->value, call->wvar, call->wval,
+                        call->write);
     };
     forward(call->set, call->fanout, MsgType::caw, body1, local, [this, call, finish_call](const Answer &a1) {
         if (!a1.failed.empty() || !a1.holds || !call->write) {
@@ -704,7 +708,8 @@ void Engine::caw_next()
         Answer local2;
         local2.holds = caw_local(2, call->var, call->rel, call->value, call->wvar, call->wval);
         auto body2 = [call](const RangeSet &s) {
-            return caw_body(s, call->fanout, 2, call->var, call->rel, call->value, call->wvar, call->wval, call->write);
+            return caw_body(s, call->fanout, 2, call->var, call->rel, call->value, call->wvar, call->wval,
+                            call->write);
         };
         forward(call->set, call->fanout, MsgType::caw, body2, local2, [finish_call](const Answer &a2) {
             Answer a = a2;

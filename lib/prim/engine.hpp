@@ -68,8 +68,8 @@ using net::RangeSet;
 
 struct EngineConfig {
     static constexpr uint32_t kNotANode = UINT32_MAX;
-    uint32_t self = kNotANode;      // this agent's index, or kNotANode for a pure initiator
-    std::vector<sockaddr_in> nodes; // the node table: index -> agent address
+    uint32_t self = kNotANode;                // this agent's index, or kNotANode for a pure initiator
+    std::vector<sockaddr_in> nodes;           // the node table: index -> agent address
     unsigned fanout = 8;                      // tree of control operations and small transfers
     unsigned data_fanout = 2;                 // tree of transfers of more than one chunk
     size_t chunk_size = 64u << 10;            // XFER-AND-SIGNAL chunk

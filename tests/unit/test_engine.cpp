@@ -19,128 +19,15 @@
 #include <event2/event.h>
 
 #include "lib/prim/engine.hpp"
+#include "tests/unit/prim_fixture.hpp"
 
 using namespace storm;
 using namespace storm::prim;
 using namespace std::chrono_literals;
 using net::RangeSet;
+using namespace prim_fixture;
 
 namespace {
-
-// "FAKE:<serial>:<payload>"; a serial is accepted once (replay detection).
-class FakeAuth : public net::Authenticator {
-public:
-    std::string credential(std::string_view payload) override
-    {
-        return "FAKE:" + std::to_string(++serial_) + ":" + std::string(payload);
-    }
-    Verified verify(std::string_view cred) override
-    {
-        std::string c(cred);
-        if (c.rfind("FAKE:", 0) != 0)
-            throw net::AuthError("Invalid credential");
-        size_t colon = c.find(':', 5);
-        if (colon == std::string::npos)
-            throw net::AuthError("Invalid credential");
-        if (!seen_.insert(c.substr(5, colon - 5)).second)
-            throw net::AuthError("Replayed credential");
-        return {0, c.substr(colon + 1)};
-    }
-
-private:
-    uint64_t serial_ = 0;
-    std::set<std::string> seen_;
-};
-
-sockaddr_in loopback(uint16_t port)
-{
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return a;
-}
-
-// A port below the ephemeral range (where outgoing connections would take
-// it from under us) that nobody is listening on now.
-uint16_t free_port()
-{
-    static uint16_t next = static_cast<uint16_t>(12000 + (getpid() % 500) * 32);
-    for (;;) {
-        uint16_t p = next++;
-        if (next >= 30000)
-            next = 12000;
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        int one = 1;
-        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_in a = loopback(p);
-        bool ok = bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0;
-        close(s);
-        if (ok)
-            return p;
-    }
-}
-
-struct Cluster {
-    event_base *base = event_base_new();
-    FakeAuth auth;
-    std::vector<sockaddr_in> table;
-    std::vector<std::unique_ptr<Engine>> agents;
-    std::unique_ptr<Engine> initiator;
-
-    Cluster(unsigned n, unsigned fanout, std::chrono::milliseconds timeout = 2000ms)
-    {
-        for (unsigned i = 0; i < n; ++i)
-            table.push_back(loopback(free_port()));
-        for (unsigned i = 0; i < n; ++i) {
-            EngineConfig c;
-            c.self = i;
-            c.nodes = table;
-            c.fanout = fanout;
-            c.timeout = timeout;
-            c.chunk_size = 64 << 10;
-            agents.push_back(std::make_unique<Engine>(base, c, auth, Logger("agent" + std::to_string(i))));
-            agents.back()->listen();
-        }
-        EngineConfig c;
-        c.nodes = table;
-        c.fanout = fanout;
-        c.timeout = timeout;
-        c.chunk_size = 64 << 10;
-        initiator = std::make_unique<Engine>(base, c, auth, Logger("initiator"));
-    }
-    ~Cluster()
-    {
-        initiator.reset();
-        agents.clear();
-        event_base_free(base);
-    }
-
-    XferResult xfer(const RangeSet &set, const std::string &ev, const std::string &data,
-                    std::chrono::milliseconds limit = 20000ms)
-    {
-        bool done = false;
-        XferResult res;
-        initiator->xfer_and_signal(set, ev, data, [&](const XferResult &r) {
-            res = r;
-            done = true;
-        });
-        assert_true(initiator->run_until([&] { return done; }, limit));
-        return res;
-    }
-    CawResult caw(const RangeSet &set, const std::string &var, Relation rel, int64_t v,
-                  std::optional<Engine::Write> w)
-    {
-        bool done = false;
-        CawResult res;
-        initiator->compare_and_write(set, var, rel, v, w, [&](const CawResult &r) {
-            res = r;
-            done = true;
-        });
-        assert_true(initiator->run_until([&] { return done; }, 20000ms));
-        return res;
-    }
-};
 
 std::string pattern(size_t n, unsigned seed)
 {
