@@ -5,6 +5,9 @@
 //   storm-prim [-n NODES] verify EVENT SIZE      did every node get them intact?
 //   storm-prim [-n NODES] caw VAR REL VALUE [WVAR=WVAL]   COMPARE-AND-WRITE
 //   storm-prim [-n NODES] bench OP COUNT SIZE    latency of OP (xfer|caw): p50, p99
+//   storm-prim [-n NODES] heartbeat INTERVAL SECONDS [drain]
+//                                                heartbeats with fault detection;
+//                                                "drain" drains faulty nodes in Slurm
 //   storm-prim nodes                             the node table
 //
 // Options: -n NODES; -f F, the fanout of multi-chunk transfers (default 2);
@@ -30,6 +33,7 @@
 #include "lib/agent/agent_config.hpp"
 #include "lib/prim/checksum.hpp"
 #include "lib/prim/engine.hpp"
+#include "lib/prim/heartbeat.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 
 extern "C" {
@@ -45,8 +49,10 @@ namespace {
 {
     std::fprintf(stderr,
                  "storm-prim: %s\n"
-                 "usage: storm-prim [-n NODES] [-f FANOUT] [-c CHUNK] [-w WINDOW] xfer EVENT SIZE | verify EVENT SIZE |\n"
-                 "                  caw VAR REL VALUE [WVAR=WVAL] | bench xfer|caw COUNT SIZE | nodes\n"
+                 "usage: storm-prim [-n NODES] [-f FANOUT] [-c CHUNK] [-w WINDOW] xfer EVENT SIZE | verify "
+                 "EVENT SIZE |\n"
+                 "                  caw VAR REL VALUE [WVAR=WVAL] | bench xfer|caw COUNT SIZE |\n"
+                 "                  heartbeat INTERVAL_MS SECONDS [drain] | nodes\n"
                  "  REL: ge lt eq ne; NODES: all (default) or indices like 0-63,70\n",
                  why);
     std::exit(2);
@@ -184,8 +190,8 @@ int main(int argc, char **argv)
         });
         wait(done);
     };
-    auto do_caw = [&](const std::string &var, prim::Relation rel, int64_t v, std::optional<prim::Engine::Write> w,
-                      prim::CawResult &res) {
+    auto do_caw = [&](const std::string &var, prim::Relation rel, int64_t v,
+                      std::optional<prim::Engine::Write> w, prim::CawResult &res) {
         bool done = false;
         engine->compare_and_write(set, var, rel, v, w, [&](const prim::CawResult &r) {
             res = r;
@@ -201,16 +207,19 @@ int main(int argc, char **argv)
         prim::XferResult r;
         do_xfer(args[0], data, r);
         double ms = ms_since(t0);
-        std::printf("xfer %s: %zu bytes to %u nodes in %.3f ms (%.1f MB/s): %s\n", args[0].c_str(), data.size(),
-                    set.size(), ms, data.size() / ms / 1000.0, r.ok ? "ok" : ("FAILED on " + r.failed.str()).c_str());
+        std::printf("xfer %s: %zu bytes to %u nodes in %.3f ms (%.1f MB/s): %s\n", args[0].c_str(),
+                    data.size(), set.size(), ms, data.size() / ms / 1000.0,
+                    r.ok ? "ok" : ("FAILED on " + r.failed.str()).c_str());
         rc = r.ok ? 0 : 1;
     } else if (cmd == "verify" && args.size() == 2) {
         std::string data = pattern(args[0], parse_size(args[1]));
         prim::CawResult r;
-        do_caw("crc:" + args[0], prim::Relation::eq, static_cast<int64_t>(prim::fnv1a64(data)), std::nullopt, r);
+        do_caw("crc:" + args[0], prim::Relation::eq, static_cast<int64_t>(prim::fnv1a64(data)), std::nullopt,
+               r);
         std::printf("verify %s: %s\n", args[0].c_str(),
-                    !r.ok ? ("no answer from " + r.failed.str()).c_str()
-                          : r.holds ? "every node holds the data" : "some node lacks the data");
+                    !r.ok     ? ("no answer from " + r.failed.str()).c_str()
+                    : r.holds ? "every node holds the data"
+                              : "some node lacks the data");
         rc = r.ok && r.holds ? 0 : 1;
     } else if (cmd == "caw" && (args.size() == 3 || args.size() == 4)) {
         std::optional<prim::Engine::Write> w;
@@ -225,7 +234,9 @@ int main(int argc, char **argv)
         do_caw(args[0], parse_rel(args[1]), std::stoll(args[2]), w, r);
         std::printf("caw %s %s %s on %u nodes in %.3f ms: %s%s\n", args[0].c_str(), args[1].c_str(),
                     args[2].c_str(), set.size(), ms_since(t0),
-                    !r.ok ? ("no answer from " + r.failed.str()).c_str() : r.holds ? "holds" : "does not hold",
+                    !r.ok     ? ("no answer from " + r.failed.str()).c_str()
+                    : r.holds ? "holds"
+                              : "does not hold",
                     r.written ? ", written" : "");
         rc = r.ok && r.holds && (!w || r.written) ? 0 : 1;
     } else if (cmd == "bench" && args.size() == 3 && (args[0] == "xfer" || args[0] == "caw")) {
@@ -250,11 +261,42 @@ int main(int argc, char **argv)
         }
         if (ok && !lat.empty()) {
             std::sort(lat.begin(), lat.end());
-            auto pct = [&](double p) { return lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))]; };
+            auto pct = [&](double p) {
+                return lat[std::min(lat.size() - 1, static_cast<size_t>(p * lat.size()))];
+            };
             std::printf("bench %s %s bytes x %d on %u nodes: p50 %.3f ms p99 %.3f ms max %.3f ms\n",
                         args[0].c_str(), args[2].c_str(), count, set.size(), pct(0.5), pct(0.99), lat.back());
         }
         rc = ok ? 0 : 1;
+    } else if (cmd == "heartbeat" && (args.size() == 2 || (args.size() == 3 && args[2] == "drain"))) {
+        prim::HeartbeatMaster::Config hc;
+        hc.interval = microseconds(static_cast<long>(std::stod(args[0]) * 1000)); // INTERVAL in ms
+        auto seconds = std::stod(args[1]);
+        bool drain = args.size() == 3;
+        prim::HeartbeatMaster hb(*engine, base, set, hc);
+        std::vector<std::string> faulty;
+        hb.on_fault([&](const net::RangeSet &f, const std::string &why) {
+            for (uint32_t n : f.members()) {
+                std::printf("heartbeat: node %s (%u) %s\n", table[n].name.c_str(), n, why.c_str());
+                faulty.push_back(table[n].name);
+                if (drain) {
+                    std::string c = "scontrol update NodeName=" + table[n].name +
+                                    " State=DRAIN Reason='storm: missed heartbeats'";
+                    if (std::system(c.c_str()) != 0)
+                        std::fprintf(stderr, "storm-prim: %s failed\n", c.c_str());
+                }
+            }
+            std::fflush(stdout);
+        });
+        hb.start();
+        engine->run_until([] { return false; }, milliseconds(static_cast<long>(seconds * 1000)));
+        hb.stop();
+        std::printf(
+            "heartbeat: %llu beats every %s ms to %u nodes (%llu skipped while a queue was full); %zu "
+            "faulty\n",
+            static_cast<unsigned long long>(hb.issued()), args[0].c_str(), set.size(),
+            static_cast<unsigned long long>(hb.late()), faulty.size());
+        rc = faulty.empty() ? 0 : 1;
     } else {
         usage(("bad command or arguments: " + cmd).c_str());
     }

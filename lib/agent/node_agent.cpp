@@ -44,7 +44,11 @@ void NodeAgent::start()
             ec.nodes = network_->nodes;
             ec.fanout = config_.fanout;
             engine_ = std::make_unique<prim::Engine>(base_, ec, *network_->auth, log_);
+            heartbeat_ = std::make_unique<prim::HeartbeatReceiver>(
+                *engine_, "main", prim::HeartbeatMaster::Config{}.queue_length);
             engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
+                if (heartbeat_->on_signal(ev))
+                    return;
                 engine_->set_variable("event:" + ev, static_cast<int64_t>(count));
                 engine_->set_variable("crc:" + ev, static_cast<int64_t>(prim::fnv1a64(data)));
             });
@@ -68,12 +72,12 @@ void NodeAgent::start()
     }
     ready.wait();
     if (network_)
-        log_.info("node agent started (port %u, fanout %u, node %u of %zu, libevent %s backend %s)", config_.port,
-                  config_.fanout, network_->self, network_->nodes.size(), event_get_version(),
+        log_.info("node agent started (port %u, fanout %u, node %u of %zu, libevent %s backend %s)",
+                  config_.port, config_.fanout, network_->self, network_->nodes.size(), event_get_version(),
                   event_base_get_method(base_));
     else
-        log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port, config_.fanout,
-                  event_get_version(), event_base_get_method(base_));
+        log_.info("node agent started (port %u, fanout %u, libevent %s backend %s)", config_.port,
+                  config_.fanout, event_get_version(), event_base_get_method(base_));
 }
 
 void NodeAgent::run() noexcept
@@ -124,6 +128,7 @@ void NodeAgent::stop() noexcept
         send(Control::stop);
         thread_.join();
     }
+    heartbeat_.reset();
     engine_.reset(); // closes its connections; before the base goes
     if (control_ev_) {
         event_free(control_ev_);

@@ -20,6 +20,7 @@
 //    the variables "event:<name>" (how many times) and "crc:<name>" (the
 //    FNV-1a of its data) that COMPARE-AND-WRITE can test, so an initiator
 //    can check with one COMPARE-AND-WRITE that a whole set holds the data.
+//    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp).
 #pragma once
 
 #include <atomic>
@@ -33,6 +34,7 @@
 #include "lib/common/log.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/prim/engine.hpp"
+#include "lib/prim/heartbeat.hpp"
 
 struct event_base;
 struct event;
@@ -75,6 +77,7 @@ private:
     Logger log_;
     std::optional<AgentNetwork> network_;
     std::unique_ptr<prim::Engine> engine_; // on base_; created by start()
+    std::unique_ptr<prim::HeartbeatReceiver> heartbeat_;
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

@@ -87,6 +87,7 @@ struct Engine::Hop {
 
 struct Engine::Transfer {
     RangeSet set;
+    std::chrono::milliseconds timeout{};
     std::string event;
     std::string data;
     uint64_t origin;
@@ -110,7 +111,7 @@ struct Engine::CawCall {
     bool write;
     std::weak_ptr<Connection> reply_to;
     uint64_t reply_op;
-    uint8_t fanout;
+    Route route;
 };
 
 Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log)
@@ -206,12 +207,27 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
 
 // ---- generic tree forwarding ---------------------------------------------
 
-void Engine::forward(const RangeSet &set, unsigned fanout, MsgType type,
+Route Route::decode(net::Reader &r)
+{
+    Route route{r.u8(), r.u32()};
+    if (route.fanout < 1 || route.fanout > 64 || route.timeout_ms < 1 || route.timeout_ms > 3600000)
+        throw net::FrameError("fanout " + std::to_string(route.fanout) + " or hop timeout " +
+                              std::to_string(route.timeout_ms) + " ms out of range");
+    return route;
+}
+
+Route Engine::route(unsigned fanout, std::chrono::milliseconds timeout) const
+{
+    auto ms = (timeout.count() > 0 ? timeout : cfg_.timeout).count();
+    return Route{static_cast<uint8_t>(fanout), static_cast<uint32_t>(std::min<long long>(ms, 3600000))};
+}
+
+void Engine::forward(const RangeSet &set, Route route, MsgType type,
                      const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish)
 {
     auto hop = std::make_shared<Hop>();
     hop->type = type;
-    hop->fanout = fanout;
+    hop->fanout = route.fanout;
     hop->body = body;
     hop->answer = std::move(local);
     hop->finish = std::move(finish);
@@ -222,7 +238,7 @@ void Engine::forward(const RangeSet &set, unsigned fanout, MsgType type,
     // sends the slices below itself.
     std::vector<RangeSet> slices;
     if (!set.empty() && set.nth(0) == cfg_.self)
-        slices = net::split_children(set, fanout);
+        slices = net::split_children(set, route.fanout);
     else if (!set.empty())
         slices.push_back(set);
     std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
@@ -241,7 +257,7 @@ void Engine::forward(const RangeSet &set, unsigned fanout, MsgType type,
             if (down_until_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());
             hop->answer.failed = hop->answer.failed.unite(RangeSet::single(root));
-            for (auto &sub : net::split_children(slice, fanout))
+            for (auto &sub : net::split_children(slice, route.fanout))
                 todo.push_back(std::move(sub));
         }
     }
@@ -258,7 +274,7 @@ void Engine::forward(const RangeSet &set, unsigned fanout, MsgType type,
             ta->engine->hop_timeout(ta->op);
         },
         &hop->timer_arg);
-    auto ms = cfg_.timeout.count() * levels(set.size(), fanout);
+    auto ms = static_cast<long long>(route.timeout_ms) * levels(set.size(), route.fanout);
     timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
     evtimer_add(hop->timer, &tv);
 }
@@ -406,14 +422,12 @@ void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view
 
 namespace {
 
-constexpr unsigned kMaxFanout = 64;
-
-std::string xfer_body(const RangeSet &set, uint8_t fanout, uint64_t origin, const std::string &event,
+std::string xfer_body(const RangeSet &set, const Route &route, uint64_t origin, const std::string &event,
                       uint64_t offset, uint64_t total, std::string_view data)
 {
     Writer w;
     set.encode(w);
-    w.u8(fanout);
+    route.encode(w);
     w.u64(origin);
     w.bytes(event);
     w.u64(offset);
@@ -425,7 +439,7 @@ std::string xfer_body(const RangeSet &set, uint8_t fanout, uint64_t origin, cons
 } // namespace
 
 void Engine::xfer_and_signal(const RangeSet &set, const std::string &remote_event, std::string data,
-                             XferDone done)
+                             XferDone done, std::chrono::milliseconds timeout)
 {
     if (remote_event.empty() || remote_event.size() > kMaxName)
         throw std::invalid_argument("event name must have 1 to 255 bytes");
@@ -438,6 +452,7 @@ void Engine::xfer_and_signal(const RangeSet &set, const std::string &remote_even
     t->data = std::move(data);
     t->origin = random_id();
     t->done = std::move(done);
+    t->timeout = timeout;
     if (set.empty()) {
         t->done(XferResult{true, {}, ""});
         return;
@@ -457,11 +472,11 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
         std::string_view chunk(t->data.data() + off, len);
         uint64_t origin = t->origin, total = t->data.size();
         const std::string &ev = t->event;
-        uint8_t fanout =
-            static_cast<uint8_t>(t->data.size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout);
+        Route route =
+            this->route(t->data.size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout, t->timeout);
         forward(
-            t->set, fanout, MsgType::xfer,
-            [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, ev, off, total, chunk); },
+            t->set, route, MsgType::xfer,
+            [=](const RangeSet &slice) { return xfer_body(slice, route, origin, ev, off, total, chunk); },
             Answer{},
             [this, t, alive](const Answer &a) {
                 if (alive.expired() || !*alive.lock())
@@ -519,7 +534,7 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
 {
     Reader r(payload);
     RangeSet set = RangeSet::decode(r);
-    uint8_t fanout = r.u8();
+    Route route = Route::decode(r);
     uint64_t origin = r.u64();
     std::string event(r.bytes(kMaxName));
     uint64_t offset = r.u64(), total = r.u64();
@@ -529,15 +544,13 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
         throw net::FrameError("xfer for set " + set.str() + " sent to agent " + std::to_string(cfg_.self));
     if (event.empty())
         throw net::FrameError("xfer without an event name");
-    if (fanout < 1 || fanout > kMaxFanout)
-        throw net::FrameError("xfer with fanout " + std::to_string(fanout));
     Answer local;
     apply_chunk(event, origin, offset, total, data, local);
     std::string chunk(data);
     std::weak_ptr<Connection> up = c.shared_from_this();
     forward(
-        set, fanout, MsgType::xfer,
-        [=](const RangeSet &slice) { return xfer_body(slice, fanout, origin, event, offset, total, chunk); },
+        set, route, MsgType::xfer,
+        [=](const RangeSet &slice) { return xfer_body(slice, route, origin, event, offset, total, chunk); },
         local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
 }
 
@@ -583,12 +596,12 @@ int64_t Engine::variable(const std::string &name) const
 
 namespace {
 
-std::string caw_body(const RangeSet &set, uint8_t fanout, uint8_t phase, const std::string &var, Relation rel,
-                     int64_t value, const std::string &wvar, int64_t wval, bool write)
+std::string caw_body(const RangeSet &set, const Route &route, uint8_t phase, const std::string &var,
+                     Relation rel, int64_t value, const std::string &wvar, int64_t wval, bool write)
 {
     Writer w;
     set.encode(w);
-    w.u8(fanout);
+    route.encode(w);
     w.u8(phase);
     w.bytes(var);
     w.u8(static_cast<uint8_t>(rel));
@@ -602,7 +615,7 @@ std::string caw_body(const RangeSet &set, uint8_t fanout, uint8_t phase, const s
 } // namespace
 
 void Engine::compare_and_write(const RangeSet &set, const std::string &variable, Relation rel, int64_t value,
-                               std::optional<Write> write, CawDone done)
+                               std::optional<Write> write, CawDone done, std::chrono::milliseconds timeout)
 {
     if (variable.empty() || variable.size() > kMaxName ||
         (write && (write->variable.empty() || write->variable.size() > kMaxName)))
@@ -614,13 +627,13 @@ void Engine::compare_and_write(const RangeSet &set, const std::string &variable,
     std::string wvar = write ? write->variable : "";
     int64_t wval = write ? write->value : 0;
     bool w = write.has_value();
-    uint8_t fanout = static_cast<uint8_t>(cfg_.fanout);
+    Route route = this->route(cfg_.fanout, timeout);
     // The root answers phase 0 with holds = relation held everywhere, and
     // failed = nodes that did not answer; "written" is holds && write &&
     // nothing failed.
     forward(
-        set, fanout, MsgType::caw,
-        [=](const RangeSet &s) { return caw_body(s, fanout, 0, variable, rel, value, wvar, wval, w); },
+        set, route, MsgType::caw,
+        [=](const RangeSet &s) { return caw_body(s, route, 0, variable, rel, value, wvar, wval, w); },
         Answer{},
         [done, w, set](const Answer &a) {
             CawResult r;
@@ -648,7 +661,7 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
 {
     Reader r(payload);
     RangeSet set = RangeSet::decode(r);
-    uint8_t fanout = r.u8();
+    Route route = Route::decode(r);
     uint8_t phase = r.u8();
     std::string var(r.bytes(kMaxName));
     uint8_t rel_raw = r.u8();
@@ -657,16 +670,16 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     std::string wvar(r.bytes(kMaxName));
     int64_t wval = static_cast<int64_t>(r.u64());
     r.finish();
-    if (phase > 2 || rel_raw < 1 || rel_raw > 4 || fanout < 1 || fanout > kMaxFanout)
-        throw net::FrameError("caw with phase " + std::to_string(phase) + ", relation " +
-                              std::to_string(rel_raw) + " and fanout " + std::to_string(fanout));
+    if (phase > 2 || rel_raw < 1 || rel_raw > 4)
+        throw net::FrameError("caw with phase " + std::to_string(phase) + " and relation " +
+                              std::to_string(rel_raw));
     if (set.empty() || set.nth(0) != cfg_.self)
         throw net::FrameError("caw for set " + set.str() + " sent to agent " + std::to_string(cfg_.self));
     Relation rel = static_cast<Relation>(rel_raw);
     std::weak_ptr<Connection> up = c.shared_from_this();
     if (phase == 0) {
         auto call =
-            std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op, fanout});
+            std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op, route});
         caw_queue_.push_back(call);
         caw_next();
         return;
@@ -674,8 +687,8 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     Answer local;
     local.holds = caw_local(phase, var, rel, value, wvar, wval);
     forward(
-        set, fanout, MsgType::caw,
-        [=](const RangeSet &s) { return caw_body(s, fanout, phase, var, rel, value, wvar, wval, write); },
+        set, route, MsgType::caw,
+        [=](const RangeSet &s) { return caw_body(s, route, phase, var, rel, value, wvar, wval, write); },
         local, [this, up, op](const Answer &a) { reply(up, MsgType::caw_ack, op, a); });
 }
 
@@ -697,10 +710,10 @@ void Engine::caw_next()
     Answer local;
     local.holds = caw_local(1, call->var, call->rel, call->value, call->wvar, call->wval);
     auto body1 = [call](const RangeSet &s) {
-        return caw_body(s, call->fanout, 1, call->var, call->rel, call->value, call->wvar, call->wval,
+        return caw_body(s, call->route, 1, call->var, call->rel, call->value, call->wvar, call->wval,
                         call->write);
     };
-    forward(call->set, call->fanout, MsgType::caw, body1, local, [this, call, finish_call](const Answer &a1) {
+    forward(call->set, call->route, MsgType::caw, body1, local, [this, call, finish_call](const Answer &a1) {
         if (!a1.failed.empty() || !a1.holds || !call->write) {
             finish_call(a1);
             return;
@@ -708,10 +721,10 @@ void Engine::caw_next()
         Answer local2;
         local2.holds = caw_local(2, call->var, call->rel, call->value, call->wvar, call->wval);
         auto body2 = [call](const RangeSet &s) {
-            return caw_body(s, call->fanout, 2, call->var, call->rel, call->value, call->wvar, call->wval,
+            return caw_body(s, call->route, 2, call->var, call->rel, call->value, call->wvar, call->wval,
                             call->write);
         };
-        forward(call->set, call->fanout, MsgType::caw, body2, local2, [finish_call](const Answer &a2) {
+        forward(call->set, call->route, MsgType::caw, body2, local2, [finish_call](const Answer &a2) {
             Answer a = a2;
             a.holds = a2.failed.empty(); // the compare held; the answer says whether the write reached all
             finish_call(a);

@@ -95,6 +95,20 @@ struct CawResult {
     std::string error;
 };
 
+// How an operation travels, in every frame of it: the fanout of its tree
+// and how long each hop waits for its children's answers.
+struct Route {
+    uint8_t fanout;
+    uint32_t timeout_ms;
+    void encode(net::Writer &w) const
+    {
+        w.u8(fanout);
+        w.u32(timeout_ms);
+    }
+    // Throws FrameError for a fanout outside 1-64 or a timeout outside 1 ms - 1 h.
+    static Route decode(net::Reader &r);
+};
+
 class Engine {
 public:
     Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log);
@@ -106,9 +120,10 @@ public:
     // std::system_error if the port cannot be bound.
     void listen();
 
+    // `timeout` (default: the engine's) bounds each hop's wait for answers.
     using XferDone = std::function<void(const XferResult &)>;
     void xfer_and_signal(const RangeSet &set, const std::string &remote_event, std::string data,
-                         XferDone done);
+                         XferDone done, std::chrono::milliseconds timeout = {});
 
     using CawDone = std::function<void(const CawResult &)>;
     struct Write {
@@ -116,7 +131,7 @@ public:
         int64_t value;
     };
     void compare_and_write(const RangeSet &set, const std::string &variable, Relation rel, int64_t value,
-                           std::optional<Write> write, CawDone done);
+                           std::optional<Write> write, CawDone done, std::chrono::milliseconds timeout = {});
 
     // TEST-EVENT on this node: how many times `event` was signalled (the
     // number of completed transfers); the data of the last one in *data.
@@ -159,7 +174,8 @@ private:
         bool holds = true;
     };
     using Finish = std::function<void(const Answer &)>;
-    void forward(const RangeSet &set, unsigned fanout, net::MsgType type,
+    Route route(unsigned fanout, std::chrono::milliseconds timeout) const;
+    void forward(const RangeSet &set, Route route, net::MsgType type,
                  const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish);
     void hop_answer(uint64_t op, const Answer &a);
     void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);

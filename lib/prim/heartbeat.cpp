@@ -1,5 +1,7 @@
 #include "lib/prim/heartbeat.hpp"
 
+#include <algorithm>
+
 #include <event2/event.h>
 
 #include "lib/net/wire.hpp"
@@ -16,6 +18,9 @@ HeartbeatMaster::HeartbeatMaster(Engine &engine, event_base *base, RangeSet set,
 {
     if (cfg_.interval.count() <= 0 || cfg_.check_every == 0)
         throw std::invalid_argument("heartbeat: interval and check_every must be positive");
+    // A node that does not answer within `tolerance` beats is faulty.
+    auto t = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.interval * cfg_.tolerance);
+    queue_.set_timeout(std::max(t, std::chrono::milliseconds(5)));
     timer_ = event_new(
         base_, -1, EV_PERSIST,
         [](evutil_socket_t, short, void *arg) { static_cast<HeartbeatMaster *>(arg)->beat(); }, this);
@@ -57,7 +62,11 @@ void HeartbeatMaster::beat()
         uint64_t seq = ++seq_;
         net::Writer w;
         w.u64(seq);
-        queue_.enqueue(w.take(), [](const XferResult &) {});
+        std::weak_ptr<bool> alive = alive_;
+        queue_.enqueue(w.take(), [this, alive](const XferResult &r) {
+            if (!alive.expired() && *alive.lock() && !r.failed.empty())
+                report(r.failed); // did not take the beat in time
+        });
     }
     if (ticks_ % cfg_.check_every == 0 && !checking_)
         check();
@@ -86,26 +95,29 @@ void HeartbeatMaster::bisect(const RangeSet &set, const std::string &var, int64_
 {
     ++*outstanding;
     std::weak_ptr<bool> alive = alive_;
-    engine_.compare_and_write(set, var, Relation::ge, need, std::nullopt,
-                              [this, alive, set, var, need, found, outstanding](const CawResult &r) {
-                                  if (alive.expired() || !*alive.lock())
-                                      return;
-                                  *found = found->unite(r.failed);
-                                  // Not answering or lagging somewhere: look closer.
-                                  if (!r.ok || !r.holds) {
-                                      if (set.size() == 1) {
-                                          *found = found->unite(set);
-                                      } else {
-                                          uint32_t half = set.size() / 2;
-                                          bisect(set.slice(0, half), var, need, found, outstanding);
-                                          bisect(set.slice(half, set.size()), var, need, found, outstanding);
-                                      }
-                                  }
-                                  if (--*outstanding == 0) {
-                                      checking_ = false;
-                                      report(*found);
-                                  }
-                              });
+    auto t = std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.interval * cfg_.tolerance);
+    engine_.compare_and_write(
+        set, var, Relation::ge, need, std::nullopt,
+        [this, alive, set, var, need, found, outstanding](const CawResult &r) {
+            if (alive.expired() || !*alive.lock())
+                return;
+            *found = found->unite(r.failed);
+            // Not answering or lagging somewhere: look closer.
+            if (!r.ok || !r.holds) {
+                if (set.size() == 1) {
+                    *found = found->unite(set);
+                } else {
+                    uint32_t half = set.size() / 2;
+                    bisect(set.slice(0, half), var, need, found, outstanding);
+                    bisect(set.slice(half, set.size()), var, need, found, outstanding);
+                }
+            }
+            if (--*outstanding == 0) {
+                checking_ = false;
+                report(*found);
+            }
+        },
+        std::max(t, std::chrono::milliseconds(5)));
 }
 
 void HeartbeatMaster::report(const RangeSet &found)

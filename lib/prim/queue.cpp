@@ -55,33 +55,35 @@ void RemoteQueueMaster::await_space(int attempt)
         return;
     }
     int64_t need = static_cast<int64_t>(enqueued_ - length_ + 1);
-    engine_.compare_and_write(set_, queue_dequeued_var(name_), Relation::ge, need, std::nullopt,
-                              [this, alive](const CawResult &r) {
-                                  if (alive.expired() || !*alive.lock())
-                                      return;
-                                  if (!r.ok) {
-                                      // A node does not answer: the enqueue fails, naming it.
-                                      auto [data, done] = std::move(pending_.front());
-                                      pending_.pop_front();
-                                      busy_ = false;
-                                      XferResult x;
-                                      x.failed = r.failed;
-                                      x.error = "queue " + name_ + ": " + r.error;
-                                      done(x);
-                                      next();
-                                      return;
-                                  }
-                                  if (r.holds) {
-                                      attempt_ = -1; // space: send now
-                                      on_backoff();
-                                      return;
-                                  }
-                                  // Some queue is full: back off exponentially (1 ms .. 256 ms).
-                                  int shift = attempt_ < 8 ? attempt_ : 8;
-                                  timeval tv{0, static_cast<suseconds_t>(1000 << shift)};
-                                  attempt_++;
-                                  evtimer_add(backoff_, &tv);
-                              });
+    engine_.compare_and_write(
+        set_, queue_dequeued_var(name_), Relation::ge, need, std::nullopt,
+        [this, alive](const CawResult &r) {
+            if (alive.expired() || !*alive.lock())
+                return;
+            if (!r.ok) {
+                // A node does not answer: the enqueue fails, naming it.
+                auto [data, done] = std::move(pending_.front());
+                pending_.pop_front();
+                busy_ = false;
+                XferResult x;
+                x.failed = r.failed;
+                x.error = "queue " + name_ + ": " + r.error;
+                done(x);
+                next();
+                return;
+            }
+            if (r.holds) {
+                attempt_ = -1; // space: send now
+                on_backoff();
+                return;
+            }
+            // Some queue is full: back off exponentially (1 ms .. 256 ms).
+            int shift = attempt_ < 8 ? attempt_ : 8;
+            timeval tv{0, static_cast<suseconds_t>(1000 << shift)};
+            attempt_++;
+            evtimer_add(backoff_, &tv);
+        },
+        timeout_);
 }
 
 void RemoteQueueMaster::on_backoff()
@@ -99,14 +101,16 @@ void RemoteQueueMaster::on_backoff()
     uint64_t slot = enqueued_ % length_;
     enqueued_++;
     std::weak_ptr<bool> alive = alive_;
-    engine_.xfer_and_signal(set_, queue_slot_event(name_, slot), std::move(data),
-                            [this, alive, done = std::move(done)](const XferResult &r) {
-                                done(r);
-                                if (alive.expired() || !*alive.lock())
-                                    return;
-                                busy_ = false;
-                                next();
-                            });
+    engine_.xfer_and_signal(
+        set_, queue_slot_event(name_, slot), std::move(data),
+        [this, alive, done = std::move(done)](const XferResult &r) {
+            done(r);
+            if (alive.expired() || !*alive.lock())
+                return;
+            busy_ = false;
+            next();
+        },
+        timeout_);
 }
 
 RemoteQueueSlave::RemoteQueueSlave(Engine &engine, std::string name, uint32_t length)

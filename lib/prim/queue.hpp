@@ -48,6 +48,8 @@ public:
     // Changes the set later ENQUEUEs go to (a node isolated as faulty).
     void set_nodes(RangeSet set) { set_ = std::move(set); }
     const RangeSet &nodes() const noexcept { return set_; }
+    // Per-hop timeout of the queue's operations (default: the engine's).
+    void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
     size_t waiting() const noexcept { return pending_.size(); }
 
 private:
@@ -61,6 +63,7 @@ private:
     std::string name_;
     uint32_t length_;
     uint64_t enqueued_ = 0;
+    std::chrono::milliseconds timeout_{};
     bool busy_ = false;
     int attempt_ = 0;
     event *backoff_ = nullptr;

@@ -5,7 +5,8 @@
 # received as variables); COMPARE-AND-WRITE (checks those everywhere, and
 # conditional writes).  Bad frames, unauthenticated frames and credentials
 # of a non-daemon user are rejected by a real agent; a node killed before a
-# transfer is reported alone as failed, in bounded time.
+# transfer is reported alone as failed, in bounded time; heartbeats find a
+# hung node alone and drain it through Slurm.
 . "$(dirname "$0")/lib.sh"
 t_require_root
 t_require_installed
@@ -49,6 +50,20 @@ if command -v setpriv > /dev/null; then
 fi
 t_check "slurmd on vn5 survived it all" bash -c "kill -0 \$(cat '$STATE/run/slurmd-vn5.pid')"
 t_check "and its agent still works" p xfer after 64
+
+# --- heartbeats and fault detection -------------------------------------------------
+t_check "heartbeats every 10 ms for 1 s: every node keeps up" p heartbeat 10 1
+pid15=$(cat "$STATE/run/slurmd-vn15.pid")
+kill -STOP "$pid15"   # a hung node: its agent stops answering
+"$PRIM" heartbeat 10 3 drain > "$T_WORK/hb.out" 2>&1; rc=$?
+kill -CONT "$pid15"
+t_diag < "$T_WORK/hb.out"
+t_check "a hung node is found by the heartbeats, alone (rc $rc)" \
+    bash -c "[ $rc = 1 ] && grep -q '^heartbeat: node vn15 (14) ' '$T_WORK/hb.out' && grep -q '; 1 faulty\$' '$T_WORK/hb.out'"
+t_check "the other nodes kept receiving beats" \
+    bash -c "[ \$(sed -n 's/^heartbeat: \([0-9]*\) beats.*/\1/p' '$T_WORK/hb.out') -ge 100 ]"
+t_check "it was drained in Slurm" bash -c "sinfo -h -R -o '%N %E' | grep -q '^vn15 storm: missed heartbeats'"
+scontrol update NodeName=vn15 State=RESUME > /dev/null 2>&1
 
 # --- a node dies: reported alone, in bounded time -------------------------------
 kill -9 "$(cat "$STATE/run/slurmd-vn10.pid")"
