@@ -9,6 +9,7 @@
 #include "lib/net/wire.hpp"
 #include "lib/prim/heartbeat.hpp"
 #include "lib/prim/queue.hpp"
+#include "lib/prim/termination.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
 using namespace prim_fixture;
@@ -109,6 +110,50 @@ void test_heartbeat_fault_detection(void **)
     hb.stop();
 }
 
+void test_termination_detection(void **)
+{
+    Cluster cl(10, 3);
+    // The master is node 0 (announcements arrive at its engine); the job
+    // runs on nodes 2-9, designated node 2.
+    RangeSet job = RangeSet::range(2, 10);
+    TerminationDetector det(*cl.agents[0], cl.base, 5ms);
+    bool ended = false;
+    TerminationDetector::Result res{};
+    det.watch("42", job, [&](const std::string &j, const TerminationDetector::Result &r) {
+        assert_string_equal(j.c_str(), "42");
+        res = r;
+        ended = true;
+    });
+    // Nothing ends: no detection, and no COMPARE-AND-WRITE at all (blocked).
+    cl.initiator->run_until([] { return false; }, 100ms);
+    assert_false(ended);
+    // The designated node ends first and announces; the others not yet.
+    bool sent = false;
+    announce_termination(*cl.agents[2], "42", true, 0, [&](const XferResult &r) { sent = r.ok; });
+    cl.initiator->run_until([&] { return sent; }, 2000ms);
+    cl.initiator->run_until([] { return false; }, 60ms);
+    assert_false(ended); // polling, but nodes 3-9 still run
+    for (uint32_t n = 3; n < 10; ++n)
+        announce_termination(*cl.agents[n], "42", false, 0, nullptr);
+    assert_true(cl.initiator->run_until([&] { return ended; }, 2000ms));
+    assert_true(res.ok);
+    assert_true(res.polls >= 2);
+    assert_int_equal(det.watching(), 0);
+    for (uint32_t n = 2; n < 10; ++n)
+        assert_int_equal(cl.agents[n]->variable(terminated_var("42")), 0); // flags reset
+    // A node dies before it ends: detection fails and names it.
+    det.watch("43", job, [&](const std::string &, const TerminationDetector::Result &r) {
+        res = r;
+        ended = true;
+    });
+    ended = false;
+    cl.agents[5].reset();
+    announce_termination(*cl.agents[2], "43", true, 0, nullptr);
+    assert_true(cl.initiator->run_until([&] { return ended; }, 20000ms));
+    assert_false(res.ok);
+    assert_string_equal(res.failed.str().c_str(), "5");
+}
+
 } // namespace
 
 int main()
@@ -120,6 +165,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_queue_flow_control),
         cmocka_unit_test(test_heartbeat_fault_detection),
+        cmocka_unit_test(test_termination_detection),
     };
     return cmocka_run_group_tests_name("queue", tests, nullptr, nullptr);
 }
