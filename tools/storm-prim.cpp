@@ -21,16 +21,15 @@
 // failed or did not hold, 2 usage or set-up error.
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <pthread.h>
 #include <string>
 #include <vector>
 
 #include <event2/event.h>
 
 #include "lib/agent/agent_config.hpp"
+#include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
 #include "lib/prim/engine.hpp"
 #include "lib/prim/heartbeat.hpp"
@@ -107,10 +106,7 @@ double ms_since(steady_clock::time_point t0)
 
 int main(int argc, char **argv)
 {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    block_sigpipe();
     std::string nodes_arg = "all";
     unsigned data_fanout = 0, window = 0;
     size_t chunk = 0;

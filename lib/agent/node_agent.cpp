@@ -2,14 +2,13 @@
 
 #include <cerrno>
 #include <fcntl.h>
-#include <csignal>
 #include <future>
-#include <pthread.h>
 #include <system_error>
 #include <unistd.h>
 
 #include <event2/event.h>
 
+#include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
 
 namespace storm::agent {
@@ -82,11 +81,7 @@ void NodeAgent::start()
 
 void NodeAgent::run() noexcept
 {
-    // A peer that dies must not kill slurmd: writes to it fail with EPIPE.
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    block_sigpipe(); // a peer that dies must not kill slurmd
     int rc = event_base_dispatch(base_);
     running_ = false;
     if (rc < 0)

@@ -6,8 +6,6 @@
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
-#include <csignal>
-#include <pthread.h>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -18,6 +16,7 @@
 
 #include <event2/event.h>
 
+#include "lib/common/signals.hpp"
 #include "lib/prim/engine.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
@@ -263,10 +262,7 @@ void test_bad_input_rejected(void **)
 
 int main()
 {
-    sigset_t pipe; // as the node agent's thread does
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    storm::block_sigpipe(); // as the node agent's thread does
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_xfer_small_and_large),
         cmocka_unit_test(test_xfer_subset),

@@ -3,9 +3,8 @@
 // process: nothing is lost or reordered when a node stops dequeuing (the
 // master waits), a killed or stalled node is reported by the heartbeat
 // master, and only that node.
-#include <csignal>
-#include <pthread.h>
 
+#include "lib/common/signals.hpp"
 #include "lib/net/wire.hpp"
 #include "lib/prim/heartbeat.hpp"
 #include "lib/prim/queue.hpp"
@@ -158,10 +157,7 @@ void test_termination_detection(void **)
 
 int main()
 {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    storm::block_sigpipe();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_queue_flow_control),
         cmocka_unit_test(test_heartbeat_fault_detection),
