@@ -120,6 +120,42 @@ void Connection::send(MsgType type, uint64_t op, std::string_view payload)
     bufferevent_write(bev_, frame.data(), frame.size());
 }
 
+void Connection::send(MsgType type, uint64_t op, std::string_view head, const DataRef &data)
+{
+    if (closed_)
+        return;
+    if (!data.len) {
+        send(type, op, head);
+        return;
+    }
+    if (head.size() + data.len > max_payload(type))
+        throw FrameError(std::string(msg_type_name(type)) + " payload of " +
+                         std::to_string(head.size() + data.len) + " bytes exceeds the limit of " +
+                         std::to_string(max_payload(type)));
+    if (client_ && !ready_) { // rare: before hello_ok; copy
+        std::string payload(head);
+        payload.append(data.ptr, data.len);
+        send(type, op, payload);
+        return;
+    }
+    // Header and head are copied; the data is referenced.
+    std::string frame;
+    encode_frame(frame, type, op, "");
+    Writer w;
+    w.u32(static_cast<uint32_t>(head.size() + data.len));
+    std::memcpy(frame.data() + 8, w.data().data(), 4); // the length field of the header
+    frame.append(head.data(), head.size());
+    evbuffer *out = bufferevent_get_output(bev_);
+    evbuffer_add(out, frame.data(), frame.size());
+    auto *keep = new std::shared_ptr<const std::string>(data.owner);
+    evbuffer_add_reference(
+        out, data.ptr, data.len,
+        [](const void *, size_t, void *arg) {
+            delete static_cast<std::shared_ptr<const std::string> *>(arg);
+        },
+        keep);
+}
+
 size_t Connection::queued() const noexcept
 {
     return (bev_ ? evbuffer_get_length(bufferevent_get_output(bev_)) : 0) + held_.size();
@@ -221,8 +257,10 @@ void Connection::handle_input()
         if (avail < kHeaderSize + h.length)
             return;
         evbuffer_drain(in, kHeaderSize);
-        std::string payload(h.length, '\0');
-        evbuffer_remove(in, payload.data(), h.length);
+        auto owner = std::make_shared<std::string>(h.length, '\0');
+        evbuffer_remove(in, owner->data(), h.length);
+        current_ = owner;
+        std::string_view payload(*owner);
         try {
             if (h.type == MsgType::hello) {
                 if (client_ || ready_)
@@ -242,6 +280,7 @@ void Connection::handle_input()
         } catch (const std::exception &e) {
             close("bad " + std::string(msg_type_name(h.type)) + " frame from " + name_ + ": " + e.what());
         }
+        current_.reset();
     }
 }
 

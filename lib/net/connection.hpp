@@ -31,6 +31,14 @@ struct event_base;
 
 namespace storm::net {
 
+// Bytes appended to a frame by reference, without a copy: `owner` keeps
+// them alive until the kernel has taken them.
+struct DataRef {
+    std::shared_ptr<const std::string> owner;
+    const char *ptr = nullptr;
+    size_t len = 0;
+};
+
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     using FrameHandler = std::function<void(Connection &, const FrameHeader &, std::string_view payload)>;
@@ -57,6 +65,11 @@ public:
     // Queues a frame (may be called before the connection is ready: frames
     // are held until hello_ok).  Throws FrameError if the payload is too big.
     void send(MsgType type, uint64_t op, std::string_view payload);
+    // A frame whose payload is `head` followed by `data` (not copied).
+    void send(MsgType type, uint64_t op, std::string_view head, const DataRef &data);
+    // The payload being delivered to the frame handler, shared: a handler
+    // may keep it (or views into it) beyond the call.
+    const std::shared_ptr<const std::string> &current_payload() const noexcept { return current_; }
     // Bytes not yet handed to the kernel.
     size_t queued() const noexcept;
     void set_reading(bool on);
@@ -94,6 +107,7 @@ private:
     bool closed_ = false;
     std::string nonce_;
     std::string held_; // frames queued before hello_ok (client)
+    std::shared_ptr<const std::string> current_;
     std::string name_;
     std::shared_ptr<Connection> self_ref_; // alive while libevent holds us
     FrameHandler frame_handler_;

@@ -70,6 +70,7 @@ struct Engine::Hop {
     MsgType type;
     unsigned fanout;
     std::function<std::string(const RangeSet &)> body;
+    net::DataRef data; // appended to every frame of the hop, by reference
     Answer answer;
     Finish finish;
     unsigned waiting = 0;
@@ -89,7 +90,7 @@ struct Engine::Transfer {
     RangeSet set;
     std::chrono::milliseconds timeout{};
     std::string event;
-    std::string data;
+    std::shared_ptr<const std::string> data;
     uint64_t origin;
     size_t next = 0; // offset of the next chunk to send
     unsigned inflight = 0;
@@ -223,12 +224,14 @@ Route Engine::route(unsigned fanout, std::chrono::milliseconds timeout) const
 }
 
 void Engine::forward(const RangeSet &set, Route route, MsgType type,
-                     const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish)
+                     const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
+                     net::DataRef data)
 {
     auto hop = std::make_shared<Hop>();
     hop->type = type;
     hop->fanout = route.fanout;
     hop->body = body;
+    hop->data = std::move(data);
     hop->answer = std::move(local);
     hop->finish = std::move(finish);
     uint64_t op = next_op();
@@ -251,7 +254,7 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             uint64_t child_op = next_op();
             child_ops_[child_op] = {op, slice};
             hop->waiting++;
-            c->send(type, child_op, body(slice));
+            c->send(type, child_op, body(slice), hop->data);
         } catch (const std::exception &e) {
             // Unreachable at once: route around it.
             if (down_until_.count(root) == 0)
@@ -366,7 +369,7 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
                 uint64_t nop = next_op();
                 child_ops_[nop] = {op, sub};
                 hop->waiting++;
-                pc->send(hop->type, nop, hop->body(sub));
+                pc->send(hop->type, nop, hop->body(sub), hop->data);
             } catch (const std::exception &e) {
                 hop->answer.failed = hop->answer.failed.unite(sub);
             }
@@ -422,8 +425,10 @@ void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view
 
 namespace {
 
-std::string xfer_body(const RangeSet &set, const Route &route, uint64_t origin, const std::string &event,
-                      uint64_t offset, uint64_t total, std::string_view data)
+// Everything of an xfer payload but the data, which follows the last field
+// (its length) by reference.
+std::string xfer_head(const RangeSet &set, const Route &route, uint64_t origin, const std::string &event,
+                      uint64_t offset, uint64_t total, size_t len)
 {
     Writer w;
     set.encode(w);
@@ -432,7 +437,7 @@ std::string xfer_body(const RangeSet &set, const Route &route, uint64_t origin, 
     w.bytes(event);
     w.u64(offset);
     w.u64(total);
-    w.bytes(data);
+    w.u32(static_cast<uint32_t>(len));
     return w.take();
 }
 
@@ -449,7 +454,7 @@ void Engine::xfer_and_signal(const RangeSet &set, const std::string &remote_even
     auto t = std::make_shared<Transfer>();
     t->set = set;
     t->event = remote_event;
-    t->data = std::move(data);
+    t->data = std::make_shared<const std::string>(std::move(data));
     t->origin = random_id();
     t->done = std::move(done);
     t->timeout = timeout;
@@ -463,27 +468,27 @@ void Engine::xfer_and_signal(const RangeSet &set, const std::string &remote_even
 void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
 {
     std::weak_ptr<bool> alive = alive_;
-    while (t->inflight < cfg_.window && (t->next < t->data.size() || !t->started)) {
+    while (t->inflight < cfg_.window && (t->next < t->data->size() || !t->started)) {
         t->started = true;
         size_t off = t->next;
-        size_t len = std::min(cfg_.chunk_size, t->data.size() - off);
+        size_t len = std::min(cfg_.chunk_size, t->data->size() - off);
         t->next += len;
         t->inflight++;
-        std::string_view chunk(t->data.data() + off, len);
-        uint64_t origin = t->origin, total = t->data.size();
+        net::DataRef chunk{t->data, t->data->data() + off, len};
+        uint64_t origin = t->origin, total = t->data->size();
         const std::string &ev = t->event;
         Route route =
-            this->route(t->data.size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout, t->timeout);
+            this->route(t->data->size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout, t->timeout);
         forward(
             t->set, route, MsgType::xfer,
-            [=](const RangeSet &slice) { return xfer_body(slice, route, origin, ev, off, total, chunk); },
+            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, ev, off, total, len); },
             Answer{},
             [this, t, alive](const Answer &a) {
                 if (alive.expired() || !*alive.lock())
                     return;
                 t->failed = t->failed.unite(a.failed);
                 t->inflight--;
-                if (t->next < t->data.size()) {
+                if (t->next < t->data->size()) {
                     start_chunks(t);
                 } else if (t->inflight == 0) {
                     XferResult r;
@@ -494,7 +499,8 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
                     auto done = std::move(t->done);
                     done(r);
                 }
-            });
+            },
+            chunk);
     }
 }
 
@@ -546,12 +552,14 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
         throw net::FrameError("xfer without an event name");
     Answer local;
     apply_chunk(event, origin, offset, total, data, local);
-    std::string chunk(data);
+    // Forward the received bytes themselves: no copy per child.
+    net::DataRef chunk{c.current_payload(), data.data(), data.size()};
+    size_t len = data.size();
     std::weak_ptr<Connection> up = c.shared_from_this();
     forward(
         set, route, MsgType::xfer,
-        [=](const RangeSet &slice) { return xfer_body(slice, route, origin, event, offset, total, chunk); },
-        local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
+        [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
+        local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); }, chunk);
 }
 
 uint64_t Engine::test_event(const std::string &event, std::string *data) const

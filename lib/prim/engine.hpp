@@ -176,7 +176,8 @@ private:
     using Finish = std::function<void(const Answer &)>;
     Route route(unsigned fanout, std::chrono::milliseconds timeout) const;
     void forward(const RangeSet &set, Route route, net::MsgType type,
-                 const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish);
+                 const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
+                 net::DataRef data = {});
     void hop_answer(uint64_t op, const Answer &a);
     void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);
     void hop_timeout(uint64_t op);
