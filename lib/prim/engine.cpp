@@ -102,6 +102,7 @@ struct Engine::Transfer {
 struct Engine::Incoming {
     std::string buf;
     uint64_t received = 0;
+    std::chrono::steady_clock::time_point last; // when the last chunk came
 };
 
 struct Engine::CawCall {
@@ -124,11 +125,36 @@ Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, 
                                     std::to_string(net::kMaxDataPayload - 1024) + " bytes)");
     if (cfg_.self != EngineConfig::kNotANode && cfg_.self >= cfg_.nodes.size())
         throw std::invalid_argument("engine: self index beyond the node table");
+    // Reclaims transfers whose initiator stopped sending (it died, or gave
+    // up): nothing half-received stays in memory.
+    sweep_ = event_new(
+        base_, -1, EV_PERSIST, [](evutil_socket_t, short, void *arg) { static_cast<Engine *>(arg)->sweep(); },
+        this);
+    auto ms = cfg_.timeout.count();
+    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    evtimer_add(sweep_, &tv);
+}
+
+void Engine::sweep()
+{
+    auto stale = std::chrono::steady_clock::now() - 3 * cfg_.timeout;
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+        if (it->second->last < stale) {
+            log_.error("transfer %016llx of event %s stopped at %llu of %zu bytes: dropped",
+                       static_cast<unsigned long long>(it->first.second), it->first.first.c_str(),
+                       static_cast<unsigned long long>(it->second->received), it->second->buf.size());
+            it = incoming_.erase(it);
+        } else {
+            ++it;
+        }
+    }
 }
 
 Engine::~Engine()
 {
     *alive_ = false;
+    if (sweep_)
+        event_free(sweep_);
     if (listener_)
         evconnlistener_free(listener_);
     hops_.clear();
@@ -521,6 +547,7 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
         it = incoming_.emplace(key, in).first;
     }
     auto &in = *it->second;
+    in.last = std::chrono::steady_clock::now();
     if (offset > in.buf.size() || data.size() > in.buf.size() - offset || in.buf.size() != total)
         throw net::DecodeError("chunk [" + std::to_string(offset) + ", +" + std::to_string(data.size()) +
                                ") outside the transfer of " + std::to_string(in.buf.size()) + " bytes");

@@ -153,6 +153,9 @@ public:
     // Connections this engine holds (for tests and status).
     size_t connections() const noexcept { return peers_.size() + accepted_.size(); }
     uint64_t frames_rejected() const noexcept { return rejected_; }
+    // Transfers being received (partial); stale ones are dropped after
+    // three timeouts without a chunk.
+    size_t partial_transfers() const noexcept { return incoming_.size(); }
 
 private:
     struct Hop;      // an operation this node forwarded and awaits answers for
@@ -194,6 +197,8 @@ private:
                    const std::string &wvar, int64_t wval);
 
     void reply(const std::weak_ptr<net::Connection> &to, net::MsgType type, uint64_t op, const Answer &a);
+    void sweep();
+    event *sweep_ = nullptr;
 
     event_base *base_;
     EngineConfig cfg_;

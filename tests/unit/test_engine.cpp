@@ -171,6 +171,39 @@ void test_node_killed_mid_transfer(void **)
     assert_false(res.failed.contains(1));
 }
 
+void test_abandoned_transfer_reclaimed(void **)
+{
+    Cluster cl(4, 2, 100ms);
+    // An initiator starts a large transfer and dies after the first chunks.
+    auto quitter = std::make_unique<Engine>(
+        cl.base,
+        [&] {
+            EngineConfig c;
+            c.nodes = cl.table;
+            c.fanout = 2;
+            c.chunk_size = 64 << 10;
+            c.window = 2;
+            c.timeout = 100ms;
+            return c;
+        }(),
+        cl.auth, Logger("quitter"));
+    quitter->xfer_and_signal(RangeSet::range(0, 4), "half", std::string(4 << 20, 'x'),
+                             [](const XferResult &) {});
+    assert_true(cl.initiator->run_until([&] { return cl.agents[3]->partial_transfers() == 1; }, 5000ms));
+    quitter.reset();
+    // Three timeouts later nothing of it is left on any node, and no event fired.
+    assert_true(cl.initiator->run_until(
+        [&] {
+            for (auto &a : cl.agents)
+                if (a->partial_transfers())
+                    return false;
+            return true;
+        },
+        3000ms));
+    for (auto &a : cl.agents)
+        assert_int_equal(a->test_event("half"), 0);
+}
+
 void test_silent_node_times_out(void **)
 {
     Cluster cl(8, 2, 300ms);
@@ -270,6 +303,7 @@ int main()
         cmocka_unit_test(test_caw_concurrent_same_value),
         cmocka_unit_test(test_dead_node_routed_around),
         cmocka_unit_test(test_node_killed_mid_transfer),
+        cmocka_unit_test(test_abandoned_transfer_reclaimed),
         cmocka_unit_test(test_silent_node_times_out),
         cmocka_unit_test(test_bad_input_rejected),
     };
