@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "lib/net/munge_auth.hpp"
+#include "tests/unit/helpers.hpp"
 
 using storm::net::AuthError;
 using storm::net::MungeAuth;
@@ -55,16 +56,8 @@ int teardown(void **)
     return 0;
 }
 
-template <class F> std::string auth_error(F f)
-{
-    try {
-        f();
-    } catch (const AuthError &e) {
-        return e.what();
-    }
-    return "";
-}
-bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
+using test_helpers::contains;
+template <class F> std::string auth_error(F f) { return test_helpers::error_of<AuthError>(f); }
 
 void test_socket_from_authinfo(void **)
 {

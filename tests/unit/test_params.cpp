@@ -6,24 +6,17 @@
 
 #include "lib/agent/agent_config.hpp"
 #include "lib/common/params.hpp"
+#include "tests/unit/helpers.hpp"
 
 using storm::ConfigError;
 using storm::ParamList;
 
 namespace {
 
-// Returns the ConfigError message of f(), or "" if f() did not throw.
-template <class F> std::string error_of(F f)
-{
-    try {
-        f();
-    } catch (const ConfigError &e) {
-        return e.what();
-    }
-    return "";
-}
+using test_helpers::contains;
 
-bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
+// The ConfigError message of f(), or "" if f() did not throw.
+template <class F> std::string error_of(F f) { return test_helpers::error_of<ConfigError>(f); }
 
 void test_empty_and_null(void **)
 {

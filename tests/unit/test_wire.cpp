@@ -9,21 +9,14 @@
 
 #include "lib/net/frame.hpp"
 #include "lib/net/rangeset.hpp"
+#include "tests/unit/helpers.hpp"
 
 using namespace storm::net;
 
 namespace {
 
-template <class E, class F> std::string error_of(F f)
-{
-    try {
-        f();
-    } catch (const E &e) {
-        return e.what();
-    }
-    return "";
-}
-bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
+using test_helpers::contains;
+using test_helpers::error_of;
 
 void test_reader_writer_roundtrip(void **)
 {
