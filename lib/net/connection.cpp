@@ -74,8 +74,7 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
     std::shared_ptr<Connection> c(new Connection(base, bev, auth, true, peer));
     c->name_ = "agent " + std::to_string(peer) + " (" + addr_str(addr) + ")";
     c->self_ref_ = c;
-    bufferevent_setcb(bev, read_cb, write_cb, event_cb, c.get());
-    bufferevent_setwatermark(bev, EV_WRITE, kLowWater, 0);
+    bufferevent_setcb(bev, read_cb, nullptr, event_cb, c.get());
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(bev, reinterpret_cast<const sockaddr *>(&addr), sizeof addr) < 0) {
         // Reported through the close handler, like any other failure.
@@ -101,8 +100,7 @@ std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->self_ref_ = c;
-    bufferevent_setcb(bev, read_cb, write_cb, event_cb, c.get());
-    bufferevent_setwatermark(bev, EV_WRITE, kLowWater, 0);
+    bufferevent_setcb(bev, read_cb, nullptr, event_cb, c.get());
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     return c;
 }
@@ -156,21 +154,6 @@ void Connection::send(MsgType type, uint64_t op, std::string_view head, const Da
         keep);
 }
 
-size_t Connection::queued() const noexcept
-{
-    return (bev_ ? evbuffer_get_length(bufferevent_get_output(bev_)) : 0) + held_.size();
-}
-
-void Connection::set_reading(bool on)
-{
-    if (closed_)
-        return;
-    if (on)
-        bufferevent_enable(bev_, EV_READ);
-    else
-        bufferevent_disable(bev_, EV_READ);
-}
-
 void Connection::close(const std::string &why)
 {
     if (closed_)
@@ -185,7 +168,6 @@ void Connection::close(const std::string &why)
     frame_handler_ = nullptr;
     close_handler_ = nullptr;
     ready_handler_ = nullptr;
-    drain_handler_ = nullptr;
 }
 
 void Connection::flush_held()
@@ -201,14 +183,6 @@ void Connection::read_cb(bufferevent *, void *arg)
     auto *c = static_cast<Connection *>(arg);
     auto keep = c->shared_from_this();
     c->handle_input();
-}
-
-void Connection::write_cb(bufferevent *, void *arg)
-{
-    auto *c = static_cast<Connection *>(arg);
-    auto keep = c->shared_from_this();
-    if (c->drain_handler_ && !c->closed_)
-        c->drain_handler_(*c);
 }
 
 void Connection::event_cb(bufferevent *bev, short what, void *arg)
@@ -231,9 +205,10 @@ void Connection::event_cb(bufferevent *bev, short what, void *arg)
         }
         return;
     }
-    if (what & BEV_EVENT_EOF)
+    if (what & BEV_EVENT_EOF) {
+        c->closed_by_peer_ = true;
         c->close("connection closed by " + c->name_);
-    else if (what & BEV_EVENT_ERROR)
+    } else if (what & BEV_EVENT_ERROR)
         c->close(std::string("connection error with ") + c->name_ + ": " +
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 }

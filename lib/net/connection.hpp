@@ -1,5 +1,6 @@
 // One TCP connection between Storm daemons, on a libevent loop: framing,
-// validation, authentication and back-pressure.
+// validation and authentication.  (Flow control is the engine's: a window
+// of chunks in flight per transfer.)
 //
 // Life cycle: a client Connection is made by connect() and authenticates
 // itself with a hello frame carrying a credential bound to the peer it
@@ -44,7 +45,6 @@ public:
     using FrameHandler = std::function<void(Connection &, const FrameHeader &, std::string_view payload)>;
     using CloseHandler = std::function<void(Connection &, const std::string &why)>;
     using ReadyHandler = std::function<void(Connection &)>;
-    using DrainHandler = std::function<void(Connection &)>;
 
     // Starts a non-blocking connect to `addr`, as the agent with index
     // `peer` expects.  on_ready runs once hello_ok arrives.
@@ -59,8 +59,6 @@ public:
     void on_frame(FrameHandler h) { frame_handler_ = std::move(h); }
     void on_close(CloseHandler h) { close_handler_ = std::move(h); }
     void on_ready(ReadyHandler h) { ready_handler_ = std::move(h); }
-    // Runs when the output queue falls below the low-water mark.
-    void on_drain(DrainHandler h) { drain_handler_ = std::move(h); }
 
     // Queues a frame (may be called before the connection is ready: frames
     // are held until hello_ok).  Throws FrameError if the payload is too big.
@@ -70,22 +68,18 @@ public:
     // The payload being delivered to the frame handler, shared: a handler
     // may keep it (or views into it) beyond the call.
     const std::shared_ptr<const std::string> &current_payload() const noexcept { return current_; }
-    // Bytes not yet handed to the kernel.
-    size_t queued() const noexcept;
-    void set_reading(bool on);
     void close(const std::string &why);
 
     bool ready() const noexcept { return ready_; }
     bool closed() const noexcept { return closed_; }
+    // The peer closed it in order (EOF), as opposed to an error or a rejection.
+    bool closed_by_peer() const noexcept { return closed_by_peer_; }
     uint32_t peer() const noexcept { return peer_; }
     const std::string &describe() const noexcept { return name_; }
-
-    static constexpr size_t kLowWater = 1u << 20;
 
 private:
     Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index);
     static void read_cb(bufferevent *bev, void *arg);
-    static void write_cb(bufferevent *bev, void *arg);
     static void event_cb(bufferevent *bev, short what, void *arg);
     void handle_input();
     struct Hello {
@@ -105,6 +99,7 @@ private:
     uint32_t self_; // server: own index
     bool ready_ = false;
     bool closed_ = false;
+    bool closed_by_peer_ = false;
     std::string nonce_;
     std::string held_; // frames queued before hello_ok (client)
     std::shared_ptr<const std::string> current_;
@@ -113,7 +108,6 @@ private:
     FrameHandler frame_handler_;
     CloseHandler close_handler_;
     ReadyHandler ready_handler_;
-    DrainHandler drain_handler_;
 };
 
 } // namespace storm::net

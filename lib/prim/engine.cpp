@@ -51,21 +51,6 @@ bool holds(int64_t have, Relation rel, int64_t value)
 
 } // namespace
 
-const char *relation_name(Relation r) noexcept
-{
-    switch (r) {
-    case Relation::ge:
-        return ">=";
-    case Relation::lt:
-        return "<";
-    case Relation::eq:
-        return "=";
-    case Relation::ne:
-        return "!=";
-    }
-    return "?";
-}
-
 struct Engine::Hop {
     MsgType type;
     unsigned fanout;
@@ -199,7 +184,7 @@ void Engine::on_accept(int fd)
     c->on_close([this, alive](Connection &conn, const std::string &why) {
         if (alive.expired() || !*alive.lock())
             return;
-        if (!conn.ready() || why.find("closed by") == std::string::npos) {
+        if (!conn.ready() || !conn.closed_by_peer()) {
             ++rejected_;
             log_.error("%s", why.c_str());
         }

@@ -79,7 +79,6 @@ struct EngineConfig {
 };
 
 enum class Relation : uint8_t { ge = 1, lt = 2, eq = 3, ne = 4 };
-const char *relation_name(Relation r) noexcept;
 
 struct XferResult {
     bool ok = false;
