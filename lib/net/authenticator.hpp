@@ -26,10 +26,13 @@ public:
         std::string payload;
     };
     virtual Verified verify(std::string_view cred) = 0;
+    // Whether a verified uid is one of the daemons' (full access), as
+    // opposed to a user's (who may only ask for broadcasts).
+    virtual bool trusted(uid_t uid) const = 0;
 };
 
-// munge: the credential's uid must be one of `allowed` (the uids the
-// daemons run as: SlurmdUser and SlurmUser).
+// munge: `trusted` uids are the ones the daemons run as (SlurmdUser and
+// SlurmUser); any other genuine credential is a user's.
 class MungeAuthenticator : public Authenticator {
 public:
     MungeAuthenticator(std::string socket, std::vector<uid_t> allowed)
@@ -40,10 +43,14 @@ public:
     Verified verify(std::string_view cred) override
     {
         auto c = munge_.decode(cred);
+        return {c.uid, std::move(c.payload)};
+    }
+    bool trusted(uid_t uid) const override
+    {
         for (uid_t u : allowed_)
-            if (c.uid == u)
-                return {c.uid, std::move(c.payload)};
-        throw AuthError("credential of uid " + std::to_string(c.uid) + ", which is not a Slurm daemon's");
+            if (uid == u)
+                return true;
+        return false;
     }
 
 private:

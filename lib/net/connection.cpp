@@ -85,7 +85,8 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
     return c;
 }
 
-std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_t self, Authenticator &auth)
+std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_t self, Authenticator &auth,
+                                               bool users)
 {
     bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
@@ -93,6 +94,7 @@ std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_
         throw std::runtime_error("bufferevent_socket_new failed");
     }
     std::shared_ptr<Connection> c(new Connection(base, bev, auth, false, self));
+    c->users_ = users;
     sockaddr_in a{};
     socklen_t len = sizeof a;
     getpeername(fd, reinterpret_cast<sockaddr *>(&a), &len);
@@ -267,6 +269,8 @@ Connection::Hello Connection::verify_hello(std::string_view payload)
     std::string cred(r.bytes(kMaxCredential));
     r.finish();
     auto v = auth_.verify(cred);
+    peer_uid_ = v.uid;
+    trusted_ = auth_.trusted(v.uid);
     Hello h;
     if (!parse_hello(v.payload, h.to, h.from, h.nonce))
         throw AuthError("credential payload \"" + v.payload + "\" is not a Storm hello");
@@ -276,6 +280,8 @@ Connection::Hello Connection::verify_hello(std::string_view payload)
 void Connection::handle_hello(std::string_view payload)
 {
     Hello h = verify_hello(payload);
+    if (!trusted_ && !users_)
+        throw AuthError("credential of uid " + std::to_string(peer_uid_) + ", which is not a Slurm daemon's");
     if (h.to != self_)
         throw AuthError("credential meant for agent " + std::to_string(h.to) + ", this is agent " +
                         std::to_string(self_));
@@ -293,6 +299,9 @@ void Connection::handle_hello(std::string_view payload)
 void Connection::handle_hello_ok(std::string_view payload)
 {
     Hello h = verify_hello(payload);
+    if (!trusted_)
+        throw AuthError("the agent's credential is of uid " + std::to_string(peer_uid_) +
+                        ", which is not a Slurm daemon's");
     if (h.from != peer_ || h.nonce != nonce_)
         throw AuthError("hello_ok does not come from agent " + std::to_string(peer_) +
                         " for this connection (it names agent " + std::to_string(h.from) + ")");

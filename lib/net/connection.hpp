@@ -51,8 +51,12 @@ public:
     static std::shared_ptr<Connection> connect(event_base *base, const sockaddr_in &addr, uint32_t peer,
                                                Authenticator &auth);
     // Wraps an accepted socket; `self` is this agent's index, which the
-    // client's credential must name.
-    static std::shared_ptr<Connection> accept(event_base *base, int fd, uint32_t self, Authenticator &auth);
+    // client's credential must name.  With `users`, a client whose
+    // credential is a user's (not a daemon's) is accepted as untrusted
+    // (its frames are the receiver's to filter); without, it is refused.
+    // A server must always prove a daemon's identity to its client.
+    static std::shared_ptr<Connection> accept(event_base *base, int fd, uint32_t self, Authenticator &auth,
+                                              bool users = false);
 
     ~Connection();
 
@@ -75,6 +79,9 @@ public:
     // The peer closed it in order (EOF), as opposed to an error or a rejection.
     bool closed_by_peer() const noexcept { return closed_by_peer_; }
     uint32_t peer() const noexcept { return peer_; }
+    // The peer's verified uid, and whether it is a daemon's.
+    uid_t peer_uid() const noexcept { return peer_uid_; }
+    bool trusted() const noexcept { return trusted_; }
     const std::string &describe() const noexcept { return name_; }
 
 private:
@@ -100,6 +107,9 @@ private:
     bool ready_ = false;
     bool closed_ = false;
     bool closed_by_peer_ = false;
+    bool users_ = false;
+    uid_t peer_uid_ = static_cast<uid_t>(-1);
+    bool trusted_ = false;
     std::string nonce_;
     std::string held_; // frames queued before hello_ok (client)
     std::shared_ptr<const std::string> current_;

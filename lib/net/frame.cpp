@@ -31,11 +31,23 @@ const char *msg_type_name(MsgType t) noexcept
         return "caw_ack";
     case MsgType::heartbeat:
         return "heartbeat";
+    case MsgType::bcast_open:
+        return "bcast_open";
+    case MsgType::bcast_data:
+        return "bcast_data";
+    case MsgType::bcast_close:
+        return "bcast_close";
+    case MsgType::bcast_reply:
+        return "bcast_reply";
     }
     return "unknown";
 }
 
-uint32_t max_payload(MsgType t) noexcept { return t == MsgType::xfer ? kMaxDataPayload : kMaxControlPayload; }
+uint32_t max_payload(MsgType t) noexcept
+{
+    return t == MsgType::xfer || t == MsgType::bcast_open || t == MsgType::bcast_data ? kMaxDataPayload
+                                                                                       : kMaxControlPayload;
+}
 
 void encode_frame(std::string &out, MsgType type, uint64_t op, std::string_view payload)
 {
@@ -64,7 +76,7 @@ FrameHeader decode_header(const void *p)
         throw FrameError("protocol version " + std::to_string(version) + " (this agent speaks " +
                          std::to_string(kProtocolVersion) + ")");
     uint8_t type = r.u8();
-    if (type < static_cast<uint8_t>(MsgType::hello) || type > static_cast<uint8_t>(MsgType::heartbeat))
+    if (type < static_cast<uint8_t>(MsgType::hello) || type > static_cast<uint8_t>(MsgType::bcast_reply))
         throw FrameError("unknown message type " + std::to_string(type));
     uint16_t flags = r.u16();
     if (flags)

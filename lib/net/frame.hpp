@@ -40,6 +40,12 @@ enum class MsgType : uint8_t {
     caw = 5,      // COMPARE-AND-WRITE down the tree
     caw_ack = 6,  // result up the tree
     heartbeat = 7,
+    // A user's broadcast (lib/bcast), between the user's client and the
+    // agent that heads the transfer:
+    bcast_open = 8,  // client -> agent: credential, destination, files
+    bcast_data = 9,  // client -> agent: one chunk of a file
+    bcast_close = 10, // client -> agent: every chunk sent, commit
+    bcast_reply = 11, // agent -> client: opened / chunks done / committed / failed
 };
 
 class FrameError : public std::runtime_error {
@@ -54,7 +60,8 @@ struct FrameHeader {
 };
 
 const char *msg_type_name(MsgType t) noexcept;
-// The payload limit of a type: kMaxDataPayload for xfer, else control.
+// The payload limit of a type: kMaxDataPayload for xfer, bcast_open and
+// bcast_data, else control.
 uint32_t max_payload(MsgType t) noexcept;
 
 // Appends a header and `payload` to out.  Throws FrameError if the payload

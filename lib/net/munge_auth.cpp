@@ -58,9 +58,16 @@ std::string MungeAuth::encode(std::string_view payload) const
     return out;
 }
 
-MungeAuth::Credential MungeAuth::decode(std::string_view cred) const
+MungeAuth::Credential MungeAuth::decode(std::string_view cred) const { return decode_impl(socket_, cred, false); }
+
+MungeAuth::Credential MungeAuth::decode_allow_replay(std::string_view cred) const
 {
-    CtxPtr ctx = make_ctx(socket_);
+    return decode_impl(socket_, cred, true);
+}
+
+MungeAuth::Credential MungeAuth::decode_impl(const std::string &socket, std::string_view cred, bool replay_ok)
+{
+    CtxPtr ctx = make_ctx(socket);
     std::string text(cred); // munge wants a NUL-terminated string
     if (text.find('\0') != std::string::npos)
         throw AuthError("munge decode failed: credential contains a NUL byte");
@@ -70,7 +77,7 @@ MungeAuth::Credential MungeAuth::decode(std::string_view cred) const
     gid_t gid;
     munge_err_t e = munge_decode(text.c_str(), ctx.get(), &buf, &len, &uid, &gid);
     std::unique_ptr<void, decltype(&std::free)> hold(buf, std::free);
-    if (e != EMUNGE_SUCCESS)
+    if (e != EMUNGE_SUCCESS && !(replay_ok && e == EMUNGE_CRED_REPLAYED))
         throw AuthError("munge decode failed: " + describe(e, ctx.get()));
     Credential c{uid, gid, std::string(static_cast<const char *>(buf), len > 0 ? len : 0)};
     return c;

@@ -42,10 +42,15 @@ public:
         std::string payload;
     };
     Credential decode(std::string_view cred) const;
+    // The same, but a credential decoded before is accepted: for tokens
+    // that several daemons sharing one munged must each verify (Slurm's
+    // sbcast credential), whose use is bound to their content instead.
+    Credential decode_allow_replay(std::string_view cred) const;
 
     const std::string &socket() const noexcept { return socket_; }
 
 private:
+    static Credential decode_impl(const std::string &socket, std::string_view cred, bool replay_ok);
     std::string socket_;
 };
 

@@ -1,5 +1,6 @@
 #include "lib/prim/engine.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -51,6 +52,27 @@ bool holds(int64_t have, Relation rel, int64_t value)
 
 } // namespace
 
+void Engine::Answer::add_failure(uint32_t node, const std::string &why)
+{
+    failed = failed.unite(RangeSet::single(node));
+    holds = false;
+    if (reasons.size() < kMaxReasons)
+        reasons.emplace(node, why.substr(0, kMaxReason));
+}
+
+void Engine::Answer::merge(const Answer &a)
+{
+    failed = failed.unite(a.failed);
+    holds = holds && a.holds;
+    for (const auto &r : a.reasons) {
+        if (reasons.size() >= kMaxReasons)
+            break;
+        reasons.insert(r);
+    }
+}
+
+uint64_t Engine::new_origin() { return random_id(); }
+
 struct Engine::Hop {
     MsgType type;
     unsigned fanout;
@@ -81,6 +103,7 @@ struct Engine::Transfer {
     unsigned inflight = 0;
     bool started = false;
     RangeSet failed;
+    Reasons reasons;
     XferDone done;
 };
 
@@ -96,8 +119,7 @@ struct Engine::CawCall {
     Relation rel;
     int64_t value, wval;
     bool write;
-    std::weak_ptr<Connection> reply_to;
-    uint64_t reply_op;
+    std::function<void(const Engine::Answer &)> reply; // to the caller, with the outcome
     Route route;
 };
 
@@ -172,7 +194,7 @@ void Engine::on_accept(int fd)
 {
     std::shared_ptr<Connection> c;
     try {
-        c = Connection::accept(base_, fd, cfg_.self, auth_);
+        c = Connection::accept(base_, fd, cfg_.self, auth_, static_cast<bool>(user_frames_));
     } catch (const std::exception &e) {
         log_.error("cannot accept a connection: %s", e.what());
         return;
@@ -188,6 +210,8 @@ void Engine::on_accept(int fd)
             ++rejected_;
             log_.error("%s", why.c_str());
         }
+        if (user_closed_ && conn.ready())
+            user_closed_(conn);
         accepted_.erase(conn.shared_from_this());
     });
 }
@@ -270,7 +294,7 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             // Unreachable at once: route around it.
             if (down_until_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());
-            hop->answer.failed = hop->answer.failed.unite(RangeSet::single(root));
+            hop->answer.add_failure(root, std::string("agent unreachable: ") + e.what());
             for (auto &sub : net::split_children(slice, route.fanout))
                 todo.push_back(std::move(sub));
         }
@@ -304,8 +328,7 @@ void Engine::hop_answer(uint64_t child_op, const Answer &a)
     if (hit == hops_.end())
         return;
     auto hop = hit->second;
-    hop->answer.failed = hop->answer.failed.unite(a.failed);
-    hop->answer.holds = hop->answer.holds && a.holds;
+    hop->answer.merge(a);
     if (--hop->waiting == 0) {
         hops_.erase(hit);
         hop->finish(hop->answer);
@@ -325,6 +348,11 @@ void Engine::hop_child_failed(uint64_t op, uint64_t child_op, const std::string 
     auto hop = hit->second;
     hop->answer.failed = hop->answer.failed.unite(slice);
     hop->answer.holds = false;
+    if (hop->answer.reasons.size() < kMaxReasons)
+        hop->answer.reasons.emplace(slice.nth(0), slice.size() > 1 ? why + " (and the " +
+                                                                          std::to_string(slice.size() - 1) +
+                                                                          " nodes it serves)"
+                                                                    : why);
     if (--hop->waiting == 0) {
         hops_.erase(hit);
         hop->finish(hop->answer);
@@ -340,7 +368,7 @@ void Engine::hop_timeout(uint64_t op)
     for (uint64_t c : late) {
         log_.error("agent %u: no answer within the timeout, its %u nodes count as failed",
                    child_ops_[c].second.nth(0), child_ops_[c].second.size());
-        hop_child_failed(op, c, "timeout");
+        hop_child_failed(op, c, "no answer within the timeout");
     }
 }
 
@@ -372,7 +400,7 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
         RangeSet slice = cit->second.second;
         child_ops_.erase(cit);
         hop->waiting--;
-        hop->answer.failed = hop->answer.failed.unite(RangeSet::single(index));
+        hop->answer.add_failure(index, "agent unreachable: " + why);
         for (auto &sub : net::split_children(slice, hop->fanout)) {
             uint32_t root = sub.nth(0);
             try {
@@ -400,11 +428,30 @@ void Engine::reply(const std::weak_ptr<Connection> &to, MsgType type, uint64_t o
     Writer w;
     a.failed.encode(w);
     w.u8(a.holds ? 1 : 0);
+    w.u16(static_cast<uint16_t>(a.reasons.size()));
+    for (const auto &r : a.reasons) {
+        w.u32(r.first);
+        w.bytes(r.second);
+    }
     c->send(type, op, w.data());
 }
 
 void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view payload)
 {
+    switch (h.type) {
+    case MsgType::bcast_open:
+    case MsgType::bcast_data:
+    case MsgType::bcast_close:
+        if (!user_frames_)
+            throw net::FrameError("this agent takes no broadcast requests");
+        user_frames_(c, h, payload);
+        return;
+    default:
+        break;
+    }
+    if (!c.trusted())
+        throw net::FrameError("from uid " + std::to_string(c.peer_uid()) +
+                              ", which is not a Slurm daemon: users may only ask for broadcasts");
     switch (h.type) {
     case MsgType::xfer:
         handle_xfer(c, h.op, payload);
@@ -421,6 +468,13 @@ void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view
         Answer a;
         a.failed = RangeSet::decode(r);
         a.holds = r.u8() != 0;
+        unsigned n = r.u16();
+        if (n > kMaxReasons)
+            throw net::FrameError("answer with " + std::to_string(n) + " reasons");
+        for (unsigned i = 0; i < n; ++i) {
+            uint32_t node = r.u32();
+            a.reasons[node] = std::string(r.bytes(kMaxReason));
+        }
         r.finish();
         hop_answer(h.op, a);
         break;
@@ -470,7 +524,7 @@ void Engine::xfer_and_signal(const RangeSet &set, const std::string &remote_even
     t->done = std::move(done);
     t->timeout = timeout;
     if (set.empty()) {
-        t->done(XferResult{true, {}, ""});
+        t->done(XferResult{true, {}, "", {}});
         return;
     }
     start_chunks(t);
@@ -486,38 +540,48 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
         t->next += len;
         t->inflight++;
         net::DataRef chunk{t->data, t->data->data() + off, len};
-        uint64_t origin = t->origin, total = t->data->size();
-        const std::string &ev = t->event;
-        Route route =
-            this->route(t->data->size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout, t->timeout);
-        forward(
-            t->set, route, MsgType::xfer,
-            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, ev, off, total, len); },
-            Answer{},
-            [this, t, alive](const Answer &a) {
-                if (alive.expired() || !*alive.lock())
-                    return;
-                t->failed = t->failed.unite(a.failed);
-                t->inflight--;
-                if (t->next < t->data->size()) {
-                    start_chunks(t);
-                } else if (t->inflight == 0) {
-                    XferResult r;
-                    r.ok = t->failed.empty();
-                    r.failed = t->failed;
-                    if (!r.ok)
-                        r.error = "nodes " + t->failed.str() + " do not hold " + t->event;
-                    auto done = std::move(t->done);
-                    done(r);
-                }
-            },
-            chunk);
+        unsigned fanout = t->data->size() > cfg_.chunk_size ? cfg_.data_fanout : cfg_.fanout;
+        send_chunk(t->set, fanout, t->timeout, t->event, t->origin, off, t->data->size(), chunk,
+                   [this, t, alive](const XferResult &a) {
+                       if (alive.expired() || !*alive.lock())
+                           return;
+                       t->failed = t->failed.unite(a.failed);
+                       for (const auto &kv : a.reasons)
+                           if (t->reasons.size() < kMaxReasons)
+                               t->reasons.insert(kv);
+                       t->inflight--;
+                       if (t->next < t->data->size()) {
+                           start_chunks(t);
+                       } else if (t->inflight == 0) {
+                           XferResult r;
+                           r.ok = t->failed.empty();
+                           r.failed = t->failed;
+                           r.reasons = t->reasons;
+                           if (!r.ok)
+                               r.error = "nodes " + t->failed.str() + " do not hold " + t->event;
+                           auto done = std::move(t->done);
+                           done(r);
+                       }
+                   });
     }
 }
 
 void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
                          std::string_view data, Answer &local)
 {
+    for (const auto &sink : sinks_) {
+        if (event.compare(0, sink.first.size(), sink.first) != 0)
+            continue;
+        std::string why;
+        try {
+            why = sink.second(event, origin, offset, total, data);
+        } catch (const std::exception &e) {
+            why = e.what();
+        }
+        if (!why.empty())
+            local.add_failure(cfg_.self, why);
+        return;
+    }
     auto key = std::make_pair(event, origin);
     auto it = incoming_.find(key);
     if (it == incoming_.end()) {
@@ -572,6 +636,46 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
         set, route, MsgType::xfer,
         [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
         local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); }, chunk);
+}
+
+void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milliseconds timeout,
+                        const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                        net::DataRef data, XferDone done)
+{
+    if (event.empty() || event.size() > kMaxName)
+        throw std::invalid_argument("event name must have 1 to 255 bytes");
+    if (set.empty()) {
+        done(XferResult{true, {}, "", {}});
+        return;
+    }
+    Route route = this->route(std::clamp(fanout, 1u, 64u), timeout);
+    Answer local;
+    if (set.nth(0) == cfg_.self)
+        apply_chunk(event, origin, offset, total, std::string_view(data.ptr, data.len), local);
+    size_t len = data.len;
+    std::weak_ptr<bool> alive = alive_;
+    forward(
+        set, route, MsgType::xfer,
+        [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
+        local,
+        [done = std::move(done), event, alive](const Answer &a) {
+            if (alive.expired() || !*alive.lock())
+                return;
+            XferResult r;
+            r.ok = a.failed.empty();
+            r.failed = a.failed;
+            r.reasons = a.reasons;
+            if (!r.ok)
+                r.error = "nodes " + a.failed.str() + " do not hold " + event;
+            done(r);
+        },
+        std::move(data));
+}
+
+void Engine::erase_variables(const std::string &prefix)
+{
+    for (auto it = vars_.lower_bound(prefix); it != vars_.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
+        it = vars_.erase(it);
 }
 
 uint64_t Engine::test_event(const std::string &event, std::string *data) const
@@ -651,20 +755,27 @@ void Engine::compare_and_write(const RangeSet &set, const std::string &variable,
     // The root answers phase 0 with holds = relation held everywhere, and
     // failed = nodes that did not answer; "written" is holds && write &&
     // nothing failed.
+    auto finish = [done, w](const Answer &a) {
+        CawResult r;
+        r.ok = a.failed.empty();
+        r.holds = r.ok && a.holds;
+        r.written = r.holds && w;
+        r.failed = a.failed;
+        if (!r.ok)
+            r.error = "nodes " + a.failed.str() + " did not answer";
+        done(r);
+    };
+    if (set.nth(0) == cfg_.self) {
+        // This node heads the set: it serialises the call itself.
+        caw_queue_.push_back(std::make_shared<CawCall>(
+            CawCall{set, variable, wvar, rel, value, wval, w, std::move(finish), route}));
+        caw_next();
+        return;
+    }
     forward(
         set, route, MsgType::caw,
         [=](const RangeSet &s) { return caw_body(s, route, 0, variable, rel, value, wvar, wval, w); },
-        Answer{},
-        [done, w, set](const Answer &a) {
-            CawResult r;
-            r.ok = a.failed.empty();
-            r.holds = r.ok && a.holds;
-            r.written = r.holds && w;
-            r.failed = a.failed;
-            if (!r.ok)
-                r.error = "nodes " + a.failed.str() + " did not answer";
-            done(r);
-        });
+        Answer{}, std::move(finish));
 }
 
 bool Engine::caw_local(uint8_t phase, const std::string &var, Relation rel, int64_t value,
@@ -698,8 +809,11 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     Relation rel = static_cast<Relation>(rel_raw);
     std::weak_ptr<Connection> up = c.shared_from_this();
     if (phase == 0) {
-        auto call =
-            std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write, up, op, route});
+        auto call = std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write,
+                                                      [this, up, op](const Answer &a) {
+                                                          reply(up, MsgType::caw_ack, op, a);
+                                                      },
+                                                      route});
         caw_queue_.push_back(call);
         caw_next();
         return;
@@ -723,7 +837,7 @@ void Engine::caw_next()
     auto finish_call = [this, call, alive](const Answer &a) {
         if (alive.expired() || !*alive.lock())
             return;
-        reply(call->reply_to, MsgType::caw_ack, call->reply_op, a);
+        call->reply(a);
         caw_busy_ = false;
         caw_next();
     };

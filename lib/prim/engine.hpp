@@ -80,10 +80,17 @@ struct EngineConfig {
 
 enum class Relation : uint8_t { ge = 1, lt = 2, eq = 3, ne = 4 };
 
+// Why nodes failed, as they said (a sink's error), by node index; at most
+// kMaxReasons travel up the tree.
+using Reasons = std::map<uint32_t, std::string>;
+constexpr size_t kMaxReasons = 32;
+constexpr size_t kMaxReason = 512;
+
 struct XferResult {
     bool ok = false;
     RangeSet failed; // nodes that do not hold the data
     std::string error;
+    Reasons reasons; // the failed nodes' own explanations, where they gave one
 };
 
 struct CawResult {
@@ -124,6 +131,16 @@ public:
     void xfer_and_signal(const RangeSet &set, const std::string &remote_event, std::string data,
                          XferDone done, std::chrono::milliseconds timeout = {});
 
+    // One chunk of a transfer whose data the caller streams (the broadcast
+    // service): [offset, offset + data.len) of `total` bytes of the
+    // transfer `origin` of `event`.  `done` reports whether every node of
+    // the set got it.  When this engine heads the set, it applies the chunk
+    // locally too.  The caller keeps its own window of chunks in flight.
+    void send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milliseconds timeout,
+                    const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                    net::DataRef data, XferDone done);
+    static uint64_t new_origin();
+
     using CawDone = std::function<void(const CawResult &)>;
     struct Write {
         std::string variable;
@@ -146,7 +163,33 @@ public:
     using SignalHook = std::function<void(const std::string &event, uint64_t count, const std::string &data)>;
     void on_signal(SignalHook hook) { signal_hook_ = std::move(hook); }
 
+    // A sink takes the transfers of events whose name starts with its
+    // prefix chunk by chunk, instead of the engine assembling them in
+    // memory (files being broadcast).  It returns "" if it took the chunk,
+    // else why not: this node then counts as failed for that chunk, and the
+    // reason travels to the initiator.  Chunks of one transfer arrive in
+    // order of offset.  No event is counted for sunk transfers.
+    using ChunkSink = std::function<std::string(const std::string &event, uint64_t origin, uint64_t offset,
+                                                uint64_t total, std::string_view data)>;
+    void add_sink(const std::string &prefix, ChunkSink sink) { sinks_.emplace_back(prefix, std::move(sink)); }
+
+    // Frames of users' broadcasts (MsgType::bcast_*) arriving on accepted
+    // connections, and the closing of connections that sent them.  Once a
+    // handler is set, the engine accepts connections from users (verified,
+    // untrusted), and takes only these frames from them; every other frame
+    // from a user is refused and closes the connection.
+    using UserFrameHandler =
+        std::function<void(net::Connection &, const net::FrameHeader &, std::string_view payload)>;
+    using UserCloseHandler = std::function<void(net::Connection &)>;
+    void on_user_frames(UserFrameHandler frames, UserCloseHandler closed)
+    {
+        user_frames_ = std::move(frames);
+        user_closed_ = std::move(closed);
+    }
+
     int64_t variable(const std::string &name) const;
+    // Forgets every variable whose name starts with `prefix`.
+    void erase_variables(const std::string &prefix);
     void set_variable(const std::string &name, int64_t value) { vars_[name] = value; }
 
     // Connections this engine holds (for tests and status).
@@ -174,6 +217,9 @@ private:
     struct Answer {
         RangeSet failed;
         bool holds = true;
+        Reasons reasons;
+        void merge(const Answer &a);
+        void add_failure(uint32_t node, const std::string &why);
     };
     using Finish = std::function<void(const Answer &)>;
     Route route(unsigned fanout, std::chrono::milliseconds timeout) const;
@@ -219,6 +265,9 @@ private:
     std::vector<std::shared_ptr<CawCall>> caw_queue_;
     bool caw_busy_ = false;
     SignalHook signal_hook_;
+    std::vector<std::pair<std::string, ChunkSink>> sinks_;
+    UserFrameHandler user_frames_;
+    UserCloseHandler user_closed_;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -14,7 +14,7 @@ void announce_termination(Engine &engine, const std::string &job, bool designate
     if (designated)
         engine.xfer_and_signal(RangeSet::single(master), announce_event(job), job, std::move(done));
     else if (done)
-        done(XferResult{true, {}, ""});
+        done(XferResult{true, {}, "", {}});
 }
 
 TerminationDetector::TerminationDetector(Engine &engine, event_base *base, std::chrono::milliseconds interval)

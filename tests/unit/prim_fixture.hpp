@@ -25,12 +25,15 @@ using namespace storm::prim;
 using namespace std::chrono_literals;
 using net::RangeSet;
 
-// "FAKE:<serial>:<payload>"; a serial is accepted once (replay detection).
+// "FAKE:<serial>:<uid>:<payload>"; a serial is accepted once (replay
+// detection).  Credentials made by an authenticator carry its uid; uid 0 is
+// the daemons' (trusted).
 class FakeAuth : public net::Authenticator {
 public:
+    explicit FakeAuth(uid_t uid = 0) : uid_(uid) {}
     std::string credential(std::string_view payload) override
     {
-        return "FAKE:" + std::to_string(++serial_) + ":" + std::string(payload);
+        return "FAKE:" + std::to_string(++serial()) + ":" + std::to_string(uid_) + ":" + std::string(payload);
     }
     Verified verify(std::string_view cred) override
     {
@@ -38,15 +41,22 @@ public:
         if (c.rfind("FAKE:", 0) != 0)
             throw net::AuthError("Invalid credential");
         size_t colon = c.find(':', 5);
-        if (colon == std::string::npos)
+        size_t colon2 = colon == std::string::npos ? colon : c.find(':', colon + 1);
+        if (colon2 == std::string::npos)
             throw net::AuthError("Invalid credential");
         if (!seen_.insert(c.substr(5, colon - 5)).second)
             throw net::AuthError("Replayed credential");
-        return {0, c.substr(colon + 1)};
+        return {static_cast<uid_t>(std::stoul(c.substr(colon + 1, colon2 - colon - 1))), c.substr(colon2 + 1)};
     }
+    bool trusted(uid_t uid) const override { return uid == 0; }
 
 private:
-    uint64_t serial_ = 0;
+    static uint64_t &serial()
+    {
+        static uint64_t s = 0;
+        return s;
+    }
+    uid_t uid_;
     std::set<std::string> seen_;
 };
 
