@@ -89,6 +89,13 @@ public:
         return v;
     }
     size_t remaining() const noexcept { return n_ - off_; }
+    // Everything not read yet (consumed).
+    std::string_view rest()
+    {
+        std::string_view v(reinterpret_cast<const char *>(p_ + off_), n_ - off_);
+        off_ = n_;
+        return v;
+    }
     void finish() const
     {
         if (off_ != n_)

@@ -351,7 +351,8 @@ void Engine::hop_child_failed(uint64_t op, uint64_t child_op, const std::string 
     if (hop->answer.reasons.size() < kMaxReasons)
         hop->answer.reasons.emplace(slice.nth(0), slice.size() > 1 ? why + " (and the " +
                                                                           std::to_string(slice.size() - 1) +
-                                                                          " nodes it serves)"
+                                                                          " node" + (slice.size() > 2 ? "s" : "") +
+                                                                          " it serves)"
                                                                     : why);
     if (--hop->waiting == 0) {
         hops_.erase(hit);

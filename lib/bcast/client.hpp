@@ -1,0 +1,66 @@
+// The client side of a broadcast: what storm-bcast and srun (launch/bcast)
+// run as the user.
+//
+// It describes the source (a file, or a directory and everything under
+// it), connects to the agent heading the job's nodes (munge: the agent
+// learns the user's uid; the client checks the agent runs as a Slurm
+// daemon), sends the open request, then streams the files in chunks, each
+// read while earlier ones are on the wire, with at most `window` chunks
+// unanswered, and finally asks for the commit.  Every node then holds the
+// complete files under their final names, or none does.
+//
+// Contract: broadcast() returns once the files are in place everywhere and
+// throws BcastError with a message for the user (which node, what cause)
+// otherwise.  Sources are checked before anything is sent.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <netinet/in.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lib/bcast/protocol.hpp"
+#include "lib/net/authenticator.hpp"
+
+namespace storm::bcast {
+
+class BcastError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// What to send: the entries of the open request and where each file is read.
+struct Source {
+    std::vector<Entry> entries;
+    std::vector<std::string> paths; // by entry; "" for directories
+    uint64_t total_bytes() const;
+};
+
+// A file, or a directory with its whole tree (symbolic links inside are
+// followed only if they lead to files or directories).  Throws BcastError
+// for a missing or unreadable source.
+Source scan(const std::string &path);
+// Files gathered from several places into one directory (a program's
+// shared libraries): each file under its base name.
+Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode = 0755);
+
+struct ClientOptions {
+    sockaddr_in agent{};            // the agent heading the job's nodes
+    uint32_t agent_index = 0;
+    std::string cred;               // Slurm's sbcast credential, packed
+    std::string dest;               // absolute
+    uint32_t flags = 0;             // Flags
+    uint32_t chunk_size = 64u << 10;
+    unsigned window = 0;            // chunks in flight; 0: 16 MiB worth
+    uint8_t fanout = 1;             // of the data tree
+    std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
+    bool compress = false;          // zlib each chunk (level 1) where it shrinks
+    std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);
+
+} // namespace storm::bcast

@@ -1,0 +1,165 @@
+#include "lib/bcast/protocol.hpp"
+
+#include <zlib.h>
+
+namespace storm::bcast {
+
+using net::DecodeError;
+
+namespace {
+
+constexpr uint32_t kMaxEntries = 1u << 20;
+constexpr size_t kMaxPath = 4096;
+constexpr size_t kMaxCred = 64u << 10;
+
+} // namespace
+
+bool safe_relative_path(std::string_view rel)
+{
+    if (rel.empty() || rel.front() == '/' || rel.back() == '/')
+        return false;
+    size_t start = 0;
+    while (start <= rel.size()) {
+        size_t end = rel.find('/', start);
+        if (end == std::string_view::npos)
+            end = rel.size();
+        std::string_view part = rel.substr(start, end - start);
+        if (part.empty() || part == "." || part == ".." || part.find('\0') != std::string_view::npos)
+            return false;
+        start = end + 1;
+    }
+    return true;
+}
+
+uint32_t crc32(std::string_view data)
+{
+    uLong c = ::crc32(0L, Z_NULL, 0);
+    const auto *p = reinterpret_cast<const Bytef *>(data.data());
+    size_t left = data.size();
+    while (left > 0) {
+        uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+        c = ::crc32(c, p, n);
+        p += n;
+        left -= n;
+    }
+    return static_cast<uint32_t>(c);
+}
+
+std::string OpenRequest::encode() const
+{
+    net::Writer w;
+    w.bytes(cred);
+    w.bytes(dest);
+    w.u32(flags);
+    w.u8(fanout);
+    w.u32(timeout_ms);
+    w.u32(static_cast<uint32_t>(entries.size()));
+    for (const auto &e : entries) {
+        w.bytes(e.path);
+        w.u8(e.dir ? 1 : 0);
+        w.u32(e.mode);
+        w.u64(e.size);
+        w.u64(static_cast<uint64_t>(e.atime));
+        w.u64(static_cast<uint64_t>(e.mtime));
+    }
+    return w.take();
+}
+
+OpenRequest OpenRequest::decode(std::string_view payload)
+{
+    net::Reader r(payload);
+    OpenRequest q;
+    q.cred = std::string(r.bytes(kMaxCred));
+    q.dest = std::string(r.bytes(kMaxPath));
+    q.flags = r.u32();
+    q.fanout = r.u8();
+    q.timeout_ms = r.u32();
+    uint32_t n = r.u32();
+    if (n == 0 || n > kMaxEntries)
+        throw DecodeError("a broadcast of " + std::to_string(n) + " entries");
+    q.entries.reserve(std::min<uint32_t>(n, 4096));
+    for (uint32_t i = 0; i < n; ++i) {
+        Entry e;
+        e.path = std::string(r.bytes(kMaxPath));
+        e.dir = r.u8() != 0;
+        e.mode = r.u32();
+        e.size = r.u64();
+        e.atime = static_cast<int64_t>(r.u64());
+        e.mtime = static_cast<int64_t>(r.u64());
+        if (i == 0 ? !e.path.empty() : !safe_relative_path(e.path))
+            throw DecodeError("entry path \"" + e.path + "\" is not allowed");
+        if (e.mode > 07777 || (e.dir && e.size != 0))
+            throw DecodeError("entry \"" + e.path + "\" has a bad mode or size");
+        q.entries.push_back(std::move(e));
+    }
+    r.finish();
+    if (q.cred.empty())
+        throw DecodeError("no credential");
+    if (q.dest.size() < 2 || q.dest.front() != '/' || q.dest.find('\0') != std::string::npos)
+        throw DecodeError("destination \"" + q.dest + "\" is not an absolute path");
+    if (q.dest.back() == '/' && q.entries.front().dir)
+        throw DecodeError("a directory needs a destination name, not \"" + q.dest + "\"");
+    if (!q.entries.front().dir && n != 1)
+        throw DecodeError("a file broadcast with more than one entry");
+    if (q.fanout < 1 || q.fanout > 64 || q.timeout_ms < 1 || q.timeout_ms > 3600000)
+        throw DecodeError("fanout or timeout out of range");
+    if (q.flags & ~static_cast<uint32_t>(kForce | kPreserve))
+        throw DecodeError("unknown flags");
+    return q;
+}
+
+uint64_t OpenRequest::total_bytes() const
+{
+    uint64_t t = 0;
+    for (const auto &e : entries)
+        t += e.size;
+    return t;
+}
+
+void ChunkHeader::encode(net::Writer &w) const
+{
+    w.u32(entry);
+    w.u64(offset);
+    w.u32(raw_len);
+    w.u32(crc);
+    w.u8(compressed ? 1 : 0);
+}
+
+ChunkHeader ChunkHeader::decode(net::Reader &r)
+{
+    ChunkHeader h;
+    h.entry = r.u32();
+    h.offset = r.u64();
+    h.raw_len = r.u32();
+    h.crc = r.u32();
+    uint8_t c = r.u8();
+    if (c > 1 || h.raw_len == 0 || h.raw_len > kMaxChunk)
+        throw DecodeError("bad chunk header");
+    h.compressed = c == 1;
+    return h;
+}
+
+std::string Reply::encode() const
+{
+    net::Writer w;
+    w.u8(kind);
+    w.u64(value);
+    w.bytes(message);
+    return w.take();
+}
+
+Reply Reply::decode(std::string_view payload)
+{
+    net::Reader r(payload);
+    Reply p;
+    uint8_t k = r.u8();
+    if (k < opened || k > failed)
+        throw DecodeError("unknown reply kind " + std::to_string(k));
+    p.kind = static_cast<Kind>(k);
+    p.value = r.u64();
+    p.message = std::string(r.bytes(60000));
+    r.finish();
+    return p;
+}
+
+} // namespace storm::bcast

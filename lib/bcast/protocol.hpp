@@ -1,0 +1,94 @@
+// The broadcast protocol: what a user's client asks of the agent that
+// heads a transfer (MsgType::bcast_*), and what that agent sends down the
+// tree to every node of the job (XFER-AND-SIGNAL events "bcast:...").
+//
+//   client -> head agent   bcast_open   OpenRequest
+//   head -> every node     event "bcast:open:<sid>"   the same OpenRequest
+//   head -> client         bcast_reply  Reply{opened, sid}
+//   client -> head         bcast_data   Chunk (header + bytes), any number,
+//                                       at most `window` unanswered
+//   head -> every node     event "bcast:data:<sid>"   the same bytes
+//   head -> client         bcast_reply  Reply{done, sequence}
+//   client -> head         bcast_close  (empty)
+//   head -> every node     COMPARE-AND-WRITE "bcast:<sid>:complete" == 1
+//                          then event "bcast:commit:<sid>"
+//   head -> client         bcast_reply  Reply{committed}
+//   on any failure         event "bcast:abort:<sid>"; Reply{failed, why}
+//
+// Contract: every decode throws net::DecodeError on a malformed message and
+// checks what a receiver relies on (path shapes, sizes, counts).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lib/net/wire.hpp"
+
+namespace storm::bcast {
+
+enum Flags : uint32_t {
+    kForce = 1,    // replace an existing destination
+    kPreserve = 2, // keep the source's access and modification times
+};
+
+// One file or directory of a broadcast.  The first entry is the
+// destination itself (path ""); a directory's contents follow it, with
+// paths relative to it ("a", "a/b").
+struct Entry {
+    std::string path;
+    bool dir = false;
+    uint32_t mode = 0; // permission bits (07777)
+    uint64_t size = 0; // bytes (files)
+    int64_t atime = 0, mtime = 0;
+};
+
+struct OpenRequest {
+    std::string cred;   // Slurm's sbcast credential, packed
+    std::string dest;   // absolute; a trailing '/' asks for the per-node name srun --bcast uses
+    uint32_t flags = 0;
+    uint8_t fanout = 1; // of the data tree (1: a pipeline through the nodes)
+    uint32_t timeout_ms = 10000;
+    std::vector<Entry> entries;
+
+    std::string encode() const;
+    static OpenRequest decode(std::string_view payload);
+    uint64_t total_bytes() const;
+};
+
+// A chunk: a header and the bytes.  The bytes are zlib-compressed when
+// `compressed`; crc is the CRC-32 of the uncompressed bytes.
+struct ChunkHeader {
+    static constexpr size_t kSize = 4 + 8 + 4 + 4 + 1;
+    uint32_t entry = 0;
+    uint64_t offset = 0;
+    uint32_t raw_len = 0;
+    uint32_t crc = 0;
+    bool compressed = false;
+
+    void encode(net::Writer &w) const;
+    // Reads the header; the rest of the payload is the bytes.
+    static ChunkHeader decode(net::Reader &r);
+};
+
+struct Reply {
+    enum Kind : uint8_t { opened = 1, done = 2, committed = 3, failed = 4 };
+    Kind kind = failed;
+    uint64_t value = 0; // opened: the session id; done: the chunk's sequence number
+    std::string message;
+
+    std::string encode() const;
+    static Reply decode(std::string_view payload);
+};
+
+// The largest chunk a client may send (uncompressed).
+constexpr uint32_t kMaxChunk = 4u << 20;
+
+// Whether `rel` is a relative path without empty, "." or ".." components.
+bool safe_relative_path(std::string_view rel);
+
+// CRC-32 (zlib's) of data.
+uint32_t crc32(std::string_view data);
+
+} // namespace storm::bcast

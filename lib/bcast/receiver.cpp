@@ -1,0 +1,457 @@
+#include "lib/bcast/receiver.hpp"
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <ftw.h>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <zlib.h>
+
+#include "lib/bcast/as_user.hpp"
+
+namespace storm::bcast {
+
+namespace {
+
+std::string hex(uint64_t v)
+{
+    char b[17];
+    std::snprintf(b, sizeof b, "%016" PRIx64, v);
+    return b;
+}
+
+std::string err(const std::string &what, int e) { return what + ": " + std::strerror(e); }
+
+std::string dirname_of(const std::string &p)
+{
+    size_t s = p.rfind('/');
+    return s == 0 ? "/" : p.substr(0, s);
+}
+
+std::string basename_of(const std::string &p) { return p.substr(p.rfind('/') + 1); }
+
+// Removes a file or a whole tree (no symlink is followed); as the caller's
+// file system ids.
+int remove_tree(const std::string &path)
+{
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0)
+        return errno == ENOENT ? 0 : errno;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path.c_str()) == 0 ? 0 : errno;
+    int rc = nftw(
+        path.c_str(),
+        [](const char *p, const struct stat *, int type, struct FTW *) {
+            return (type == FTW_DP ? rmdir(p) : unlink(p)) == 0 ? 0 : errno;
+        },
+        16, FTW_DEPTH | FTW_PHYS);
+    return rc < 0 ? errno : rc;
+}
+
+} // namespace
+
+std::string event_name(const char *kind, uint64_t sid) { return std::string("bcast:") + kind + ":" + hex(sid); }
+std::string var_prefix(uint64_t sid) { return "bcast:" + hex(sid) + ":"; }
+
+struct Receiver::File {
+    std::string path; // in the staging area
+    bool dir = false;
+    uint32_t mode = 0;
+    uint64_t size = 0, received = 0;
+    int64_t atime = 0, mtime = 0;
+    int fd = -1;
+};
+
+struct Receiver::Session {
+    Grant grant;
+    std::vector<gid_t> groups;
+    std::string dest, temp;
+    uint32_t flags = 0;
+    std::vector<File> files;
+    size_t incomplete = 0;
+    std::string error; // set once a chunk failed here: every later one fails too
+    std::chrono::steady_clock::time_point last;
+    std::chrono::milliseconds idle_limit{30000};
+    ~Session()
+    {
+        for (auto &f : files)
+            if (f.fd >= 0)
+                ::close(f.fd);
+    }
+};
+
+Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log)
+    : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log))
+{
+    timer_ = event_new(
+        base, -1, EV_PERSIST, [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); },
+        this);
+    timeval tv{1, 0};
+    evtimer_add(timer_, &tv);
+}
+
+Receiver::~Receiver()
+{
+    if (timer_)
+        event_free(timer_);
+    std::vector<uint64_t> open;
+    for (auto &kv : sessions_)
+        open.push_back(kv.first);
+    for (uint64_t sid : open)
+        abort(sid, "the agent is stopping");
+}
+
+std::string Receiver::on_chunk(const std::string &event, uint64_t sid, std::string_view payload)
+{
+    // "bcast:<kind>:<sid>"
+    size_t colon = event.rfind(':');
+    if (colon == std::string::npos || event.substr(colon + 1) != hex(sid))
+        return "malformed broadcast event " + event;
+    std::string kind = event.substr(6, colon - 6);
+    try {
+        if (kind == "open")
+            return open(sid, payload);
+        if (kind == "data")
+            return data(sid, payload);
+        if (kind == "commit")
+            return commit(sid);
+        if (kind == "abort") {
+            abort(sid, "aborted by the head of the broadcast");
+            return "";
+        }
+    } catch (const std::exception &e) {
+        return e.what();
+    }
+    return "unknown broadcast event " + event;
+}
+
+std::string Receiver::open(uint64_t sid, std::string_view payload)
+{
+    if (sessions_.count(sid))
+        return "broadcast " + hex(sid) + " is already open";
+    OpenRequest req = OpenRequest::decode(payload);
+    auto s = std::make_unique<Session>();
+    try {
+        s->grant = auth_.authorize(req.cred);
+    } catch (const std::exception &e) {
+        log_.error("broadcast %s: credential refused: %s", hex(sid).c_str(), e.what());
+        return std::string("credential refused: ") + e.what();
+    }
+    if (!s->grant.nodes.contains(cfg_.self))
+        return "not a node of job " + std::to_string(s->grant.job_id);
+    s->groups = s->grant.gids.empty() ? groups_of(s->grant.user, s->grant.gid) : s->grant.gids;
+    s->flags = req.flags;
+    s->dest = req.dest;
+    if (s->dest.back() == '/')
+        s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
+                   "_" + cfg_.node_name;
+    s->temp = dirname_of(s->dest) + "/." + basename_of(s->dest) + ".storm-" + hex(sid);
+    s->idle_limit = std::max(std::chrono::milliseconds(3 * uint64_t(req.timeout_ms)), std::chrono::milliseconds(30000));
+    bool top_dir = req.entries.front().dir;
+
+    {
+        AsUser as(s->grant.uid, s->grant.gid, s->groups);
+        struct stat st;
+        if (lstat(s->dest.c_str(), &st) == 0) {
+            if (!top_dir && S_ISDIR(st.st_mode))
+                return s->dest + " is a directory";
+            if (top_dir && !S_ISDIR(st.st_mode))
+                return s->dest + " exists and is not a directory";
+            if (!(req.flags & kForce))
+                return s->dest + " exists (--force replaces it)";
+        } else if (errno != ENOENT) {
+            return err(s->dest, errno);
+        }
+        std::string parent = dirname_of(s->dest);
+        if (stat(parent.c_str(), &st) != 0)
+            return err("destination directory " + parent, errno);
+        if (!S_ISDIR(st.st_mode))
+            return parent + " is not a directory";
+
+        // Stage everything; on any failure remove what was made.
+        auto fail = [&](const std::string &why) {
+            remove_tree(s->temp);
+            return why;
+        };
+        for (size_t i = 0; i < req.entries.size(); ++i) {
+            const Entry &e = req.entries[i];
+            File f;
+            f.path = i == 0 ? s->temp : s->temp + "/" + e.path;
+            f.dir = e.dir;
+            f.mode = e.mode;
+            f.size = e.size;
+            f.atime = e.atime;
+            f.mtime = e.mtime;
+            if (e.dir) {
+                if (mkdir(f.path.c_str(), 0700) != 0)
+                    return fail(err("cannot create " + (i == 0 ? s->dest : s->dest + "/" + e.path), errno));
+            } else {
+                int fd = ::open(f.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                if (fd < 0)
+                    return fail(err("cannot create " + (i == 0 ? s->dest : s->dest + "/" + e.path), errno));
+                if (e.size > 0 && fallocate(fd, 0, 0, static_cast<off_t>(e.size)) != 0 && errno != EOPNOTSUPP &&
+                    errno != ENOSYS) {
+                    int e2 = errno;
+                    ::close(fd);
+                    return fail(err("cannot reserve " + std::to_string(e.size) + " bytes in " + parent, e2));
+                }
+                ::close(fd);
+                if (e.size > 0)
+                    s->incomplete++;
+            }
+            s->files.push_back(std::move(f));
+        }
+    }
+    s->last = std::chrono::steady_clock::now();
+    try {
+        journal_add(sid, *s);
+    } catch (const std::exception &e) {
+        AsUser as(s->grant.uid, s->grant.gid, s->groups);
+        remove_tree(s->temp);
+        return e.what();
+    }
+    engine_.set_variable(var_prefix(sid) + "complete", s->incomplete == 0 ? 1 : 0);
+    log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
+              hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,
+              static_cast<unsigned>(s->grant.uid));
+    sessions_.emplace(sid, std::move(s));
+    return "";
+}
+
+std::string Receiver::data(uint64_t sid, std::string_view payload)
+{
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end())
+        return "no broadcast " + hex(sid) + " is open on this node";
+    Session &s = *it->second;
+    if (!s.error.empty())
+        return s.error;
+    s.last = std::chrono::steady_clock::now();
+    auto failed = [&](const std::string &why) {
+        s.error = why;
+        return why;
+    };
+    net::Reader r(payload);
+    ChunkHeader h = ChunkHeader::decode(r);
+    std::string_view bytes = r.rest();
+    if (h.entry >= s.files.size() || s.files[h.entry].dir)
+        return failed("chunk for entry " + std::to_string(h.entry) + ", which is not a file");
+    File &f = s.files[h.entry];
+    if (h.offset != f.received || h.raw_len > f.size - f.received)
+        return failed("chunk [" + std::to_string(h.offset) + ", +" + std::to_string(h.raw_len) +
+                      ") out of order or beyond the " + std::to_string(f.size) + " bytes of " + f.path);
+    std::string inflated;
+    if (h.compressed) {
+        inflated.resize(h.raw_len);
+        uLongf len = h.raw_len;
+        if (uncompress(reinterpret_cast<Bytef *>(inflated.data()), &len,
+                       reinterpret_cast<const Bytef *>(bytes.data()), bytes.size()) != Z_OK ||
+            len != h.raw_len)
+            return failed("chunk at " + std::to_string(h.offset) + " does not decompress");
+        bytes = inflated;
+    } else if (bytes.size() != h.raw_len) {
+        return failed("chunk of " + std::to_string(bytes.size()) + " bytes, header says " +
+                      std::to_string(h.raw_len));
+    }
+    if (crc32(bytes) != h.crc)
+        return failed("chunk at " + std::to_string(h.offset) + " of " + s.dest + " fails its CRC check");
+    if (f.fd < 0) {
+        AsUser as(s.grant.uid, s.grant.gid, s.groups);
+        f.fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (f.fd < 0)
+            return failed(err("cannot open " + f.path, errno));
+    }
+    size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = pwrite(f.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(h.offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return failed(err("cannot write " + s.dest, n < 0 ? errno : EIO));
+        done += static_cast<size_t>(n);
+    }
+    f.received += bytes.size();
+    if (f.received == f.size) {
+        if (::close(f.fd) != 0) {
+            f.fd = -1;
+            return failed(err("cannot write " + s.dest, errno));
+        }
+        f.fd = -1;
+        if (--s.incomplete == 0)
+            engine_.set_variable(var_prefix(sid) + "complete", 1);
+    }
+    return "";
+}
+
+std::string Receiver::commit(uint64_t sid)
+{
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end())
+        return "no broadcast " + hex(sid) + " is open on this node";
+    Session &s = *it->second;
+    if (s.incomplete != 0 || !s.error.empty() || engine_.variable(var_prefix(sid) + "commit") != 1) {
+        std::string why = "commit of " + s.dest + " before every node confirmed every byte";
+        abort(sid, why.c_str());
+        return why;
+    }
+    std::string why;
+    {
+        AsUser as(s.grant.uid, s.grant.gid, s.groups);
+        // Contents first, so that directories' times stay as set.
+        for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
+            if (chmod(f->path.c_str(), f->mode & 0777) != 0)
+                why = err("cannot set the mode of " + f->path, errno);
+            if (why.empty() && (s.flags & kPreserve)) {
+                timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
+                if (utimensat(AT_FDCWD, f->path.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0)
+                    why = err("cannot set the times of " + f->path, errno);
+            }
+        }
+        if (why.empty()) {
+            struct stat st;
+            bool replace_dir = s.files.front().dir && lstat(s.dest.c_str(), &st) == 0;
+            if (replace_dir) {
+                // Swap the new tree in, then remove the old one.
+                if (renameat2(AT_FDCWD, s.temp.c_str(), AT_FDCWD, s.dest.c_str(), RENAME_EXCHANGE) != 0)
+                    why = err("cannot replace " + s.dest, errno);
+                else if (int e = remove_tree(s.temp))
+                    log_.error("broadcast %s: cannot remove the replaced %s: %s", hex(sid).c_str(),
+                               s.dest.c_str(), std::strerror(e));
+            } else if (rename(s.temp.c_str(), s.dest.c_str()) != 0) {
+                why = err("cannot rename into " + s.dest, errno);
+            }
+        }
+    }
+    if (!why.empty()) {
+        abort(sid, why.c_str());
+        return why;
+    }
+    journal_remove(sid);
+    engine_.erase_variables(var_prefix(sid));
+    log_.info("broadcast %s: %s in place", hex(sid).c_str(), s.dest.c_str());
+    sessions_.erase(it);
+    return "";
+}
+
+void Receiver::discard(Session &s)
+{
+    for (auto &f : s.files)
+        if (f.fd >= 0) {
+            ::close(f.fd);
+            f.fd = -1;
+        }
+    AsUser as(s.grant.uid, s.grant.gid, s.groups);
+    if (int e = remove_tree(s.temp))
+        log_.error("cannot remove %s: %s", s.temp.c_str(), std::strerror(e));
+}
+
+void Receiver::abort(uint64_t sid, const char *why)
+{
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end())
+        return;
+    log_.info("broadcast %s: %s not kept: %s", hex(sid).c_str(), it->second->dest.c_str(), why);
+    try {
+        discard(*it->second);
+    } catch (const std::exception &e) {
+        log_.error("broadcast %s: %s", hex(sid).c_str(), e.what());
+    }
+    journal_remove(sid);
+    engine_.erase_variables(var_prefix(sid));
+    sessions_.erase(it);
+}
+
+void Receiver::sweep()
+{
+    auto now = std::chrono::steady_clock::now();
+    std::vector<uint64_t> stale;
+    for (auto &kv : sessions_)
+        if (now - kv.second->last > kv.second->idle_limit)
+            stale.push_back(kv.first);
+    for (uint64_t sid : stale)
+        abort(sid, "no word from the head of the broadcast (it or its client died)");
+}
+
+// ---- journal: one file per open session, "uid gid ngroups groups...\ntemp\n"
+
+void Receiver::journal_add(uint64_t sid, const Session &s)
+{
+    if (cfg_.journal_dir.empty())
+        return;
+    std::string path = cfg_.journal_dir + "/" + hex(sid), tmp = path + ".new";
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << s.grant.uid << " " << s.grant.gid << " " << s.groups.size();
+        for (gid_t g : s.groups)
+            out << " " << g;
+        out << "\n" << s.temp << "\n";
+        out.flush();
+        if (!out)
+            throw std::runtime_error("cannot write the journal " + tmp);
+    }
+    if (rename(tmp.c_str(), path.c_str()) != 0)
+        throw std::runtime_error(err("cannot write the journal " + path, errno));
+}
+
+void Receiver::journal_remove(uint64_t sid)
+{
+    if (!cfg_.journal_dir.empty())
+        unlink((cfg_.journal_dir + "/" + hex(sid)).c_str());
+}
+
+void Receiver::recover()
+{
+    if (cfg_.journal_dir.empty())
+        return;
+    if (mkdir(cfg_.journal_dir.c_str(), 0700) != 0 && errno != EEXIST)
+        throw std::runtime_error(err("cannot create " + cfg_.journal_dir, errno));
+    DIR *d = opendir(cfg_.journal_dir.c_str());
+    if (!d)
+        throw std::runtime_error(err("cannot read " + cfg_.journal_dir, errno));
+    std::vector<std::string> names;
+    while (dirent *e = readdir(d))
+        if (e->d_name[0] != '.')
+            names.push_back(e->d_name);
+    closedir(d);
+    for (const auto &n : names) {
+        std::string path = cfg_.journal_dir + "/" + n;
+        std::ifstream in(path);
+        uid_t uid;
+        gid_t gid;
+        size_t ng = 0;
+        std::vector<gid_t> groups;
+        std::string temp;
+        if (in >> uid >> gid >> ng && ng < 65536) {
+            groups.resize(ng);
+            for (auto &g : groups)
+                in >> g;
+            in >> std::ws;
+            std::getline(in, temp);
+        }
+        if (in && temp.size() > 1 && temp[0] == '/' && temp.find("/.") != std::string::npos &&
+            temp.find(".storm-") != std::string::npos) {
+            try {
+                AsUser as(uid, gid, groups);
+                int e = remove_tree(temp);
+                if (e == 0)
+                    log_.info("removed %s, left by a broadcast that did not finish", temp.c_str());
+                else
+                    log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(), std::strerror(e));
+            } catch (const std::exception &e) {
+                log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(), e.what());
+            }
+        } else {
+            log_.error("ignoring unreadable broadcast journal entry %s", path.c_str());
+        }
+        unlink(path.c_str());
+    }
+}
+
+} // namespace storm::bcast

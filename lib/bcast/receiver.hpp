@@ -1,0 +1,82 @@
+// The node side of a broadcast: the engine's sink for "bcast:" events.
+//
+// For each broadcast (session) it checks the credential itself (a node
+// never trusts the head's word that a user may write here), then, acting
+// as the job's user (AsUser), stages the files next to the destination
+// under a temporary name (".NAME.storm-<sid>"), reserving their space at
+// once so that a full disk fails the open instead of the transfer; writes
+// each chunk after checking its CRC; sets "bcast:<sid>:complete" to 1 when
+// every byte is there; and on commit sets mode and times (the stock rules:
+// mode & 0777, times kept with --preserve) and renames into place.  Abort,
+// a stalled session (no chunk for three timeouts) and recover() (at start,
+// for sessions a killed slurmd left behind, listed in the journal) remove
+// the temporaries: no node keeps a partial file.
+//
+// A destination ending in '/' receives srun --bcast's per-node name,
+// "slurm_bcast_<job>.<step>_<node>", which slurmstepd computes too.
+//
+// Threading: the agent's loop thread only (the engine calls the sink).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "lib/bcast/authorizer.hpp"
+#include "lib/bcast/protocol.hpp"
+#include "lib/common/log.hpp"
+#include "lib/prim/engine.hpp"
+
+struct event;
+struct event_base;
+
+namespace storm::bcast {
+
+struct ReceiverConfig {
+    uint32_t self = 0;
+    std::string node_name;
+    std::string journal_dir; // where open sessions are recorded; "" for none
+};
+
+class Receiver {
+public:
+    Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log);
+    ~Receiver();
+    Receiver(const Receiver &) = delete;
+    Receiver &operator=(const Receiver &) = delete;
+
+    // Removes what the sessions listed in the journal left (run at start).
+    void recover();
+    // The sink: returns "" or why this node cannot take the chunk.
+    std::string on_chunk(const std::string &event, uint64_t sid, std::string_view data);
+    // Aborts the sessions that stalled; run every second by a timer.
+    void sweep();
+    size_t sessions() const noexcept { return sessions_.size(); }
+
+private:
+    struct File;
+    struct Session;
+    std::string open(uint64_t sid, std::string_view payload);
+    std::string data(uint64_t sid, std::string_view payload);
+    std::string commit(uint64_t sid);
+    void abort(uint64_t sid, const char *why);
+    void discard(Session &s);
+    void journal_add(uint64_t sid, const Session &s);
+    void journal_remove(uint64_t sid);
+
+    prim::Engine &engine_;
+    Authorizer &auth_;
+    ReceiverConfig cfg_;
+    Logger log_;
+    std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+    event *timer_ = nullptr;
+};
+
+// "bcast:<kind>:<sid as 16 hex digits>" and the variables of a session.
+std::string event_name(const char *kind, uint64_t sid);
+std::string var_prefix(uint64_t sid);
+
+} // namespace storm::bcast

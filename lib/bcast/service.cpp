@@ -1,0 +1,229 @@
+#include "lib/bcast/service.hpp"
+
+#include <cinttypes>
+
+#include "lib/bcast/receiver.hpp"
+
+namespace storm::bcast {
+
+using std::chrono::milliseconds;
+
+struct Service::Session {
+    std::weak_ptr<net::Connection> conn;
+    const net::Connection *key = nullptr;
+    uint64_t sid = 0;
+    Grant grant;
+    std::string dest;
+    uint64_t total = 0;
+    net::RangeSet set;
+    unsigned fanout = 1;
+    milliseconds timeout{10000};
+    enum State { opening, open, closing, finished } state = opening;
+    uint64_t next_seq = 0;
+    unsigned inflight = 0;
+    bool close_asked = false;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+Service::Service(prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log)
+    : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log))
+{
+}
+
+Service::~Service() { *alive_ = false; }
+
+std::string Service::name(uint32_t i) const
+{
+    return i < cfg_.names.size() ? cfg_.names[i] : "node " + std::to_string(i);
+}
+
+std::string Service::describe(const prim::XferResult &r) const
+{
+    std::string out;
+    unsigned listed = 0;
+    for (uint32_t i = 0; i < r.failed.size() && listed < 32; ++i, ++listed) {
+        uint32_t n = r.failed.nth(i);
+        auto it = r.reasons.find(n);
+        out += "\n  " + name(n) + ": " + (it != r.reasons.end() ? it->second : "failed with the node serving it");
+    }
+    if (r.failed.size() > listed)
+        out += "\n  and " + std::to_string(r.failed.size() - listed) + " more nodes";
+    return std::to_string(r.failed.size()) + " of " + "the job's nodes failed:" + out;
+}
+
+void Service::send_reply(const std::shared_ptr<Session> &s, const Reply &r)
+{
+    auto c = s->conn.lock();
+    if (c && !c->closed())
+        c->send(net::MsgType::bcast_reply, s->sid, r.encode());
+}
+
+void Service::on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload)
+{
+    auto it = sessions_.find(&c);
+    if (h.type == net::MsgType::bcast_open) {
+        if (it != sessions_.end() && it->second->state != Session::finished)
+            throw net::FrameError("a broadcast is already open on this connection");
+        open(c, payload);
+        return;
+    }
+    if (it == sessions_.end())
+        throw net::FrameError("no broadcast open on this connection");
+    Session &s = *it->second;
+    if (s.state == Session::finished)
+        return; // it failed: the client was told; chunks still in flight are dropped
+    if (s.state != Session::open || s.close_asked)
+        throw net::FrameError("broadcast frame out of sequence");
+    if (h.type == net::MsgType::bcast_data)
+        data(s, c, payload);
+    else
+        close(s);
+}
+
+void Service::open(net::Connection &c, std::string_view payload)
+{
+    auto s = std::make_shared<Session>();
+    s->conn = c.shared_from_this();
+    s->key = &c;
+    s->sid = prim::Engine::new_origin();
+    sessions_[&c] = s;
+    auto refuse = [&](const std::string &why) {
+        log_.error("broadcast request from uid %u refused: %s", static_cast<unsigned>(c.peer_uid()), why.c_str());
+        s->state = Session::finished;
+        send_reply(s, Reply{Reply::failed, 0, why});
+    };
+    OpenRequest req;
+    try {
+        req = OpenRequest::decode(payload);
+        s->grant = auth_.authorize(req.cred);
+    } catch (const net::AuthError &e) {
+        return refuse(std::string("credential refused: ") + e.what());
+    } catch (const std::exception &e) {
+        return refuse(std::string("malformed request: ") + e.what());
+    }
+    if (!c.trusted() && s->grant.uid != c.peer_uid())
+        return refuse("the credential is uid " + std::to_string(s->grant.uid) + "'s, not uid " +
+                      std::to_string(c.peer_uid()) + "'s");
+    if (!s->grant.nodes.contains(cfg_.self))
+        return refuse(name(cfg_.self) + " is not a node of job " + std::to_string(s->grant.job_id));
+    s->set = s->grant.nodes;
+    s->dest = req.dest;
+    s->total = req.total_bytes();
+    s->fanout = req.fanout;
+    s->timeout = milliseconds(req.timeout_ms);
+    log_.info("broadcast %016" PRIx64 ": %s (%zu entries, %" PRIu64 " bytes) for job %u of uid %u to %u nodes",
+              s->sid, s->dest.c_str(), req.entries.size(), s->total, s->grant.job_id,
+              static_cast<unsigned>(s->grant.uid), s->set.size());
+    std::weak_ptr<bool> alive = alive_;
+    net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
+    engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("open", s->sid), s->sid, 0,
+                       payload.size(), ref, [this, s, alive](const prim::XferResult &r) {
+                           if (alive.expired() || !*alive.lock() || s->state != Session::opening)
+                               return;
+                           if (!r.ok)
+                               return fail(s, "cannot open " + s->dest + ": " + describe(r));
+                           s->state = Session::open;
+                           send_reply(s, Reply{Reply::opened, s->sid, ""});
+                       });
+}
+
+void Service::data(Session &ss, net::Connection &c, std::string_view payload)
+{
+    auto s = sessions_.at(&c);
+    uint64_t seq = s->next_seq++;
+    s->inflight++;
+    std::weak_ptr<bool> alive = alive_;
+    net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
+    (void)ss;
+    engine_.send_chunk(s->set, s->fanout, s->timeout, event_name("data", s->sid), s->sid, seq, 0, ref,
+                       [this, s, seq, alive](const prim::XferResult &r) {
+                           if (alive.expired() || !*alive.lock())
+                               return;
+                           s->inflight--;
+                           if (s->state == Session::finished)
+                               return;
+                           if (!r.ok)
+                               return fail(s, "transfer of " + s->dest + " failed: " + describe(r));
+                           send_reply(s, Reply{Reply::done, seq, ""});
+                           if (s->close_asked && s->inflight == 0)
+                               commit(s);
+                       });
+}
+
+void Service::close(Session &ss)
+{
+    auto s = sessions_.at(ss.key);
+    s->close_asked = true;
+    if (s->inflight == 0)
+        commit(s);
+}
+
+void Service::commit(const std::shared_ptr<Session> &s)
+{
+    s->state = Session::closing;
+    std::weak_ptr<bool> alive = alive_;
+    std::string prefix = var_prefix(s->sid);
+    engine_.compare_and_write(
+        s->set, prefix + "complete", prim::Relation::eq, 1, prim::Engine::Write{prefix + "commit", 1},
+        [this, s, alive](const prim::CawResult &c) {
+            if (alive.expired() || !*alive.lock() || s->state != Session::closing)
+                return;
+            if (!c.ok || !c.written) {
+                prim::XferResult r;
+                r.failed = c.failed;
+                return fail(s, c.ok ? "not every node holds every byte of " + s->dest
+                                    : "cannot confirm " + s->dest + ": " + describe(r));
+            }
+            engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid, 0, 0,
+                               {}, [this, s, alive](const prim::XferResult &r) {
+                                   if (alive.expired() || !*alive.lock() || s->state != Session::closing)
+                                       return;
+                                   if (!r.ok)
+                                       return fail(s, "cannot put " + s->dest + " in place: " + describe(r));
+                                   s->state = Session::finished;
+                                   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                                             s->start)
+                                                   .count();
+                                   log_.info("broadcast %016" PRIx64 ": %s on all %u nodes in %.3f s", s->sid,
+                                             s->dest.c_str(), s->set.size(), secs);
+                                   send_reply(s, Reply{Reply::committed, s->sid, ""});
+                               });
+        },
+        s->timeout);
+}
+
+void Service::fail(const std::shared_ptr<Session> &s, const std::string &why)
+{
+    if (s->state == Session::finished)
+        return;
+    s->state = Session::finished;
+    log_.error("broadcast %016" PRIx64 " for job %u: %s", s->sid, s->grant.job_id, why.c_str());
+    // The client hears of the failure once every node removed its part
+    // (or could not be reached): when the user's command returns, no node
+    // holds anything of this broadcast.
+    uint64_t sid = s->sid;
+    std::weak_ptr<bool> alive = alive_;
+    engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("abort", sid), sid, 0, 0, {},
+                       [this, s, why, alive](const prim::XferResult &r) {
+                           if (alive.expired() || !*alive.lock())
+                               return;
+                           if (!r.ok)
+                               log_.error("broadcast %016" PRIx64 ": abort did not reach nodes %s (they remove "
+                                          "their part when it stalls, or when their slurmd restarts)",
+                                          s->sid, r.failed.str().c_str());
+                           send_reply(s, Reply{Reply::failed, s->sid, why});
+                       });
+}
+
+void Service::on_closed(net::Connection &c)
+{
+    auto it = sessions_.find(&c);
+    if (it == sessions_.end())
+        return;
+    auto s = it->second;
+    sessions_.erase(it);
+    if (s->state != Session::finished)
+        fail(s, "the client went away before the broadcast was committed");
+}
+
+} // namespace storm::bcast

@@ -1,0 +1,69 @@
+// The head of a broadcast: the agent a user's client talks to.
+//
+// It checks the client's request (the credential must be genuine, the
+// job's own and name this node; a user may only broadcast a credential of
+// their own), then drives the transfer over the job's nodes with the
+// engine: the open request and every chunk as XFER-AND-SIGNAL (the client's
+// bytes forwarded by reference, never copied), answering the client chunk
+// by chunk so that it keeps a window in flight (global flow control: a
+// chunk counts as done only when every node wrote it); on close, a
+// COMPARE-AND-WRITE that every node holds every byte, then the commit.
+// Anything failing -- a node's refusal, a node dying, the client going
+// away -- aborts the broadcast on every node and tells the client which
+// nodes failed and why.
+//
+// Threading: the agent's loop thread only.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/bcast/authorizer.hpp"
+#include "lib/bcast/protocol.hpp"
+#include "lib/common/log.hpp"
+#include "lib/prim/engine.hpp"
+
+namespace storm::bcast {
+
+struct ServiceConfig {
+    uint32_t self = 0;
+    std::vector<std::string> names; // node names, by index (for messages)
+    unsigned control_fanout = 8;    // tree of open, commit and abort
+};
+
+class Service {
+public:
+    Service(prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log);
+    ~Service();
+    Service(const Service &) = delete;
+    Service &operator=(const Service &) = delete;
+
+    // The engine's user-frame handlers.  Throws net::FrameError for a frame
+    // that makes no sense on this connection (closes it).
+    void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload);
+    void on_closed(net::Connection &c);
+
+    size_t sessions() const noexcept { return sessions_.size(); }
+
+private:
+    struct Session;
+    void open(net::Connection &c, std::string_view payload);
+    void data(Session &s, net::Connection &c, std::string_view payload);
+    void close(Session &s);
+    void commit(const std::shared_ptr<Session> &s);
+    void fail(const std::shared_ptr<Session> &s, const std::string &why);
+    void send_reply(const std::shared_ptr<Session> &s, const Reply &r);
+    std::string describe(const prim::XferResult &r) const;
+    std::string name(uint32_t i) const;
+
+    prim::Engine &engine_;
+    Authorizer &auth_;
+    ServiceConfig cfg_;
+    Logger log_;
+    std::map<const net::Connection *, std::shared_ptr<Session>> sessions_;
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+} // namespace storm::bcast

@@ -1,0 +1,432 @@
+// Unit tests of the broadcast (lib/bcast): agents in one process on
+// loopback ports, each with a receiver and a broadcast service on the
+// engine, run by a loop thread; the client in the test's thread, as a user.
+// Files land byte for byte, owned by the job's user, with the source's
+// mode; bad credentials, a node that cannot write, an existing destination
+// and a node killed mid-transfer fail with a message naming the node and
+// leave no file, partial or complete, on any node.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <random>
+#include <sys/stat.h>
+#include <thread>
+
+#include <event2/thread.h>
+
+#include "lib/bcast/client.hpp"
+#include "lib/bcast/receiver.hpp"
+#include "lib/bcast/service.hpp"
+#include "lib/common/signals.hpp"
+#include "tests/unit/helpers.hpp"
+#include "tests/unit/prim_fixture.hpp"
+
+using namespace prim_fixture;
+using namespace storm::bcast;
+using test_helpers::contains;
+
+namespace {
+
+constexpr uid_t kUser = 65534; // the job's owner (nobody)
+constexpr gid_t kGroup = 65534;
+
+// "job=J uid=U nodes=SET", or anything else: refused.
+class FakeAuthorizer : public Authorizer {
+public:
+    Grant authorize(std::string_view cred) override
+    {
+        unsigned job, uid;
+        char nodes[64];
+        std::string c(cred);
+        if (std::sscanf(c.c_str(), "job=%u uid=%u nodes=%63s", &job, &uid, nodes) != 3)
+            throw net::AuthError("Invalid credential");
+        Grant g;
+        g.job_id = job;
+        g.step_id = 0;
+        g.uid = uid;
+        g.gid = kGroup;
+        g.gids = {kGroup};
+        g.user = "nobody";
+        g.nodes = RangeSet::parse(nodes);
+        return g;
+    }
+};
+
+std::string cred(unsigned n, uid_t uid = kUser) { return "job=42 uid=" + std::to_string(uid) + " nodes=0-" + std::to_string(n - 1); }
+
+std::string slurp(const std::string &p)
+{
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Everything in a directory (names).
+std::vector<std::string> listing(const std::string &dir)
+{
+    std::vector<std::string> out;
+    if (DIR *d = opendir(dir.c_str())) {
+        while (dirent *e = readdir(d))
+            if (e->d_name[0] != '.' || (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")))
+                out.push_back(e->d_name);
+        closedir(d);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+struct BcastCluster {
+    Cluster cl;
+    FakeAuthorizer authz;
+    std::vector<std::unique_ptr<Receiver>> receivers;
+    std::vector<std::unique_ptr<Service>> services;
+    std::vector<std::string> names;
+    std::string dir; // every node's destination directory (one file system: per-node names)
+    std::thread loop;
+    std::atomic<bool> stop{false};
+    event *tick = nullptr;
+    std::function<void(unsigned node, unsigned chunks)> on_data; // loop thread
+
+    BcastCluster(unsigned n, const std::string &root) : cl(n, 8, 2000ms), dir(root)
+    {
+        for (unsigned i = 0; i < n; ++i)
+            names.push_back("node" + std::to_string(i));
+        for (unsigned i = 0; i < n; ++i) {
+            ReceiverConfig rc{i, names[i], dir + "/journal" + std::to_string(i)};
+            receivers.push_back(std::make_unique<Receiver>(cl.base, *cl.agents[i], authz, rc,
+                                                           Logger("node" + std::to_string(i))));
+            receivers.back()->recover();
+            auto chunks = std::make_shared<unsigned>(0);
+            cl.agents[i]->add_sink("bcast:", [this, i, chunks](const std::string &ev, uint64_t origin, uint64_t,
+                                                               uint64_t, std::string_view data) {
+                if (ev.rfind("bcast:data:", 0) == 0 && on_data)
+                    on_data(i, ++*chunks);
+                return receivers[i] ? receivers[i]->on_chunk(ev, origin, data) : std::string("no receiver");
+            });
+            services.push_back(std::make_unique<Service>(*cl.agents[i], authz, ServiceConfig{i, names, 8},
+                                                         Logger("head" + std::to_string(i))));
+            auto *svc = services.back().get();
+            cl.agents[i]->on_user_frames(
+                [svc](net::Connection &c, const net::FrameHeader &h, std::string_view p) { svc->on_frame(c, h, p); },
+                [svc](net::Connection &c) { svc->on_closed(c); });
+        }
+        tick = event_new(cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *) {}, nullptr);
+        timeval tv{0, 10000};
+        evtimer_add(tick, &tv);
+        loop = std::thread([this] {
+            storm::block_sigpipe();
+            while (!stop)
+                event_base_loop(cl.base, EVLOOP_ONCE);
+        });
+    }
+    ~BcastCluster()
+    {
+        stop = true;
+        loop.join();
+        event_free(tick);
+        services.clear();
+        receivers.clear();
+    }
+    // Runs f on the loop thread and waits for it.
+    void on_loop(std::function<void()> f)
+    {
+        std::atomic<bool> done{false};
+        auto *arg = new std::pair<std::function<void()>, std::atomic<bool> *>(std::move(f), &done);
+        event_base_once(
+            cl.base, -1, EV_TIMEOUT,
+            [](evutil_socket_t, short, void *a) {
+                auto *p = static_cast<std::pair<std::function<void()>, std::atomic<bool> *> *>(a);
+                p->first();
+                *p->second = true;
+                delete p;
+            },
+            arg, nullptr);
+        while (!done)
+            std::this_thread::sleep_for(1ms);
+    }
+    size_t open_sessions()
+    {
+        size_t n = 0;
+        on_loop([&] {
+            for (auto &r : receivers)
+                n += r ? r->sessions() : 0;
+        });
+        return n;
+    }
+
+    // The client, as user `uid` (its connection's credential).
+    std::string send(const Source &src, const std::string &dest, const std::string &credential, uid_t uid = kUser,
+                     uint32_t flags = kForce, uint8_t fanout = 1, uint32_t chunk = 16 << 10)
+    {
+        FakeAuth user(uid);
+        ClientOptions o;
+        o.agent = cl.table[0];
+        o.agent_index = 0;
+        o.cred = credential;
+        o.dest = dest;
+        o.flags = flags;
+        o.fanout = fanout;
+        o.chunk_size = chunk;
+        o.window = 8;
+        o.timeout = 2000ms;
+        try {
+            broadcast(user, o, src);
+        } catch (const BcastError &e) {
+            return e.what();
+        }
+        return "";
+    }
+};
+
+struct TempDir {
+    std::string path;
+    TempDir()
+    {
+        char t[] = "/tmp/storm-bcast-test.XXXXXX";
+        path = mkdtemp(t);
+        chmod(path.c_str(), 01777);
+    }
+    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+std::string make_file(const std::string &path, size_t size, mode_t mode)
+{
+    std::string data(size, '\0');
+    std::mt19937_64 rng(size);
+    for (auto &c : data)
+        c = static_cast<char>(rng());
+    std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+    chmod(path.c_str(), mode);
+    return data;
+}
+
+void test_file_reaches_every_node(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/prog";
+    std::string data = make_file(src, 1000003, 0751);
+    std::string out = t.path + "/out";
+    mkdir(out.c_str(), 0755);
+    chmod(out.c_str(), 01777);
+    for (uint8_t fanout : {1, 2}) {
+        BcastCluster bc(6, t.path);
+        std::system(("rm -f '" + out + "'/*").c_str());
+        std::string err = bc.send(scan(src), out + "/", cred(6), kUser, kForce, fanout);
+        assert_string_equal(err.c_str(), "");
+        for (unsigned i = 0; i < 6; ++i) {
+            std::string f = out + "/slurm_bcast_42.0_node" + std::to_string(i);
+            assert_true(slurp(f) == data);
+            struct stat st;
+            assert_int_equal(stat(f.c_str(), &st), 0);
+            assert_int_equal(st.st_uid, kUser);
+            assert_int_equal(st.st_gid, kGroup);
+            assert_int_equal(st.st_mode & 07777, 0751);
+        }
+        assert_int_equal(listing(out).size(), 6); // no temporaries left
+        assert_int_equal(bc.open_sessions(), 0);
+    }
+}
+
+void test_directory_and_preserve(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/tree";
+    mkdir(src.c_str(), 0755);
+    mkdir((src + "/sub").c_str(), 0700);
+    std::string a = make_file(src + "/a", 70000, 0644);
+    std::string b = make_file(src + "/sub/b", 5, 0600);
+    make_file(src + "/empty", 0, 0640);
+    timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
+    utimensat(AT_FDCWD, (src + "/a").c_str(), old, 0);
+    BcastCluster bc(1, t.path);
+    std::string dest = t.path + "/copy";
+    assert_string_equal(bc.send(scan(src), dest, cred(1), kUser, kPreserve).c_str(), "");
+    assert_true(slurp(dest + "/a") == a);
+    assert_true(slurp(dest + "/sub/b") == b);
+    struct stat st;
+    assert_int_equal(stat((dest + "/empty").c_str(), &st), 0);
+    assert_int_equal(st.st_size, 0);
+    assert_int_equal(stat((dest + "/a").c_str(), &st), 0);
+    assert_int_equal(st.st_mtime, 1000000000);
+    assert_int_equal(st.st_uid, kUser);
+    assert_int_equal(stat((dest + "/sub").c_str(), &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    // Again without --force: refused, the first copy untouched.
+    std::string err = bc.send(scan(src), dest, cred(1), kUser, 0);
+    assert_true(contains(err, "node0: " + dest + " exists"));
+    // With --force: replaced.
+    make_file(src + "/a", 10, 0644);
+    assert_string_equal(bc.send(scan(src), dest, cred(1), kUser, kForce).c_str(), "");
+    assert_int_equal(slurp(dest + "/a").size(), 10);
+    std::vector<std::string> expect{"copy", "journal0", "tree"};
+    assert_true(listing(t.path) == expect);
+}
+
+void test_bad_credentials(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    make_file(src, 1000, 0644);
+    BcastCluster bc(4, t.path);
+    std::string err = bc.send(scan(src), t.path + "/", "forged");
+    assert_true(contains(err, "credential refused: Invalid credential"));
+    // Another user's credential.
+    err = bc.send(scan(src), t.path + "/", cred(4, 1000), kUser);
+    assert_true(contains(err, "the credential is uid 1000's, not uid 65534's"));
+    // A job whose nodes do not include the head.
+    err = bc.send(scan(src), t.path + "/", "job=42 uid=65534 nodes=1-3");
+    assert_true(contains(err, "node0 is not a node of job 42"));
+    std::vector<std::string> expect{"f", "journal0", "journal1", "journal2", "journal3"};
+    assert_true(listing(t.path) == expect);
+}
+
+void test_a_node_that_cannot_write_fails_all(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    make_file(src, 300000, 0644);
+    BcastCluster bc(5, t.path);
+    std::string out = t.path + "/out";
+    mkdir(out.c_str(), 0755);
+    chmod(out.c_str(), 01777);
+    // node3's per-node name lands in a directory the user cannot write.
+    std::string locked = out + "/slurm_bcast_42.0_locked";
+    mkdir(locked.c_str(), 0755);
+    bc.on_loop([&] {
+        bc.receivers[3] = std::make_unique<Receiver>(bc.cl.base, *bc.cl.agents[3], bc.authz,
+                                                     ReceiverConfig{3, "locked/y", ""}, Logger("node3"));
+    });
+    std::string err = bc.send(scan(src), out + "/", cred(5));
+    assert_true(contains(err, "node3: cannot create"));
+    assert_true(contains(err, "Permission denied"));
+    std::vector<std::string> expect{"slurm_bcast_42.0_locked"};
+    assert_true(listing(out) == expect);
+    assert_int_equal(bc.open_sessions(), 0);
+}
+
+void test_node_killed_mid_transfer(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    make_file(src, 4 << 20, 0644);
+    BcastCluster bc(6, t.path);
+    std::string out = t.path + "/out";
+    mkdir(out.c_str(), 0755);
+    chmod(out.c_str(), 01777);
+    // Node 4 dies (its engine and receiver go) after its 20th chunk.
+    bc.on_data = [&](unsigned node, unsigned chunks) {
+        if (node == 4 && chunks == 20) {
+            event_base_once(
+                bc.cl.base, -1, EV_TIMEOUT,
+                [](evutil_socket_t, short, void *a) {
+                    auto *b = static_cast<BcastCluster *>(a);
+                    b->receivers[4].reset();
+                    b->cl.agents[4].reset();
+                },
+                &bc, nullptr);
+        }
+    };
+    std::string err = bc.send(scan(src), out + "/", cred(6), kUser, kForce, 1, 16 << 10);
+    assert_true(contains(err, "transfer of " + out + "/ failed"));
+    assert_true(contains(err, "node4: "));
+    // Every live node removed its part.
+    for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
+        std::this_thread::sleep_for(10ms);
+    assert_int_equal(bc.open_sessions(), 0);
+    assert_true(listing(out).empty());
+}
+
+void test_receiver_rejects_and_recovers(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    std::string journal = t.path + "/journal";
+    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal}, Logger("n0"));
+    rx->recover();
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = t.path + "/file";
+    q.entries.push_back(Entry{"", false, 0644, 10, 0, 0});
+    const uint64_t sid = 7;
+    assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
+    std::string temp = t.path + "/.file.storm-0000000000000007";
+    struct stat st;
+    assert_int_equal(stat(temp.c_str(), &st), 0);
+    assert_int_equal(st.st_uid, kUser);
+    // A chunk whose CRC does not match: refused, and so is everything after.
+    net::Writer w;
+    ChunkHeader h{0, 0, 10, crc32("0123456789") ^ 1, false};
+    h.encode(w);
+    std::string bad = w.take() + "0123456789";
+    assert_true(contains(rx->on_chunk(event_name("data", sid), sid, bad), "fails its CRC check"));
+    // Commit without every byte: refused, and the temporary goes.
+    assert_true(contains(rx->on_chunk(event_name("commit", sid), sid, ""), "before every node confirmed"));
+    assert_int_equal(stat(temp.c_str(), &st), -1);
+    // A malformed open.
+    std::string junk = rx->on_chunk(event_name("open", 8), 8, "junk");
+    assert_true(contains(junk, "truncated") || contains(junk, "exceeds its limit"));
+    // What a killed slurmd leaves: the temporary and its journal entry.
+    assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
+    assert_int_equal(stat(temp.c_str(), &st), 0);
+    std::string entry = slurp(journal + "/0000000000000007");
+    rx.release(); // leaked on purpose: a crash runs no destructor
+    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal}, Logger("n0"));
+    rx->recover();
+    assert_int_equal(stat(temp.c_str(), &st), -1);
+    assert_true(listing(journal).empty());
+    assert_true(contains(entry, temp.c_str()));
+}
+
+void test_protocol_decoding(void **)
+{
+    OpenRequest q;
+    q.cred = "c";
+    q.dest = "/tmp/x";
+    q.entries.push_back(Entry{"", true, 0755, 0, 0, 0});
+    q.entries.push_back(Entry{"a/b", false, 0644, 3, 0, 0});
+    OpenRequest d = OpenRequest::decode(q.encode());
+    assert_int_equal(d.entries.size(), 2);
+    assert_string_equal(d.entries[1].path.c_str(), "a/b");
+    for (const char *p : {"../x", "a/../b", "/abs", "a//b", "a/", ".", ""}) {
+        q.entries[1].path = p;
+        assert_true(contains(test_helpers::error_of<net::DecodeError>([&] { OpenRequest::decode(q.encode()); }),
+                             "is not allowed"));
+    }
+    q.entries[1].path = "ok";
+    q.dest = "relative";
+    assert_true(contains(test_helpers::error_of<net::DecodeError>([&] { OpenRequest::decode(q.encode()); }),
+                         "not an absolute path"));
+}
+
+} // namespace
+
+int main()
+{
+    evthread_use_pthreads();
+    const CMUnitTest tests[] = {
+        cmocka_unit_test(test_protocol_decoding),
+        cmocka_unit_test(test_file_reaches_every_node),
+        cmocka_unit_test(test_directory_and_preserve),
+        cmocka_unit_test(test_bad_credentials),
+        cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
+        cmocka_unit_test(test_node_killed_mid_transfer),
+        cmocka_unit_test(test_receiver_rejects_and_recovers),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
