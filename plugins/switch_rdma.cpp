@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 
 #include "lib/agent/node_agent.hpp"
+#include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 
 extern "C" {
@@ -53,6 +54,15 @@ std::string slurmd_node_name()
     return (*c)->node_name;
 }
 
+// slurmd's spool directory (SlurmdSpoolDir, with %n expanded).
+std::string slurmd_spool_dir()
+{
+    auto **c = static_cast<slurmd_conf_t **>(dlsym(RTLD_DEFAULT, "conf"));
+    if (!c || !*c || !(*c)->spooldir)
+        throw std::runtime_error("cannot find this slurmd's spool directory");
+    return (*c)->spooldir;
+}
+
 // The agents' network as slurmd sees it: Slurm's node table with the agent
 // port, this node's index, munge with SlurmUser's and SlurmdUser's uids.
 std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::AgentConfig &config,
@@ -66,6 +76,7 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
         sockaddr_in sa = table[i].sa;
         sa.sin_port = htons(config.port);
         net.nodes.push_back(sa);
+        net.names.push_back(table[i].name);
         if (table[i].name == me)
             net.self = static_cast<uint32_t>(i);
     }
@@ -74,9 +85,14 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
                   me.c_str());
         return std::nullopt;
     }
+    std::string munge_socket = storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
     net.auth = std::make_unique<storm::net::MungeAuthenticator>(
-        storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
-        std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
+        munge_socket, std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
+    // Broadcasts: Slurm's sbcast credential (signed by SlurmUser, or root),
+    // open ones journaled in slurmd's spool directory.
+    net.authorizer = std::make_unique<storm::shim::SbcastAuthorizer>(
+        munge_socket, std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
+    net.journal_dir = slurmd_spool_dir() + "/storm-bcast";
     return net;
 }
 

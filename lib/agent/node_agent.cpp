@@ -51,6 +51,26 @@ void NodeAgent::start()
                 engine_->set_variable("event:" + ev, static_cast<int64_t>(count));
                 engine_->set_variable("crc:" + ev, static_cast<int64_t>(prim::fnv1a64(data)));
             });
+            if (network_->authorizer) {
+                uint32_t self = network_->self;
+                std::string name = self < network_->names.size() ? network_->names[self] : std::to_string(self);
+                bcast_receiver_ = std::make_unique<bcast::Receiver>(
+                    base_, *engine_, *network_->authorizer,
+                    bcast::ReceiverConfig{self, name, network_->journal_dir}, log_);
+                bcast_receiver_->recover();
+                bcast_service_ = std::make_unique<bcast::Service>(
+                    *engine_, *network_->authorizer,
+                    bcast::ServiceConfig{self, network_->names, config_.fanout}, log_);
+                engine_->add_sink("bcast:", [this](const std::string &ev, uint64_t origin, uint64_t, uint64_t,
+                                                   std::string_view data) {
+                    return bcast_receiver_->on_chunk(ev, origin, data);
+                });
+                engine_->on_user_frames(
+                    [this](net::Connection &c, const net::FrameHeader &h, std::string_view p) {
+                        bcast_service_->on_frame(c, h, p);
+                    },
+                    [this](net::Connection &c) { bcast_service_->on_closed(c); });
+            }
             engine_->listen();
         } catch (...) {
             stop();
@@ -123,6 +143,8 @@ void NodeAgent::stop() noexcept
         send(Control::stop);
         thread_.join();
     }
+    bcast_service_.reset();
+    bcast_receiver_.reset(); // removes what open broadcasts staged
     heartbeat_.reset();
     engine_.reset(); // closes its connections; before the base goes
     if (control_ev_) {

@@ -20,7 +20,9 @@
 //    the variables "event:<name>" (how many times) and "crc:<name>" (the
 //    FNV-1a of its data) that COMPARE-AND-WRITE can test, so an initiator
 //    can check with one COMPARE-AND-WRITE that a whole set holds the data.
-//    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp).
+//    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp),
+//    and, given an authorizer, users' broadcasts: it heads those its
+//    clients send and receives everyone's (lib/bcast).
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,8 @@
 #include <thread>
 
 #include "lib/agent/agent_config.hpp"
+#include "lib/bcast/receiver.hpp"
+#include "lib/bcast/service.hpp"
 #include "lib/common/log.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/prim/engine.hpp"
@@ -47,6 +51,11 @@ struct AgentNetwork {
     std::vector<sockaddr_in> nodes;
     uint32_t self;
     std::unique_ptr<net::Authenticator> auth;
+    // Users' broadcasts (lib/bcast), when an authorizer is given: node
+    // names by index, and where open broadcasts are journaled.
+    std::unique_ptr<bcast::Authorizer> authorizer;
+    std::vector<std::string> names;
+    std::string journal_dir;
 };
 
 class NodeAgent {
@@ -78,6 +87,8 @@ private:
     std::optional<AgentNetwork> network_;
     std::unique_ptr<prim::Engine> engine_; // on base_; created by start()
     std::unique_ptr<prim::HeartbeatReceiver> heartbeat_;
+    std::unique_ptr<bcast::Receiver> bcast_receiver_;
+    std::unique_ptr<bcast::Service> bcast_service_;
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

@@ -1,0 +1,130 @@
+// A broadcast into a job's nodes as srun and storm-bcast start it: Slurm's
+// sbcast credential for the job (from slurmctld, which checks the caller
+// may use the job), the agent heading the job's nodes, and munge with the
+// daemons' uids as the agent's expected identity.
+//
+// Contract: needs slurm_conf loaded (every client has it); throws
+// bcast::BcastError with the message to show.
+#pragma once
+
+#include <string>
+
+#include "lib/agent/agent_config.hpp"
+#include "lib/bcast/client.hpp"
+#include "plugins/common/slurm_nodes.hpp"
+
+extern "C" {
+#include "slurm/slurm.h"
+#include "slurm/slurm_errno.h"
+#include "src/common/pack.h"
+#include "src/common/slurm_cred.h"
+#include "src/common/slurm_protocol_api.h"
+}
+
+namespace storm::shim {
+
+struct BcastTarget {
+    std::string cred;      // packed sbcast credential
+    std::string node_list; // the job's (or step's) nodes
+    uint32_t nodes = 0;
+    std::string head;      // the node whose agent heads the broadcast
+    sockaddr_in agent{};
+    uint32_t agent_index = 0;
+    std::string munge_socket;
+};
+
+// step: a step id, or NO_VAL for the whole allocation.
+inline BcastTarget bcast_target(uint32_t job, uint32_t step, uint32_t het_offset = NO_VAL)
+{
+    slurm_selected_step_t sel{};
+    sel.array_task_id = NO_VAL;
+    sel.het_job_offset = het_offset;
+    sel.step_id.job_id = job;
+    sel.step_id.step_id = step;
+    sel.step_id.step_het_comp = NO_VAL;
+    job_sbcast_cred_msg_t *msg = nullptr;
+    if (slurm_sbcast_lookup(&sel, &msg) != SLURM_SUCCESS || !msg)
+        throw bcast::BcastError("cannot get a broadcast credential for job " + std::to_string(job) + ": " +
+                                slurm_strerror(slurm_get_errno()));
+    BcastTarget t;
+    buf_t *b = init_buf(4096);
+    pack_sbcast_cred(msg->sbcast_cred, b, SLURM_PROTOCOL_VERSION);
+    t.cred.assign(get_buf_data(b), get_buf_offset(b));
+    free_buf(b);
+    t.node_list = msg->node_list ? msg->node_list : "";
+    slurm_free_sbcast_cred_msg(msg);
+
+    auto names = expand_hostlist(t.node_list.c_str());
+    if (names.empty())
+        throw bcast::BcastError("job " + std::to_string(job) + " has no nodes");
+    t.nodes = static_cast<uint32_t>(names.size());
+    t.head = names.front();
+    auto config = agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
+    auto table = slurm_node_table();
+    bool found = false;
+    for (size_t i = 0; i < table.size() && !found; ++i)
+        if (table[i].name == t.head) {
+            t.agent = table[i].sa;
+            t.agent.sin_port = htons(config.port);
+            t.agent_index = static_cast<uint32_t>(i);
+            found = true;
+        }
+    if (!found)
+        throw bcast::BcastError("node " + t.head + " is not in slurm.conf");
+    t.munge_socket = net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
+    return t;
+}
+
+inline net::MungeAuthenticator daemon_authenticator(const BcastTarget &t)
+{
+    return net::MungeAuthenticator(t.munge_socket,
+                                   std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
+}
+
+// The shared libraries `program` loads (ldd), outside the excluded
+// directories (comma-separated; "none" for none).  Empty if ldd fails.
+inline std::vector<std::string> shared_libraries(const std::string &program, const std::string &exclude)
+{
+    std::vector<std::string> excl;
+    if (exclude != "none")
+        for (size_t s = 0; s <= exclude.size();) {
+            size_t e = exclude.find(',', s);
+            if (e == std::string::npos)
+                e = exclude.size();
+            std::string p = exclude.substr(s, e - s);
+            while (p.size() > 1 && p.back() == '/')
+                p.pop_back();
+            if (!p.empty())
+                excl.push_back(p);
+            s = e + 1;
+        }
+    std::vector<std::string> libs;
+    std::string cmd = "ldd '";
+    for (char c : program)
+        cmd += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    cmd += "' 2>/dev/null";
+    FILE *p = popen(cmd.c_str(), "r");
+    if (!p)
+        return libs;
+    char line[4096];
+    while (fgets(line, sizeof line, p)) {
+        std::string l(line);
+        size_t arrow = l.find("=> /");
+        size_t start = arrow != std::string::npos ? arrow + 3 : l.find_first_not_of(" \t");
+        if (start == std::string::npos || l[start] != '/')
+            continue;
+        std::string path = l.substr(start, l.find(' ', start) - start);
+        while (!path.empty() && (path.back() == '\n' || path.back() == ' '))
+            path.pop_back();
+        bool skip = false;
+        for (const auto &x : excl)
+            skip = skip || path.compare(0, x.size() + 1, x + "/") == 0;
+        if (!skip)
+            libs.push_back(path);
+    }
+    if (pclose(p) != 0)
+        libs.clear();
+    return libs;
+}
+
+} // namespace storm::shim
