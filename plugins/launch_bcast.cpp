@@ -56,6 +56,25 @@ struct LaunchContext {
 
 LaunchContext *g_ctx = nullptr;
 
+// Ends a step whose tasks will not be launched, as srun does for steps it
+// gives up on (src/srun/libsrun/srun_job.c, _cancel_steps): else it would
+// hold its resources and the next step would wait for them.
+void complete_step(const srun_job_t *job)
+{
+    slurm_msg_t req;
+    step_complete_msg_t msg;
+    slurm_msg_t_init(&req);
+    std::memset(&msg, 0, sizeof msg);
+    std::memcpy(&msg.step_id, &job->step_id, sizeof msg.step_id);
+    msg.range_first = 0;
+    msg.range_last = job->nhosts ? job->nhosts - 1 : 0;
+    msg.step_rc = 1;
+    req.msg_type = REQUEST_STEP_COMPLETE;
+    req.data = &msg;
+    int rc = 0;
+    (void)slurm_send_recv_controller_rc_msg(&req, &rc, working_cluster_rec);
+}
+
 } // namespace
 
 extern "C" int init(void)
@@ -84,72 +103,77 @@ int launch_p_handle_multi_prog_verify(int command_pos, slurm_opt_t *opt_local)
 int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
                              sig_atomic_t *destroy_job, slurm_opt_t *opt_local)
 {
-    int rc = g_ctx->slurm_launch.ops().create_job_step(job, use_all_cpus, signal_function, destroy_job,
-                                                       opt_local);
+    int rc =
+        g_ctx->slurm_launch.ops().create_job_step(job, use_all_cpus, signal_function, destroy_job, opt_local);
     srun_opt_t *sropt = opt_local ? opt_local->srun_opt : nullptr;
     if (rc != SLURM_SUCCESS || !job || !sropt || !sropt->bcast_flag)
         return rc;
     return storm::shim::guarded(g_ctx->log, "srun --bcast", [&] {
-        if (sropt->argc == 0 || !sropt->argv || !sropt->argv[0])
-            throw storm::bcast::BcastError("no command name to broadcast");
-        std::string dest;
-        const char *destdir = slurm_conf.bcast_parameters ? strcasestr(slurm_conf.bcast_parameters, "DestDir=")
-                                                          : nullptr;
-        if (sropt->bcast_file && sropt->bcast_file[0] == '/') {
-            dest = sropt->bcast_file;
-        } else if (destdir) {
-            dest = std::string(destdir + 8);
-            dest = dest.substr(0, dest.find(',')) + "/";
-        } else {
-            dest = std::string(opt_local->chdir ? opt_local->chdir : "/tmp") + "/";
-        }
-        std::string program = sropt->argv[0];
-        uint32_t het_offset = NO_VAL;
-        if (sropt->het_grp_bits)
-            het_offset = static_cast<uint32_t>(bit_ffs(sropt->het_grp_bits));
-        auto t0 = std::chrono::steady_clock::now();
-        auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
-        auto auth = storm::shim::daemon_authenticator(target);
-        storm::bcast::ClientOptions o;
-        o.cred = target.cred;
-        o.agent = target.agent;
-        o.agent_index = target.agent_index;
-        o.dest = dest;
-        o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
-        o.compress = sropt->compress && sropt->compress != COMPRESS_OFF;
-        auto src = storm::bcast::scan(program);
-        if (src.entries.front().dir)
-            throw storm::bcast::BcastError(program + " is a directory");
         try {
-            storm::bcast::broadcast(auth, o, src);
-            if (sropt->send_libs) {
-                if (dest.back() == '/') {
-                    g_ctx->log.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
-                                     "libraries not sent");
-                } else {
-                    auto libs = storm::shim::shared_libraries(
-                        program, sropt->bcast_exclude ? sropt->bcast_exclude
-                                 : slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude
-                                                            : "none");
-                    if (!libs.empty()) {
-                        o.dest = dest + "_libs";
-                        storm::bcast::broadcast(auth, o, storm::bcast::scan_files(libs));
+            if (sropt->argc == 0 || !sropt->argv || !sropt->argv[0])
+                throw storm::bcast::BcastError("no command name to broadcast");
+            std::string dest;
+            const char *destdir =
+                slurm_conf.bcast_parameters ? strcasestr(slurm_conf.bcast_parameters, "DestDir=") : nullptr;
+            if (sropt->bcast_file && sropt->bcast_file[0] == '/') {
+                dest = sropt->bcast_file;
+            } else if (destdir) {
+                dest = std::string(destdir + 8);
+                dest = dest.substr(0, dest.find(',')) + "/";
+            } else {
+                dest = std::string(opt_local->chdir ? opt_local->chdir : "/tmp") + "/";
+            }
+            std::string program = sropt->argv[0];
+            uint32_t het_offset = NO_VAL;
+            if (sropt->het_grp_bits)
+                het_offset = static_cast<uint32_t>(bit_ffs(sropt->het_grp_bits));
+            auto t0 = std::chrono::steady_clock::now();
+            auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
+            auto auth = storm::shim::daemon_authenticator(target);
+            storm::bcast::ClientOptions o;
+            o.cred = target.cred;
+            o.agent = target.agent;
+            o.agent_index = target.agent_index;
+            o.dest = dest;
+            o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
+            o.compress = sropt->compress && sropt->compress != COMPRESS_OFF;
+            auto src = storm::bcast::scan(program);
+            if (src.entries.front().dir)
+                throw storm::bcast::BcastError(program + " is a directory");
+            try {
+                storm::bcast::broadcast(auth, o, src);
+                if (sropt->send_libs) {
+                    if (dest.back() == '/') {
+                        g_ctx->log.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
+                                         "libraries not sent");
+                    } else {
+                        auto libs = storm::shim::shared_libraries(
+                            program, sropt->bcast_exclude       ? sropt->bcast_exclude
+                                     : slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude
+                                                                : "none");
+                        if (!libs.empty()) {
+                            o.dest = dest + "_libs";
+                            storm::bcast::broadcast(auth, o, storm::bcast::scan_files(libs));
+                        }
                     }
                 }
+            } catch (const storm::bcast::BcastError &e) {
+                throw storm::bcast::BcastError("cannot broadcast " + program + ": " + e.what() +
+                                               "\nStep launch aborted.");
             }
-        } catch (const storm::bcast::BcastError &e) {
-            throw storm::bcast::BcastError("cannot broadcast " + program + ": " + e.what() +
-                                           "\nStep launch aborted.");
+            g_ctx->log.verbose("%s -> %s on %u nodes through Storm in %.3f s", program.c_str(), dest.c_str(),
+                               target.nodes,
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            // As srun does after its own broadcast: run the copy.  srun's
+            // broadcast is off: the file is there.
+            xfree(sropt->argv[0]);
+            sropt->argv[0] = xstrdup(dest.c_str());
+            sropt->bcast_flag = false;
+            return SLURM_SUCCESS;
+        } catch (...) {
+            complete_step(job);
+            throw;
         }
-        g_ctx->log.verbose("%s -> %s on %u nodes through Storm in %.3f s", program.c_str(), dest.c_str(),
-                           target.nodes,
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        // As srun does after its own broadcast: run the copy.  srun's
-        // broadcast is off: the file is there.
-        xfree(sropt->argv[0]);
-        sropt->argv[0] = xstrdup(dest.c_str());
-        sropt->bcast_flag = false;
-        return SLURM_SUCCESS;
     });
 }
 int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,

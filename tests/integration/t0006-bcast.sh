@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# t0006: users' broadcasts through the node agents inside 16 real slurmd
+# (storm-bcast, and srun --bcast with LaunchType=launch/bcast), as an
+# unprivileged user: byte-for-byte copies on every node, owned by the user
+# with the source's mode; a directory tree with --preserve; and every bad
+# input of the issue -- missing or unreadable source, a directory where a
+# file belongs, an unwritable destination, an existing file without
+# --force, a full disk on one node, a node killed mid-transfer, a job that
+# ended, another user's job -- fails with a message naming the node and
+# cause, exit 1, no launch, and no file (partial or whole, temporary or
+# final) on any node.  A killed node's slurmd removes its part on restart.
+. "$(dirname "$0")/lib.sh"
+t_require_root
+t_require_installed
+command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
+BCAST="$STORM_BUILDDIR/tools/storm-bcast"
+N=16
+vc_up "$N"
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+NODES=$("$VC" nodes | tr "\n" " ")
+# as the unprivileged user nobody, with a 60 s allocation of all nodes
+as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+chmod 1777 "$T_WORK"
+SRC=$T_WORK/src
+mkdir -p "$SRC"
+head -c 12000000 /dev/urandom > "$SRC/data12"
+chmod 640 "$SRC/data12"
+chown nobody:nogroup "$SRC/data12"
+sum=$(md5sum < "$SRC/data12")
+# on_all CMD: CMD's output on every node, "node: output" per line
+on_all() { local n; for n in $NODES; do echo "$n: $("$VC" exec "$n" sh -c "$1" 2>&1)"; done; }
+# no_trace PATTERN: no node has a file matching PATTERN, nor any temporary
+no_trace() {
+    local out
+    out=$(on_all "ls -d $1 /tmp/.*.storm-* /scratch/.*.storm-* 2>/dev/null" | grep -v -e ': $' -e 'is not running')
+    [ -z "$out" ] || { echo "$out" | t_diag; return 1; }
+}
+job=$(as_user sbatch --parsable -N "$N" -t 5 -o /dev/null --wrap "sleep 600")
+for _ in $(seq 100); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done
+t_check "a 16-node job of nobody runs ($job)" [ "$(squeue -h -j "$job" -o %T)" = RUNNING ]
+fails() { ! "$@"; }
+b() { as_user "$BCAST" -j "$job" "$@" > "$T_WORK/b.out" 2>&1; local rc=$?; t_diag < "$T_WORK/b.out"; return $rc; }
+
+# --- files land whole, as the user ---------------------------------------------
+t_check "storm-bcast 12 MB to $N nodes" b -v "$SRC/data12" /tmp/data12
+t_check "every node has it byte for byte" \
+    bash -c "[ \$(for n in $NODES; do '$VC' exec \$n sh -c 'md5sum < /tmp/data12'; done | grep -c '$sum') = $N ]"
+t_check "owned by nobody:nogroup with the source's mode 640 everywhere" \
+    bash -c "[ \$(for n in $NODES; do '$VC' exec \$n stat -c '%U:%G %a' /tmp/data12; done | grep -c '^nobody:nogroup 640\$') = $N ]"
+t_check "an existing file is not replaced without --force" fails b "$SRC/data12" /tmp/data12 2>/dev/null
+t_check "  and the message says so per node" grep -q "vn1: /tmp/data12 exists (--force replaces it)" "$T_WORK/b.out"
+t_check "with --force it is (and compressed, with 256k chunks, fanout 2)" b -f -C -s 256k -F 2 "$SRC/data12" /tmp/data12
+mkdir -p "$SRC/tree/sub" && echo hello > "$SRC/tree/sub/hi" && head -c 100000 /dev/urandom > "$SRC/tree/blob"
+touch -d 2001-02-03 "$SRC/tree/blob"; chown -R nobody:nogroup "$SRC/tree"
+t_check "a directory tree with --preserve" b -p "$SRC/tree" /scratch/tree
+t_check "  arrives whole, times kept" bash -c "[ \$(for n in $NODES; do '$VC' exec \$n sh -c 'cat /scratch/tree/sub/hi; stat -c %y /scratch/tree/blob'; done | grep -c -e '^hello\$' -e '^2001-02-03') = $((2 * N)) ]"
+t_check "no temporaries left anywhere" no_trace /nonexistent
+
+# --- srun --bcast through Storm ------------------------------------------------
+cp /bin/echo "$SRC/prog" && head -c 12000000 /dev/urandom >> "$SRC/prog" && chmod 755 "$SRC/prog"
+cd "$T_WORK" || t_bail "cd $T_WORK"
+as_user srun --jobid="$job" -N "$N" -v --bcast "$SRC/prog" ok > "$T_WORK/srun.out" 2>&1
+rc=$?
+t_diag < "$T_WORK/srun.out"
+t_check "srun --bcast prog: every task ran the copy (rc $rc)" bash -c "[ $rc = 0 ] && [ \$(grep -c '^ok\$' '$T_WORK/srun.out') = $N ]"
+t_check "  sent through Storm, not srun's own broadcast" grep -q "launch/bcast: .*prog -> $T_WORK/ on $N nodes through Storm" "$T_WORK/srun.out"
+t_check "  as slurm_bcast_<job>.<step>_<node> in the working directory, nobody's" \
+    bash -c "[ \$(for n in $NODES; do '$VC' exec \$n sh -c 'stat -c %U:%a $T_WORK/slurm_bcast_${job}.*_'\$n; done | grep -c '^nobody:755\$') = $N ]"
+rm -f "$T_WORK"/slurm_bcast_*
+as_user srun --jobid="$job" -N "$N" --bcast=/tmp/p2 sh -c 'echo $0' > "$T_WORK/srun2.out" 2>&1
+t_check "srun --bcast=/tmp/p2 runs /tmp/p2 on every node" bash -c "[ \$(grep -c '^/tmp/p2\$' '$T_WORK/srun2.out') = $N ]"
+
+# --- bad input: a clear error, exit 1, nothing left ----------------------------
+t_check "a missing source: exit 1" fails b "$SRC/nope" /tmp/nope
+t_check "  saying so" grep -q "cannot read $SRC/nope: No such file or directory" "$T_WORK/b.out"
+echo secret > "$SRC/secret" && chmod 600 "$SRC/secret"
+t_check "an unreadable source: exit 1" fails b "$SRC/secret" /tmp/secret
+t_check "  saying so" grep -q "cannot read $SRC/secret: Permission denied" "$T_WORK/b.out"
+t_check "a directory where the file goes: exit 1" fails b -f "$SRC/data12" /scratch/tree
+t_check "  naming the nodes" grep -q "vn7: /scratch/tree is a directory" "$T_WORK/b.out"
+t_check "a destination the user cannot write: exit 1" fails b "$SRC/data12" /etc/data12
+t_check "  naming node and cause" grep -q "vn3: cannot create /etc/data12: Permission denied" "$T_WORK/b.out"
+as_user srun --jobid="$job" -N "$N" --bcast=/etc/p3 true > "$T_WORK/srun3.out" 2>&1
+rc=$?
+t_diag < "$T_WORK/srun3.out"
+t_check "srun --bcast to an unwritable place: no launch (rc $rc)" \
+    bash -c "[ $rc != 0 ] && grep -q 'Step launch aborted' '$T_WORK/srun3.out' && ! grep -q 'launching' '$T_WORK/srun3.out'"
+t_check "no file of these anywhere" no_trace "/tmp/nope /tmp/secret /etc/data12 /etc/p3"
+
+"$VC" exec vn9 sh -c 'mount -t tmpfs -o size=4m tmpfs /scratch && chmod 1777 /scratch'
+t_check "a full disk on vn9 (4 MB /scratch): exit 1" fails b "$SRC/data12" /scratch/data12
+t_check "  naming vn9 and the cause" grep -q "vn9: cannot reserve 12000000 bytes in /scratch: No space left on device" "$T_WORK/b.out"
+t_check "  and no node kept anything" no_trace /scratch/data12
+
+"$VC" shape 100mbit > /dev/null
+as_user "$BCAST" -j "$job" -s 16k "$SRC/data12" /tmp/killed > "$T_WORK/kill.out" 2>&1 &
+bpid=$!
+sleep 0.4
+kill -9 "$(cat "$STATE/run/slurmd-vn5.pid")"
+t0=$(date +%s.%N)
+wait $bpid
+rc=$?
+t1=$(date +%s.%N)
+"$VC" shape off > /dev/null
+t_diag < "$T_WORK/kill.out"
+t_check "vn5 killed mid-transfer: exit 1 (rc $rc, after $(echo "$t1 - $t0" | bc) s)" [ "$rc" = 1 ]
+t_check "  naming vn5" grep -q "vn5: " "$T_WORK/kill.out"
+vn5_left=$(ls -a "$STATE/nodes/vn5/tmp" | grep -c storm-)
+t_check "  no other node kept anything (vn5 left $vn5_left temporary)" no_trace /tmp/killed
+t_check "  the killed vn5 had staged its part ($vn5_left temporary)" [ "$vn5_left" -ge 1 ]
+"$VC" start vn5 > /dev/null
+for _ in $(seq 50); do grep -q "left by a broadcast that did not finish" "$STATE/log/slurmd-vn5.log" && break; sleep 0.2; done
+t_check "restarted, vn5's slurmd removed what it had staged" \
+    bash -c "[ \$(ls -a '$STATE/nodes/vn5/tmp' | grep -c storm-) = 0 ]"
+
+scontrol update nodename=vn5 state=resume > /dev/null 2>&1
+scancel "$job"
+wait_job "$job" 30
+t_check "a job that ended: exit 1" fails b "$SRC/data12" /tmp/late
+t_check "  saying so" grep -q "cannot get a broadcast credential for job $job" "$T_WORK/b.out"
+rjob=$(sbatch --parsable -N 2 -t 5 -o /dev/null --wrap "sleep 600")
+t_check "another user's job: exit 1" fails b -j $rjob "$SRC/data12" /tmp/theirs
+t_check "  refused by slurmctld" grep -q "cannot get a broadcast credential for job $rjob: Invalid user id" "$T_WORK/b.out"
+scancel "$rjob"
+t_check "nothing of either anywhere" no_trace "/tmp/late /tmp/theirs"
+t_done
