@@ -10,6 +10,7 @@
 // the complete copy under DEST, owned by the job's user with SOURCE's mode,
 // or none does: the command says which node failed and why, and exits 1.
 // Exit: 0 success, 1 failure, 2 usage.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +34,7 @@ const char *kUsage =
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
     "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"
+    "  -w, --window=SIZE       bytes in flight, unacknowledged by every node (default 16m)\n"
     "      --send-libs[=yes|no] also send SOURCE's shared libraries to DEST_libs/\n"
     "      --exclude=PATHS     libraries under these directories are not sent\n"
     "                          (default: BcastExclude)\n"
@@ -123,7 +125,7 @@ int main(int argc, char **argv)
         {"force", no_argument, nullptr, 'f'},          {"preserve", no_argument, nullptr, 'p'},
         {"compress", optional_argument, nullptr, 'C'}, {"size", required_argument, nullptr, 's'},
         {"timeout", required_argument, nullptr, 't'},  {"jobid", required_argument, nullptr, 'j'},
-        {"fanout", required_argument, nullptr, 'F'},   {"send-libs", optional_argument, nullptr, kSendLibs},
+        {"fanout", required_argument, nullptr, 'F'},   {"window", required_argument, nullptr, 'w'},   {"send-libs", optional_argument, nullptr, kSendLibs},
         {"exclude", required_argument, nullptr, kExclude}, {"progress", no_argument, nullptr, kProgress},
         {"no-progress", no_argument, nullptr, kNoProgress}, {"verbose", no_argument, nullptr, 'v'},
         {"version", no_argument, nullptr, 'V'},        {"help", no_argument, nullptr, 'h'},
@@ -134,8 +136,9 @@ int main(int argc, char **argv)
     int progress = -1;
     std::string exclude;
     bool exclude_set = false;
+    uint64_t window_bytes = 16u << 20;
     int c;
-    while ((c = getopt_long(argc, argv, "fpC::s:t:j:F:vVh", longopts, nullptr)) != -1) {
+    while ((c = getopt_long(argc, argv, "fpC::s:t:j:F:w:vVh", longopts, nullptr)) != -1) {
         switch (c) {
         case 'f':
             o.flags |= bcast::kForce;
@@ -163,6 +166,11 @@ int main(int argc, char **argv)
             break;
         case 'j':
             job_arg = optarg;
+            break;
+        case 'w':
+            window_bytes = parse_size(optarg);
+            if (window_bytes < 1024 || window_bytes > (1u << 30))
+                usage("window must be 1k to 1024m");
             break;
         case 'F':
             o.fanout = static_cast<uint8_t>(parse_uint(optarg, "fanout", 1, 64));
@@ -231,6 +239,7 @@ int main(int argc, char **argv)
         if (dot != std::string::npos)
             step = parse_uint(job_arg.substr(dot + 1).c_str(), "step id", 0, UINT32_MAX - 1);
     }
+    o.window = static_cast<unsigned>(std::max<uint64_t>(2, window_bytes / o.chunk_size));
     if (progress < 0)
         progress = isatty(STDERR_FILENO) ? 1 : 0;
 

@@ -58,7 +58,7 @@ struct OpenRequest {
 };
 
 // A chunk: a header and the bytes.  The bytes are zlib-compressed when
-// `compressed`; crc is the CRC-32 of the uncompressed bytes.
+// `compressed`; crc is the CRC-32C of the uncompressed bytes.
 struct ChunkHeader {
     static constexpr size_t kSize = 4 + 8 + 4 + 4 + 1;
     uint32_t entry = 0;
@@ -88,7 +88,7 @@ constexpr uint32_t kMaxChunk = 4u << 20;
 // Whether `rel` is a relative path without empty, "." or ".." components.
 bool safe_relative_path(std::string_view rel);
 
-// CRC-32 (zlib's) of data.
+// CRC-32C (Castagnoli) of data ("123456789" -> 0xe3069283).
 uint32_t crc32(std::string_view data);
 
 } // namespace storm::bcast

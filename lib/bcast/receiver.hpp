@@ -3,8 +3,8 @@
 // For each broadcast (session) it checks the credential itself (a node
 // never trusts the head's word that a user may write here), then, acting
 // as the job's user (AsUser), stages the files next to the destination
-// under a temporary name (".NAME.storm-<sid>"), reserving their space at
-// once so that a full disk fails the open instead of the transfer; writes
+// under a temporary name (".NAME.storm-<sid>"), once it checked the file
+// system has room (a full disk fails the open, not the transfer); writes
 // each chunk after checking its CRC; sets "bcast:<sid>:complete" to 1 when
 // every byte is there; and on commit sets mode and times (the stock rules:
 // mode & 0777, times kept with --preserve) and renames into place.  Abort,

@@ -45,6 +45,14 @@ bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string
     return true;
 }
 
+// libevent reads and writes at most 16 KiB per system call by default: a
+// 64 KiB chunk would take four each way.
+void tune(bufferevent *bev)
+{
+    bufferevent_set_max_single_read(bev, 1 << 20);
+    bufferevent_set_max_single_write(bev, 1 << 20);
+}
+
 } // namespace
 
 Connection::Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index)
@@ -75,6 +83,7 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
     c->name_ = "agent " + std::to_string(peer) + " (" + addr_str(addr) + ")";
     c->self_ref_ = c;
     bufferevent_setcb(bev, read_cb, nullptr, event_cb, c.get());
+    tune(bev);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(bev, reinterpret_cast<const sockaddr *>(&addr), sizeof addr) < 0) {
         // Reported through the close handler, like any other failure.
@@ -103,6 +112,7 @@ std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->self_ref_ = c;
     bufferevent_setcb(bev, read_cb, nullptr, event_cb, c.get());
+    tune(bev);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     return c;
 }
@@ -147,11 +157,11 @@ void Connection::send(MsgType type, uint64_t op, std::string_view head, const Da
     frame.append(head.data(), head.size());
     evbuffer *out = bufferevent_get_output(bev_);
     evbuffer_add(out, frame.data(), frame.size());
-    auto *keep = new std::shared_ptr<const std::string>(data.owner);
+    auto *keep = new std::shared_ptr<const void>(data.owner);
     evbuffer_add_reference(
         out, data.ptr, data.len,
         [](const void *, size_t, void *arg) {
-            delete static_cast<std::shared_ptr<const std::string> *>(arg);
+            delete static_cast<std::shared_ptr<const void> *>(arg);
         },
         keep);
 }
@@ -234,10 +244,11 @@ void Connection::handle_input()
         if (avail < kHeaderSize + h.length)
             return;
         evbuffer_drain(in, kHeaderSize);
-        auto owner = std::make_shared<std::string>(h.length, '\0');
-        evbuffer_remove(in, owner->data(), h.length);
+        // Not zero-filled first: the whole buffer is overwritten.
+        std::shared_ptr<char[]> owner(new char[h.length ? h.length : 1]);
+        evbuffer_remove(in, owner.get(), h.length);
         current_ = owner;
-        std::string_view payload(*owner);
+        std::string_view payload(owner.get(), h.length);
         try {
             if (h.type == MsgType::hello) {
                 if (client_ || ready_)

@@ -35,7 +35,7 @@ namespace storm::net {
 // Bytes appended to a frame by reference, without a copy: `owner` keeps
 // them alive until the kernel has taken them.
 struct DataRef {
-    std::shared_ptr<const std::string> owner;
+    std::shared_ptr<const void> owner;
     const char *ptr = nullptr;
     size_t len = 0;
 };
@@ -71,7 +71,7 @@ public:
     void send(MsgType type, uint64_t op, std::string_view head, const DataRef &data);
     // The payload being delivered to the frame handler, shared: a handler
     // may keep it (or views into it) beyond the call.
-    const std::shared_ptr<const std::string> &current_payload() const noexcept { return current_; }
+    const std::shared_ptr<const void> &current_payload() const noexcept { return current_; }
     void close(const std::string &why);
 
     bool ready() const noexcept { return ready_; }
@@ -112,7 +112,7 @@ private:
     bool trusted_ = false;
     std::string nonce_;
     std::string held_; // frames queued before hello_ok (client)
-    std::shared_ptr<const std::string> current_;
+    std::shared_ptr<const void> current_;
     std::string name_;
     std::shared_ptr<Connection> self_ref_; // alive while libevent holds us
     FrameHandler frame_handler_;

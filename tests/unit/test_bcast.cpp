@@ -395,6 +395,8 @@ void test_receiver_rejects_and_recovers(void **)
 
 void test_protocol_decoding(void **)
 {
+    assert_int_equal(crc32("123456789"), 0xe3069283u); // the CRC-32C check value
+    assert_int_equal(crc32(""), 0u);
     OpenRequest q;
     q.cred = "c";
     q.dest = "/tmp/x";

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# bench-bcast: Storm's broadcast against stock Slurm's, side by side on the
+# same virtual cluster of stock daemons (sbcast and srun --bcast with
+# launch/slurm are stock Slurm's; storm-bcast and srun --bcast with
+# launch/bcast are Storm's), with Slurm's default MessageTimeout (10 s).
+#
+#   sudo contrib/bench/bench-bcast.sh [-n "8 16 64 256"] [-s "4 12 100"]
+#                                     [-r "shaped unshaped"] [-t SECONDS]
+#
+# For each node count, regime (links shaped to 100 Mbit/s, or unshaped) and
+# file size (MB): the time of stock sbcast and of storm-bcast, and for 12 MB
+# the time of `srun --bcast` launching a do-nothing 12 MB program, stock and
+# Storm; beside them the link limit (the time one 100 Mbit/s link needs for
+# the file) and this machine's copy limit (the time to write N copies of
+# the file, two writers at once: what any broadcast on this one machine
+# must at least spend).  Ratios are stock / Storm (higher is better for
+# Storm); "storm/limit" divides Storm's time by the higher limit.  A stock
+# run that fails, or outlasts -t SECONDS (default 300), prints as failed.
+# Every Storm copy is checked (md5) on the first and last node.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$top}
+BCAST=$BUILD/tools/storm-bcast
+VC=$top/contrib/vcluster/storm-vcluster
+NODES="8 16 64 256" SIZES="4 12 100" REGIMES="shaped unshaped" STOCK_TIMEOUT=300
+while getopts n:s:r:t: o; do
+    case $o in
+    n) NODES=$OPTARG ;;
+    s) SIZES=$OPTARG ;;
+    r) REGIMES=$OPTARG ;;
+    t) STOCK_TIMEOUT=$OPTARG ;;
+    *) echo "usage: $0 [-n NODES] [-s SIZES_MB] [-r REGIMES] [-t SECONDS]" >&2; exit 2 ;;
+    esac
+done
+RATE_MBIT=100
+work=/var/tmp/storm-bench-bcast
+[ -x "$BCAST" ] || { echo "bench-bcast: $BCAST not built (run contrib/storm-setup)" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "bench-bcast: must run as root" >&2; exit 2; }
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+trap '"$VC" down > /dev/null 2>&1' EXIT
+rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
+for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
+cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && chmod 755 "$work/prog"
+
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+ratio() { awk -v s="$1" -v x="$2" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }'; }
+# timed OUTFILE CMD...: prints seconds, or "failed"
+timed() {
+    local out=$1 t0 rc
+    shift
+    t0=$(now)
+    timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then secs "$t0" "$(now)"; else echo failed; fi
+}
+clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; }
+# copy limit: N copies of FILE written by two writers at once
+copy_limit() {
+    local n=$1 f=$2 t0 i
+    sync
+    t0=$(now)
+    for ((i = 1; i <= n; i += 2)); do cat "$f" > "$STATE/nodes/vn$i/tmp/bench.copy"; done &
+    for ((i = 2; i <= n; i += 2)); do cat "$f" > "$STATE/nodes/vn$i/tmp/bench.copy"; done
+    wait
+    secs "$t0" "$(now)"
+    rm -f "$STATE"/nodes/vn*/tmp/bench.copy
+}
+
+rows=()
+for n in $NODES; do
+    "$VC" down > /dev/null 2>&1
+    "$VC" up "$n" --conf "MessageTimeout=10" > "$work/up.out" 2>&1 ||
+        { cat "$work/up.out"; echo "bench-bcast: cannot start $n nodes" >&2; continue; }
+    eval "$("$VC" env)"
+    # srun with stock Slurm's launcher: the same cluster, a client config
+    # that differs only in LaunchType.
+    sed 's|^LaunchType=.*|LaunchType=launch/slurm|' "$SLURM_CONF" > "$STATE/etc/slurm-stock-launch.conf"
+    jid=$(sbatch --parsable -N "$n" -o /dev/null --wrap "sleep 7200")
+    for _ in $(seq 1 300); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
+    last=vn$n
+    for regime in $REGIMES; do
+        if [ "$regime" = shaped ]; then "$VC" shape ${RATE_MBIT}mbit > /dev/null; else "$VC" shape off > /dev/null; fi
+        for s in $SIZES; do
+            f=$work/f$s
+            clean_dest
+            st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
+            [ "$st" = failed ] && sed 's/^/  sbcast: /' "$work/sbcast.out" | tail -n 3 >&2
+            clean_dest
+            t0=$(now)
+            if "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm > "$work/storm.out" 2>&1; then
+                xt=$(secs "$t0" "$(now)")
+                want=$(md5sum < "$f")
+                for node in vn1 "$last"; do
+                    [ "$("$VC" exec "$node" sh -c 'md5sum < /tmp/bench.storm')" = "$want" ] ||
+                        { echo "bench-bcast: $node's copy differs ($n nodes, $s MB)" >&2; xt=corrupt; }
+                done
+            else
+                xt=failed
+                sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
+            fi
+            clean_dest
+            ss=- sx=-
+            if [ "$s" = 12 ]; then
+                ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
+                    srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                clean_dest
+                sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                [ "$sx" = failed ] && tail -n 5 "$work/srun.out" >&2
+                clean_dest
+            fi
+            link=$(awk -v s="$s" -v r="$RATE_MBIT" 'BEGIN { printf "%.2f", s * 8 / r }')
+            copy=$(copy_limit "$n" "$f")
+            limit=$copy
+            [ "$regime" = shaped ] && limit=$(awk -v a="$link" -v b="$copy" 'BEGIN { print (a > b) ? a : b }')
+            rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %12s' "$n" "$regime" "$s" \
+                "$st" "$xt" "$(ratio "$st" "$xt")" "$ss" "$sx" "$(ratio "$ss" "$sx")" \
+                "$([ "$regime" = shaped ] && echo "$link" || echo -)" "$copy" "$(ratio "$xt" "$limit")")")
+            echo "${rows[-1]}" >&2
+        done
+    done
+    "$VC" shape off > /dev/null
+    scancel "$jid"
+done
+echo
+echo "Broadcast: stock Slurm vs Storm, seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
+echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine)"
+printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %12s\n' nodes regime MB sbcast storm ratio "srun stock" \
+    "srun storm" ratio link copy storm/limit
+for r in "${rows[@]}"; do echo "$r"; done
