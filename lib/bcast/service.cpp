@@ -121,7 +121,7 @@ void Service::open(net::Connection &c, std::string_view payload)
                            if (alive.expired() || !*alive.lock() || s->state != Session::opening)
                                return;
                            if (!r.ok)
-                               return fail(s, "cannot open " + s->dest + ": " + describe(r));
+                               return fail_session(s, "cannot open " + s->dest + ": " + describe(r));
                            s->state = Session::open;
                            send_reply(s, Reply{Reply::opened, s->sid, ""});
                        });
@@ -143,7 +143,7 @@ void Service::data(Session &ss, net::Connection &c, std::string_view payload)
                            if (s->state == Session::finished)
                                return;
                            if (!r.ok)
-                               return fail(s, "transfer of " + s->dest + " failed: " + describe(r));
+                               return fail_session(s, "transfer of " + s->dest + " failed: " + describe(r));
                            send_reply(s, Reply{Reply::done, seq, ""});
                            if (s->close_asked && s->inflight == 0)
                                commit(s);
@@ -171,7 +171,7 @@ void Service::commit(const std::shared_ptr<Session> &s)
             if (!c.ok || !c.written) {
                 prim::XferResult r;
                 r.failed = c.failed;
-                return fail(s, c.ok ? "not every node holds every byte of " + s->dest
+                return fail_session(s, c.ok ? "not every node holds every byte of " + s->dest
                                     : "cannot confirm " + s->dest + ": " + describe(r));
             }
             engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid, 0, 0,
@@ -179,7 +179,7 @@ void Service::commit(const std::shared_ptr<Session> &s)
                                    if (alive.expired() || !*alive.lock() || s->state != Session::closing)
                                        return;
                                    if (!r.ok)
-                                       return fail(s, "cannot put " + s->dest + " in place: " + describe(r));
+                                       return fail_session(s, "cannot put " + s->dest + " in place: " + describe(r));
                                    s->state = Session::finished;
                                    auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                                              s->start)
@@ -192,7 +192,7 @@ void Service::commit(const std::shared_ptr<Session> &s)
         s->timeout);
 }
 
-void Service::fail(const std::shared_ptr<Session> &s, const std::string &why)
+void Service::fail_session(const std::shared_ptr<Session> &s, const std::string &why)
 {
     if (s->state == Session::finished)
         return;
@@ -223,7 +223,7 @@ void Service::on_closed(net::Connection &c)
     auto s = it->second;
     sessions_.erase(it);
     if (s->state != Session::finished)
-        fail(s, "the client went away before the broadcast was committed");
+        fail_session(s, "the client went away before the broadcast was committed");
 }
 
 } // namespace storm::bcast

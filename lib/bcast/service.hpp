@@ -53,7 +53,7 @@ private:
     void data(Session &s, net::Connection &c, std::string_view payload);
     void close(Session &s);
     void commit(const std::shared_ptr<Session> &s);
-    void fail(const std::shared_ptr<Session> &s, const std::string &why);
+    void fail_session(const std::shared_ptr<Session> &s, const std::string &why);
     void send_reply(const std::shared_ptr<Session> &s, const Reply &r);
     std::string describe(const prim::XferResult &r) const;
     std::string name(uint32_t i) const;
