@@ -18,7 +18,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "lib/bcast/client.hpp"
+#include "launch_bcast/client.hpp"
 #include "plugins/common/bcast_job.hpp"
 
 using namespace storm;
@@ -30,7 +30,7 @@ const char *kUsage =
     "  -f, --force             replace DEST where it exists\n"
     "  -p, --preserve          keep SOURCE's access and modification times\n"
     "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
-    "  -s, --size=SIZE         chunk size (default 64k; k and m suffixes)\n"
+    "  -s, --size=SIZE         chunk size (default 32k; k and m suffixes)\n"
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
     "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"

@@ -54,7 +54,8 @@ timed() {
     rc=$?
     if [ $rc = 0 ]; then secs "$t0" "$(now)"; else echo failed; fi
 }
-clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; }
+# between runs: no copies left, and no write-back of earlier runs under way
+clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
 # copy limit: N copies of FILE written by two writers at once
 copy_limit() {
     local n=$1 f=$2 t0 i

@@ -22,7 +22,7 @@
 //    can check with one COMPARE-AND-WRITE that a whole set holds the data.
 //    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp),
 //    and, given an authorizer, users' broadcasts: it heads those its
-//    clients send and receives everyone's (lib/bcast).
+//    clients send and receives everyone's (launch_bcast).
 #pragma once
 
 #include <atomic>
@@ -33,8 +33,8 @@
 #include <thread>
 
 #include "lib/agent/agent_config.hpp"
-#include "lib/bcast/receiver.hpp"
-#include "lib/bcast/service.hpp"
+#include "launch_bcast/receiver.hpp"
+#include "launch_bcast/service.hpp"
 #include "lib/common/log.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/prim/engine.hpp"
@@ -51,7 +51,7 @@ struct AgentNetwork {
     std::vector<sockaddr_in> nodes;
     uint32_t self;
     std::unique_ptr<net::Authenticator> auth;
-    // Users' broadcasts (lib/bcast), when an authorizer is given: node
+    // Users' broadcasts (launch_bcast), when an authorizer is given: node
     // names by index, and where open broadcasts are journaled.
     std::unique_ptr<bcast::Authorizer> authorizer;
     std::vector<std::string> names;

@@ -40,7 +40,7 @@ enum class MsgType : uint8_t {
     caw = 5,      // COMPARE-AND-WRITE down the tree
     caw_ack = 6,  // result up the tree
     heartbeat = 7,
-    // A user's broadcast (lib/bcast), between the user's client and the
+    // A user's broadcast (launch_bcast), between the user's client and the
     // agent that heads the transfer:
     bcast_open = 8,  // client -> agent: credential, destination, files
     bcast_data = 9,  // client -> agent: one chunk of a file

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "lib/agent/agent_config.hpp"
-#include "lib/bcast/client.hpp"
+#include "launch_bcast/client.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 
 extern "C" {

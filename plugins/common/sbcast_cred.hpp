@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/bcast/authorizer.hpp"
+#include "launch_bcast/authorizer.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/net/wire.hpp"
 #include "plugins/common/slurm_nodes.hpp"

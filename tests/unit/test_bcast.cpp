@@ -1,4 +1,4 @@
-// Unit tests of the broadcast (lib/bcast): agents in one process on
+// Unit tests of the broadcast (launch_bcast): agents in one process on
 // loopback ports, each with a receiver and a broadcast service on the
 // engine, run by a loop thread; the client in the test's thread, as a user.
 // Files land byte for byte, owned by the job's user, with the source's
@@ -18,9 +18,9 @@
 
 #include <event2/thread.h>
 
-#include "lib/bcast/client.hpp"
-#include "lib/bcast/receiver.hpp"
-#include "lib/bcast/service.hpp"
+#include "launch_bcast/client.hpp"
+#include "launch_bcast/receiver.hpp"
+#include "launch_bcast/service.hpp"
 #include "lib/common/signals.hpp"
 #include "tests/unit/helpers.hpp"
 #include "tests/unit/prim_fixture.hpp"

@@ -1,8 +1,8 @@
-#include "lib/bcast/service.hpp"
+#include "launch_bcast/service.hpp"
 
 #include <cinttypes>
 
-#include "lib/bcast/receiver.hpp"
+#include "launch_bcast/receiver.hpp"
 
 namespace storm::bcast {
 

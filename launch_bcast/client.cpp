@@ -1,10 +1,14 @@
-#include "lib/bcast/client.hpp"
+#include "launch_bcast/client.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
@@ -165,6 +169,167 @@ Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode)
 
 namespace {
 
+// Reads, checksums and compresses the chunks ahead of the sender, on its
+// own thread: up to `depth` chunks wait ready (double buffering and more),
+// so reading the source overlaps sending.  fd() becomes readable whenever
+// a chunk is ready or reading ended.
+class ChunkReader {
+public:
+    struct Chunk {
+        std::shared_ptr<std::string> frame; // the bcast_data payload: header and bytes
+        uint32_t raw_len = 0;
+    };
+
+    ChunkReader(const Source &src, uint32_t chunk, bool compress, unsigned depth)
+        : src_(src), chunk_(chunk), compress_(compress), depth_(depth)
+    {
+        if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0)
+            throw BcastError(sys("pipe", errno));
+        thread_ = std::thread([this] { run(); });
+    }
+    ~ChunkReader()
+    {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            stop_ = true;
+        }
+        space_.notify_all();
+        thread_.join();
+        ::close(pipe_[0]);
+        ::close(pipe_[1]);
+    }
+    int fd() const { return pipe_[0]; }
+
+    // A ready chunk, or nothing (not ready yet, or the end: see end()).
+    // Throws BcastError if reading failed.
+    std::optional<Chunk> take()
+    {
+        char drain[64];
+        while (read(pipe_[0], drain, sizeof drain) > 0) {
+        }
+        std::lock_guard<std::mutex> l(m_);
+        if (!ready_.empty()) {
+            Chunk c = std::move(ready_.front());
+            ready_.pop_front();
+            space_.notify_one();
+            return c;
+        }
+        if (!error_.empty())
+            throw BcastError(error_);
+        return std::nullopt;
+    }
+    bool end()
+    {
+        std::lock_guard<std::mutex> l(m_);
+        return done_ && ready_.empty() && error_.empty();
+    }
+
+private:
+    void push(Chunk c)
+    {
+        std::unique_lock<std::mutex> l(m_);
+        space_.wait(l, [this] { return stop_ || ready_.size() < depth_; });
+        if (stop_)
+            return;
+        ready_.push_back(std::move(c));
+        l.unlock();
+        (void)!write(pipe_[1], "c", 1);
+    }
+    void finish(std::string error)
+    {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            done_ = true;
+            error_ = std::move(error);
+        }
+        (void)!write(pipe_[1], "e", 1);
+    }
+    void run()
+    {
+        try {
+            for (size_t i = 0; i < src_.entries.size(); ++i) {
+                const Entry &e = src_.entries[i];
+                if (e.dir || e.size == 0)
+                    continue;
+                read_file(static_cast<uint32_t>(i), src_.paths[i], e.size);
+                std::lock_guard<std::mutex> l(m_);
+                if (stop_)
+                    return;
+            }
+            finish("");
+        } catch (const BcastError &e) {
+            finish(e.what());
+        } catch (const std::exception &e) {
+            finish(e.what());
+        }
+    }
+    void read_file(uint32_t entry, const std::string &path, uint64_t size)
+    {
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            throw BcastError(sys("cannot read " + path, errno));
+        std::unique_ptr<int, void (*)(int *)> closer(&fd, [](int *f) { ::close(*f); });
+        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        std::string raw;
+        for (uint64_t offset = 0; offset < size;) {
+            size_t len = static_cast<size_t>(std::min<uint64_t>(chunk_, size - offset));
+            raw.resize(len);
+            size_t got = 0;
+            while (got < len) {
+                ssize_t n = pread(fd, raw.data() + got, len - got, static_cast<off_t>(offset + got));
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n < 0)
+                    throw BcastError(sys("cannot read " + path, errno));
+                if (n == 0)
+                    throw BcastError(path + " shrank while being sent");
+                got += static_cast<size_t>(n);
+            }
+            ChunkHeader h;
+            h.entry = entry;
+            h.offset = offset;
+            h.raw_len = static_cast<uint32_t>(len);
+            h.crc = crc32(raw);
+            std::string_view bytes = raw;
+            std::string packed;
+            if (compress_) {
+                uLongf clen = compressBound(len);
+                packed.resize(clen);
+                if (compress2(reinterpret_cast<Bytef *>(packed.data()), &clen,
+                              reinterpret_cast<const Bytef *>(raw.data()), len, 1) == Z_OK &&
+                    clen < len) {
+                    packed.resize(clen);
+                    h.compressed = true;
+                    bytes = packed;
+                }
+            }
+            net::Writer w;
+            h.encode(w);
+            auto frame = std::make_shared<std::string>(w.take());
+            frame->append(bytes.data(), bytes.size());
+            push(Chunk{std::move(frame), h.raw_len});
+            {
+                std::lock_guard<std::mutex> l(m_);
+                if (stop_)
+                    return;
+            }
+            offset += len;
+        }
+    }
+
+    const Source &src_;
+    uint32_t chunk_;
+    bool compress_;
+    size_t depth_;
+    int pipe_[2] = {-1, -1};
+    std::thread thread_;
+    std::mutex m_;
+    std::condition_variable space_;
+    std::deque<Chunk> ready_;
+    bool stop_ = false, done_ = false;
+    std::string error_;
+};
+
 struct Run {
     const ClientOptions &o;
     const Source &src;
@@ -174,20 +339,20 @@ struct Run {
     bool finished = false;
     std::string error;
     // sending
-    size_t file = 0; // entry being read
-    uint64_t offset = 0;
-    int fd = -1;
+    std::unique_ptr<ChunkReader> reader;
+    event *ready = nullptr; // a chunk is ready
     uint64_t seq = 0;
     std::deque<uint64_t> inflight; // bytes of each unanswered chunk, in order
     uint64_t done_bytes = 0, total = 0;
-    bool close_sent = false;
+    bool close_sent = false, opened = false;
     unsigned window = 0;
 
     Run(const ClientOptions &opts, const Source &s) : o(opts), src(s) {}
     ~Run()
     {
-        if (fd >= 0)
-            ::close(fd);
+        if (ready)
+            event_free(ready);
+        reader.reset();
         if (silence)
             event_free(silence);
         if (conn)
@@ -213,81 +378,20 @@ struct Run {
         evtimer_add(silence, &tv);
     }
 
-    // The next chunk of the current file, or false at the end of all files.
-    bool next_chunk(ChunkHeader &h, std::string &bytes)
-    {
-        while (file < src.entries.size() &&
-               (src.entries[file].dir || offset >= src.entries[file].size)) {
-            if (fd >= 0) {
-                ::close(fd);
-                fd = -1;
-            }
-            ++file;
-            offset = 0;
-        }
-        if (file >= src.entries.size())
-            return false;
-        const Entry &e = src.entries[file];
-        const std::string &path = src.paths[file];
-        if (fd < 0) {
-            fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-            if (fd < 0)
-                throw BcastError(sys("cannot read " + path, errno));
-            posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-        }
-        size_t len = static_cast<size_t>(std::min<uint64_t>(o.chunk_size, e.size - offset));
-        std::string raw(len, '\0');
-        size_t got = 0;
-        while (got < len) {
-            ssize_t n = pread(fd, raw.data() + got, len - got, static_cast<off_t>(offset + got));
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0)
-                throw BcastError(sys("cannot read " + path, errno));
-            if (n == 0)
-                throw BcastError(path + " shrank while being sent");
-            got += static_cast<size_t>(n);
-        }
-        h.entry = static_cast<uint32_t>(file);
-        h.offset = offset;
-        h.raw_len = static_cast<uint32_t>(len);
-        h.crc = crc32(raw);
-        h.compressed = false;
-        offset += len;
-        if (o.compress) {
-            uLongf clen = compressBound(len);
-            std::string c(clen, '\0');
-            if (compress2(reinterpret_cast<Bytef *>(c.data()), &clen, reinterpret_cast<const Bytef *>(raw.data()),
-                          len, 1) == Z_OK &&
-                clen < len) {
-                c.resize(clen);
-                h.compressed = true;
-                bytes = std::move(c);
-                return true;
-            }
-        }
-        bytes = std::move(raw);
-        return true;
-    }
-
     void pump()
     {
-        while (!finished && inflight.size() < window) {
-            ChunkHeader h;
-            std::string bytes;
-            if (!next_chunk(h, bytes)) {
-                if (inflight.empty() && !close_sent) {
+        while (!finished && opened && inflight.size() < window) {
+            auto c = reader->take();
+            if (!c) {
+                if (reader->end() && inflight.empty() && !close_sent) {
                     close_sent = true;
                     conn->send(net::MsgType::bcast_close, 0, std::string_view());
                 }
                 return;
             }
-            net::Writer w;
-            h.encode(w);
-            std::string payload = w.take();
-            payload += bytes;
-            conn->send(net::MsgType::bcast_data, seq++, payload);
-            inflight.push_back(h.raw_len);
+            net::DataRef ref{c->frame, c->frame->data(), c->frame->size()};
+            conn->send(net::MsgType::bcast_data, seq++, std::string_view(), ref);
+            inflight.push_back(c->raw_len);
         }
     }
 
@@ -297,6 +401,7 @@ struct Run {
         arm();
         switch (r.kind) {
         case Reply::opened:
+            opened = true;
             pump();
             break;
         case Reply::done:
@@ -367,6 +472,20 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
     run.conn->on_close([&run](net::Connection &, const std::string &why) {
         run.stop("lost the connection to the Storm agent: " + why);
     });
+    // Reading starts at once, while the nodes open their files.
+    run.reader = std::make_unique<ChunkReader>(src, o.chunk_size, o.compress, 4);
+    run.ready = event_new(
+        run.base, run.reader->fd(), EV_READ | EV_PERSIST,
+        [](evutil_socket_t, short, void *arg) {
+            auto *r = static_cast<Run *>(arg);
+            try {
+                r->pump();
+            } catch (const BcastError &e) {
+                r->stop(e.what());
+            }
+        },
+        &run);
+    event_add(run.ready, nullptr);
     run.conn->send(net::MsgType::bcast_open, 0, open);
     run.arm();
     event_base_dispatch(run.base);

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/bcast/protocol.hpp"
+#include "launch_bcast/protocol.hpp"
 #include "lib/net/authenticator.hpp"
 
 namespace storm::bcast {
@@ -53,7 +53,7 @@ struct ClientOptions {
     std::string cred;               // Slurm's sbcast credential, packed
     std::string dest;               // absolute
     uint32_t flags = 0;             // Flags
-    uint32_t chunk_size = 64u << 10;
+    uint32_t chunk_size = 32u << 10;
     unsigned window = 0;            // chunks in flight; 0: 16 MiB worth
     uint8_t fanout = 1;             // of the data tree
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent

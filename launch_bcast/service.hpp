@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/bcast/authorizer.hpp"
-#include "lib/bcast/protocol.hpp"
+#include "launch_bcast/authorizer.hpp"
+#include "launch_bcast/protocol.hpp"
 #include "lib/common/log.hpp"
 #include "lib/prim/engine.hpp"
 

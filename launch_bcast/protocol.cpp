@@ -1,4 +1,4 @@
-#include "lib/bcast/protocol.hpp"
+#include "launch_bcast/protocol.hpp"
 
 #include <array>
 #include <cstring>

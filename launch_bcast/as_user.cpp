@@ -1,4 +1,4 @@
-#include "lib/bcast/as_user.hpp"
+#include "launch_bcast/as_user.hpp"
 
 #include <cerrno>
 #include <grp.h>

@@ -1,4 +1,4 @@
-#include "lib/bcast/receiver.hpp"
+#include "launch_bcast/receiver.hpp"
 
 #include <cerrno>
 #include <cinttypes>
@@ -15,7 +15,7 @@
 #include <event2/event.h>
 #include <zlib.h>
 
-#include "lib/bcast/as_user.hpp"
+#include "launch_bcast/as_user.hpp"
 
 namespace storm::bcast {
 
