@@ -56,6 +56,13 @@ timed() {
 }
 # between runs: no copies left, and no write-back of earlier runs under way
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
+# after an srun that failed or was stopped: end its step, so the next one
+# does not wait for the nodes
+end_steps() {
+    local s
+    for s in $(squeue -h -s -j "$1" -o %i 2>/dev/null | grep -v -e batch -e extern); do scancel "$s" 2>/dev/null; done
+    for _ in $(seq 1 100); do squeue -h -s -j "$1" -o %i 2>/dev/null | grep -q -v -e batch -e extern || return 0; sleep 0.2; done
+}
 # copy limit: N copies of FILE written by two writers at once
 copy_limit() {
     local n=$1 f=$2 t0 i
@@ -105,9 +112,10 @@ for n in $NODES; do
             if [ "$s" = 12 ]; then
                 ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
                     srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                [ "$ss" = failed ] && end_steps "$jid"
                 clean_dest
                 sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                [ "$sx" = failed ] && tail -n 5 "$work/srun.out" >&2
+                [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
                 clean_dest
             fi
             link=$(awk -v s="$s" -v r="$RATE_MBIT" 'BEGIN { printf "%.2f", s * 8 / r }')

@@ -12,7 +12,7 @@ slurm_src=$(sed -n 's/^SLURM_SRC = //p' "$STORM_BUILDDIR/Makefile")
 b="$T_WORK/build"
 mkdir -p "$b"
 (cd "$STORM_SRCDIR" && cp -pR configure configure.ac Makefile.in Makefile.am aclocal.m4 storm_config.h.in \
-    build-aux m4 lib plugins tools tests "$b/") || t_bail "cannot copy the sources to $b"
+    build-aux m4 lib launch_bcast plugins tools tests "$b/") || t_bail "cannot copy the sources to $b"
 
 conf() { (cd "$b" && ./configure -q "$@") > "$T_WORK/conf.out" 2>&1; }
 expect_refusal() { # description expected-message configure-args...
@@ -45,20 +45,22 @@ expect_refusal "mismatched Slurm version" "is 22.05.7 (0x160507) but the install
 # configure accepts an explicit PluginDir; make install must refuse it.
 if conf --with-slurm-source="$slurm_src" --with-slurm-plugindir="$T_WORK/nodir"; then
     (cd "$b" && make -s -j2 > "$T_WORK/make.out" 2>&1)
-    t_check "the scratch tree builds" [ -f "$b/plugins/.libs/switch_rdma.so" ]
-    if (cd "$b" && make install > "$T_WORK/install.out" 2>&1); then t_fail "make install into a missing PluginDir succeeded"
+    t_check "the scratch tree builds" [ -f "$b/plugins/.libs/switch_rdma.so" ] && [ -x "$b/tools/storm-bcast" ]
+    if (cd "$b" && make install prefix="$T_WORK/prefix" > "$T_WORK/install.out" 2>&1); then t_fail "make install into a missing PluginDir succeeded"
     else t_check "make install: missing PluginDir refused" grep -q "PluginDir $T_WORK/nodir does not exist" "$T_WORK/install.out"; fi
     mkdir -p "$T_WORK/ro"; chmod 755 "$T_WORK/ro"
     if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
-        (cd "$b" && setpriv --reuid=nobody --regid=nogroup --clear-groups make install plugindir="$T_WORK/ro" > "$T_WORK/install2.out" 2>&1)
+        (cd "$b" && setpriv --reuid=nobody --regid=nogroup --clear-groups make install prefix="$T_WORK/prefix" plugindir="$T_WORK/ro" > "$T_WORK/install2.out" 2>&1)
         rc=$?
         t_check "make install: unwritable PluginDir refused (rc $rc)" \
             bash -c "[ $rc != 0 ] && grep -q 'PluginDir $T_WORK/ro is not writable by nobody' '$T_WORK/install2.out'"
         t_check "nothing written into the unwritable PluginDir" [ -z "$(ls -A "$T_WORK/ro")" ]
     fi
-    (cd "$b" && make install plugindir="$T_WORK/ro" > "$T_WORK/install3.out" 2>&1)
+    t_check "  nor storm-bcast" [ ! -e "$T_WORK/prefix/bin/storm-bcast" ]
+    (cd "$b" && make install prefix="$T_WORK/prefix" plugindir="$T_WORK/ro" > "$T_WORK/install3.out" 2>&1)
     t_check "make install puts exactly the five .so files into PluginDir" \
         [ "$(ls "$T_WORK/ro" | tr '\n' ' ')" = "launch_bcast.so sched_gang.so select_gang.so spank_storm.so switch_rdma.so " ]
+    t_check "  and storm-bcast into the bin directory" [ -x "$T_WORK/prefix/bin/storm-bcast" ]
 else
     t_diag < "$T_WORK/conf.out"; t_fail "configure with an explicit PluginDir"
 fi
