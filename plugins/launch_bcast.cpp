@@ -21,6 +21,7 @@ extern "C" {
 #include "src/srun/libsrun/multi_prog.h"
 }
 #include <chrono>
+#include <cstring>
 
 #include "plugins/common/bcast_job.hpp"
 
@@ -108,6 +109,12 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
     srun_opt_t *sropt = opt_local ? opt_local->srun_opt : nullptr;
     if (rc != SLURM_SUCCESS || !job || !sropt || !sropt->bcast_flag)
         return rc;
+    if (!slurm_conf.switch_type || std::strcmp(slurm_conf.switch_type, "switch/rdma") != 0) {
+        // No node agents to send through: srun's own broadcast does it.
+        g_ctx->log.verbose("SwitchType is %s, not switch/rdma: no Storm agents, srun broadcasts itself",
+                           slurm_conf.switch_type ? slurm_conf.switch_type : "none");
+        return rc;
+    }
     return storm::shim::guarded(g_ctx->log, "srun --bcast", [&] {
         try {
             if (sropt->argc == 0 || !sropt->argv || !sropt->argv[0])
