@@ -451,14 +451,14 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
         run.base,
         [](evutil_socket_t, short, void *arg) {
             auto *r = static_cast<Run *>(arg);
-            r->stop("no answer from the Storm agent for " + std::to_string(3 * r->o.timeout.count() / 1000) +
-                    " s");
+            r->stop("no answer from the Storm agent on " + r->o.agent_name + " for " +
+                    std::to_string(3 * r->o.timeout.count() / 1000) + " s");
         },
         &run);
     try {
         run.conn = net::Connection::connect(run.base, o.agent, o.agent_index, auth);
     } catch (const std::exception &e) {
-        throw BcastError(std::string("cannot connect to the Storm agent: ") + e.what());
+        throw BcastError("cannot connect to the Storm agent on " + o.agent_name + ": " + e.what());
     }
     run.conn->on_frame([&run](net::Connection &, const net::FrameHeader &h, std::string_view p) {
         if (h.type != net::MsgType::bcast_reply)
@@ -470,7 +470,7 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
         }
     });
     run.conn->on_close([&run](net::Connection &, const std::string &why) {
-        run.stop("lost the connection to the Storm agent: " + why);
+        run.stop("lost the connection to the Storm agent on " + run.o.agent_name + ": " + why);
     });
     // Reading starts at once, while the nodes open their files.
     run.reader = std::make_unique<ChunkReader>(src, o.chunk_size, o.compress, 4);

@@ -50,6 +50,7 @@ Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode = 075
 struct ClientOptions {
     sockaddr_in agent{};            // the agent heading the job's nodes
     uint32_t agent_index = 0;
+    std::string agent_name = "the head node"; // for messages
     std::string cred;               // Slurm's sbcast credential, packed
     std::string dest;               // absolute
     uint32_t flags = 0;             // Flags

@@ -141,6 +141,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             o.cred = target.cred;
             o.agent = target.agent;
             o.agent_index = target.agent_index;
+        o.agent_name = target.head;
             o.dest = dest;
             o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
             o.compress = sropt->compress && sropt->compress != COMPRESS_OFF;

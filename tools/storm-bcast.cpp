@@ -250,6 +250,7 @@ int main(int argc, char **argv)
         o.cred = target.cred;
         o.agent = target.agent;
         o.agent_index = target.agent_index;
+        o.agent_name = target.head;
         auto send = [&](const bcast::Source &s, const std::string &to, const std::string &what) {
             o.dest = to;
             Progress p(progress == 1, what);

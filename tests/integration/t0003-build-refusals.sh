@@ -45,7 +45,7 @@ expect_refusal "mismatched Slurm version" "is 22.05.7 (0x160507) but the install
 # configure accepts an explicit PluginDir; make install must refuse it.
 if conf --with-slurm-source="$slurm_src" --with-slurm-plugindir="$T_WORK/nodir"; then
     (cd "$b" && make -s -j2 > "$T_WORK/make.out" 2>&1)
-    t_check "the scratch tree builds" [ -f "$b/plugins/.libs/switch_rdma.so" ] && [ -x "$b/tools/storm-bcast" ]
+    t_check "the scratch tree builds" [ -f "$b/plugins/.libs/switch_rdma.so" -a -x "$b/tools/storm-bcast" ]
     if (cd "$b" && make install prefix="$T_WORK/prefix" > "$T_WORK/install.out" 2>&1); then t_fail "make install into a missing PluginDir succeeded"
     else t_check "make install: missing PluginDir refused" grep -q "PluginDir $T_WORK/nodir does not exist" "$T_WORK/install.out"; fi
     mkdir -p "$T_WORK/ro"; chmod 755 "$T_WORK/ro"

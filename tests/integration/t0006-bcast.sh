@@ -5,7 +5,8 @@
 # with the source's mode; a directory tree with --preserve; and every bad
 # input of the issue -- missing or unreadable source, a directory where a
 # file belongs, an unwritable destination, an existing file without
-# --force, a full disk on one node, a node killed mid-transfer, a job that
+# --force, a full disk on one node, a hung head node, a node killed
+# mid-transfer, a job that
 # ended, another user's job -- fails with a message naming the node and
 # cause, exit 1, no launch, and no file (partial or whole, temporary or
 # final) on any node.  A killed node's slurmd removes its part on restart.
@@ -91,6 +92,17 @@ t_check "no file of these anywhere" no_trace "/tmp/nope /tmp/secret /etc/data12 
 t_check "a full disk on vn9 (4 MB /scratch): exit 1" fails b "$SRC/data12" /scratch/data12
 t_check "  naming vn9 and the cause" grep -q "vn9: not enough space in /scratch: 12000000 bytes needed, [0-9]* free" "$T_WORK/b.out"
 t_check "  and no node kept anything" no_trace /scratch/data12
+
+pid1=$(cat "$STATE/run/slurmd-vn1.pid")
+kill -STOP "$pid1"
+t0=$(date +%s)
+fails b -t 1 "$SRC/data12" /tmp/hung; rc=$?
+t1=$(date +%s)
+kill -CONT "$pid1"
+t_check "a hung head node: exit 1 within 10 s ($((t1 - t0)) s)" [ "$rc" = 0 -a $((t1 - t0)) -le 10 ]
+t_check "  naming it" grep -q "no answer from the Storm agent on vn1 for 3 s" "$T_WORK/b.out"
+sleep 1
+t_check "  and, resumed, it kept nothing (nor did any node)" no_trace /tmp/hung
 
 "$VC" shape 100mbit > /dev/null
 as_user "$BCAST" -j "$job" -s 16k "$SRC/data12" /tmp/killed > "$T_WORK/kill.out" 2>&1 &
