@@ -113,14 +113,6 @@ private:
 
 } // namespace
 
-uint64_t Source::total_bytes() const
-{
-    uint64_t t = 0;
-    for (const auto &e : entries)
-        t += e.size;
-    return t;
-}
-
 Source scan(const std::string &path)
 {
     struct stat st;

@@ -36,7 +36,7 @@ public:
 struct Source {
     std::vector<Entry> entries;
     std::vector<std::string> paths; // by entry; "" for directories
-    uint64_t total_bytes() const;
+    uint64_t total_bytes() const { return bcast::total_bytes(entries); }
 };
 
 // A file, or a directory with its whole tree (symbolic links inside are

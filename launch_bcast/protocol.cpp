@@ -147,7 +147,7 @@ OpenRequest OpenRequest::decode(std::string_view payload)
     return q;
 }
 
-uint64_t OpenRequest::total_bytes() const
+uint64_t total_bytes(const std::vector<Entry> &entries)
 {
     uint64_t t = 0;
     for (const auto &e : entries)

@@ -44,6 +44,9 @@ struct Entry {
     int64_t atime = 0, mtime = 0;
 };
 
+// The bytes of the files among `entries`.
+uint64_t total_bytes(const std::vector<Entry> &entries);
+
 struct OpenRequest {
     std::string cred;   // Slurm's sbcast credential, packed
     std::string dest;   // absolute; a trailing '/' asks for the per-node name srun --bcast uses
@@ -54,7 +57,7 @@ struct OpenRequest {
 
     std::string encode() const;
     static OpenRequest decode(std::string_view payload);
-    uint64_t total_bytes() const;
+    uint64_t total_bytes() const { return bcast::total_bytes(entries); }
 };
 
 // A chunk: a header and the bytes.  The bytes are zlib-compressed when

@@ -10,7 +10,6 @@ using std::chrono::milliseconds;
 
 struct Service::Session {
     std::weak_ptr<net::Connection> conn;
-    const net::Connection *key = nullptr;
     uint64_t sid = 0;
     Grant grant;
     std::string dest;
@@ -69,10 +68,10 @@ void Service::on_frame(net::Connection &c, const net::FrameHeader &h, std::strin
     }
     if (it == sessions_.end())
         throw net::FrameError("no broadcast open on this connection");
-    Session &s = *it->second;
-    if (s.state == Session::finished)
+    auto s = it->second;
+    if (s->state == Session::finished)
         return; // it failed: the client was told; chunks still in flight are dropped
-    if (s.state != Session::open || s.close_asked)
+    if (s->state != Session::open || s->close_asked)
         throw net::FrameError("broadcast frame out of sequence");
     if (h.type == net::MsgType::bcast_data)
         data(s, c, payload);
@@ -84,7 +83,6 @@ void Service::open(net::Connection &c, std::string_view payload)
 {
     auto s = std::make_shared<Session>();
     s->conn = c.shared_from_this();
-    s->key = &c;
     s->sid = prim::Engine::new_origin();
     sessions_[&c] = s;
     auto refuse = [&](const std::string &why) {
@@ -127,14 +125,12 @@ void Service::open(net::Connection &c, std::string_view payload)
                        });
 }
 
-void Service::data(Session &ss, net::Connection &c, std::string_view payload)
+void Service::data(const std::shared_ptr<Session> &s, net::Connection &c, std::string_view payload)
 {
-    auto s = sessions_.at(&c);
     uint64_t seq = s->next_seq++;
     s->inflight++;
     std::weak_ptr<bool> alive = alive_;
     net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
-    (void)ss;
     engine_.send_chunk(s->set, s->fanout, s->timeout, event_name("data", s->sid), s->sid, seq, 0, ref,
                        [this, s, seq, alive](const prim::XferResult &r) {
                            if (alive.expired() || !*alive.lock())
@@ -150,9 +146,8 @@ void Service::data(Session &ss, net::Connection &c, std::string_view payload)
                        });
 }
 
-void Service::close(Session &ss)
+void Service::close(const std::shared_ptr<Session> &s)
 {
-    auto s = sessions_.at(ss.key);
     s->close_asked = true;
     if (s->inflight == 0)
         commit(s);

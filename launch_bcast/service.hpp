@@ -50,8 +50,8 @@ public:
 private:
     struct Session;
     void open(net::Connection &c, std::string_view payload);
-    void data(Session &s, net::Connection &c, std::string_view payload);
-    void close(Session &s);
+    void data(const std::shared_ptr<Session> &s, net::Connection &c, std::string_view payload);
+    void close(const std::shared_ptr<Session> &s);
     void commit(const std::shared_ptr<Session> &s);
     void fail_session(const std::shared_ptr<Session> &s, const std::string &why);
     void send_reply(const std::shared_ptr<Session> &s, const Reply &r);

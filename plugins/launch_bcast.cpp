@@ -119,14 +119,11 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
         try {
             if (sropt->argc == 0 || !sropt->argv || !sropt->argv[0])
                 throw storm::bcast::BcastError("no command name to broadcast");
-            std::string dest;
-            const char *destdir =
-                slurm_conf.bcast_parameters ? strcasestr(slurm_conf.bcast_parameters, "DestDir=") : nullptr;
+            std::string dest, destdir = storm::shim::bcast_dest_dir();
             if (sropt->bcast_file && sropt->bcast_file[0] == '/') {
                 dest = sropt->bcast_file;
-            } else if (destdir) {
-                dest = std::string(destdir + 8);
-                dest = dest.substr(0, dest.find(',')) + "/";
+            } else if (!destdir.empty()) {
+                dest = destdir + "/";
             } else {
                 dest = std::string(opt_local->chdir ? opt_local->chdir : "/tmp") + "/";
             }
@@ -138,10 +135,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
             auto auth = storm::shim::daemon_authenticator(target);
             storm::bcast::ClientOptions o;
-            o.cred = target.cred;
-            o.agent = target.agent;
-            o.agent_index = target.agent_index;
-        o.agent_name = target.head;
+            storm::shim::aim(o, target);
             o.dest = dest;
             o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
             o.compress = sropt->compress && sropt->compress != COMPRESS_OFF;

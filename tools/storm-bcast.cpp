@@ -74,18 +74,6 @@ uint32_t parse_uint(const char *s, const char *what, uint32_t lo, uint32_t hi)
     return static_cast<uint32_t>(v);
 }
 
-std::string dest_dir_parameter()
-{
-    const char *p = slurm_conf.bcast_parameters;
-    if (!p)
-        return "";
-    const char *d = strcasestr(p, "DestDir=");
-    if (!d)
-        return "";
-    std::string v(d + 8);
-    return v.substr(0, v.find(','));
-}
-
 class Progress {
 public:
     Progress(bool on, std::string what) : on_(on), what_(std::move(what)) {}
@@ -213,7 +201,7 @@ int main(int argc, char **argv)
     if (!exclude_set)
         exclude = slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude : "none";
     if (dest.front() != '/') {
-        std::string base = dest_dir_parameter();
+        std::string base = shim::bcast_dest_dir();
         if (base.empty()) {
             char cwd[4096];
             if (!getcwd(cwd, sizeof cwd)) {
@@ -247,10 +235,7 @@ int main(int argc, char **argv)
         bcast::Source src = bcast::scan(source);
         auto target = shim::bcast_target(job, step);
         auto auth = shim::daemon_authenticator(target);
-        o.cred = target.cred;
-        o.agent = target.agent;
-        o.agent_index = target.agent_index;
-        o.agent_name = target.head;
+        shim::aim(o, target);
         auto send = [&](const bcast::Source &s, const std::string &to, const std::string &what) {
             o.dest = to;
             Progress p(progress == 1, what);

@@ -58,16 +58,16 @@ std::string MungeAuth::encode(std::string_view payload) const
     return out;
 }
 
-MungeAuth::Credential MungeAuth::decode(std::string_view cred) const { return decode_impl(socket_, cred, false); }
+MungeAuth::Credential MungeAuth::decode(std::string_view cred) const { return decode(cred, false); }
 
 MungeAuth::Credential MungeAuth::decode_allow_replay(std::string_view cred) const
 {
-    return decode_impl(socket_, cred, true);
+    return decode(cred, true);
 }
 
-MungeAuth::Credential MungeAuth::decode_impl(const std::string &socket, std::string_view cred, bool replay_ok)
+MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok) const
 {
-    CtxPtr ctx = make_ctx(socket);
+    CtxPtr ctx = make_ctx(socket_);
     std::string text(cred); // munge wants a NUL-terminated string
     if (text.find('\0') != std::string::npos)
         throw AuthError("munge decode failed: credential contains a NUL byte");

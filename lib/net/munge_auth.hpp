@@ -50,7 +50,7 @@ public:
     const std::string &socket() const noexcept { return socket_; }
 
 private:
-    static Credential decode_impl(const std::string &socket, std::string_view cred, bool replay_ok);
+    Credential decode(std::string_view cred, bool replay_ok) const;
     std::string socket_;
 };
 

@@ -52,23 +52,45 @@ bool holds(int64_t have, Relation rel, int64_t value)
 
 } // namespace
 
-void Engine::Answer::add_failure(uint32_t node, const std::string &why)
+namespace {
+
+// Adds `from` to `to`, up to kMaxReasons in all.
+void add_reasons(Reasons &to, const Reasons &from)
 {
-    failed = failed.unite(RangeSet::single(node));
+    for (const auto &r : from) {
+        if (to.size() >= kMaxReasons)
+            break;
+        to.insert(r);
+    }
+}
+
+// The outcome of a transfer of `event` that `failed` nodes do not hold.
+XferResult xfer_result(const RangeSet &failed, const Reasons &reasons, const std::string &event)
+{
+    XferResult r;
+    r.ok = failed.empty();
+    r.failed = failed;
+    r.reasons = reasons;
+    if (!r.ok)
+        r.error = "nodes " + failed.str() + " do not hold " + event;
+    return r;
+}
+
+} // namespace
+
+void Engine::Answer::add_failure(const RangeSet &nodes, const std::string &why)
+{
+    failed = failed.unite(nodes);
     holds = false;
     if (reasons.size() < kMaxReasons)
-        reasons.emplace(node, why.substr(0, kMaxReason));
+        reasons.emplace(nodes.nth(0), why.substr(0, kMaxReason));
 }
 
 void Engine::Answer::merge(const Answer &a)
 {
     failed = failed.unite(a.failed);
     holds = holds && a.holds;
-    for (const auto &r : a.reasons) {
-        if (reasons.size() >= kMaxReasons)
-            break;
-        reasons.insert(r);
-    }
+    add_reasons(reasons, a.reasons);
 }
 
 uint64_t Engine::new_origin() { return random_id(); }
@@ -294,7 +316,7 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             // Unreachable at once: route around it.
             if (down_until_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());
-            hop->answer.add_failure(root, std::string("agent unreachable: ") + e.what());
+            hop->answer.add_failure(RangeSet::single(root), std::string("agent unreachable: ") + e.what());
             for (auto &sub : net::split_children(slice, route.fanout))
                 todo.push_back(std::move(sub));
         }
@@ -346,14 +368,9 @@ void Engine::hop_child_failed(uint64_t op, uint64_t child_op, const std::string 
     if (hit == hops_.end())
         return;
     auto hop = hit->second;
-    hop->answer.failed = hop->answer.failed.unite(slice);
-    hop->answer.holds = false;
-    if (hop->answer.reasons.size() < kMaxReasons)
-        hop->answer.reasons.emplace(slice.nth(0), slice.size() > 1 ? why + " (and the " +
-                                                                          std::to_string(slice.size() - 1) +
-                                                                          " node" + (slice.size() > 2 ? "s" : "") +
-                                                                          " it serves)"
-                                                                    : why);
+    hop->answer.add_failure(slice, slice.size() > 1 ? why + " (and the " + std::to_string(slice.size() - 1) +
+                                                          " node" + (slice.size() > 2 ? "s" : "") + " it serves)"
+                                                    : why);
     if (--hop->waiting == 0) {
         hops_.erase(hit);
         hop->finish(hop->answer);
@@ -401,7 +418,7 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
         RangeSet slice = cit->second.second;
         child_ops_.erase(cit);
         hop->waiting--;
-        hop->answer.add_failure(index, "agent unreachable: " + why);
+        hop->answer.add_failure(RangeSet::single(index), "agent unreachable: " + why);
         for (auto &sub : net::split_children(slice, hop->fanout)) {
             uint32_t root = sub.nth(0);
             try {
@@ -547,21 +564,13 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
                        if (alive.expired() || !*alive.lock())
                            return;
                        t->failed = t->failed.unite(a.failed);
-                       for (const auto &kv : a.reasons)
-                           if (t->reasons.size() < kMaxReasons)
-                               t->reasons.insert(kv);
+                       add_reasons(t->reasons, a.reasons);
                        t->inflight--;
                        if (t->next < t->data->size()) {
                            start_chunks(t);
                        } else if (t->inflight == 0) {
-                           XferResult r;
-                           r.ok = t->failed.empty();
-                           r.failed = t->failed;
-                           r.reasons = t->reasons;
-                           if (!r.ok)
-                               r.error = "nodes " + t->failed.str() + " do not hold " + t->event;
                            auto done = std::move(t->done);
-                           done(r);
+                           done(xfer_result(t->failed, t->reasons, t->event));
                        }
                    });
     }
@@ -580,7 +589,7 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
             why = e.what();
         }
         if (!why.empty())
-            local.add_failure(cfg_.self, why);
+            local.add_failure(RangeSet::single(cfg_.self), why);
         return;
     }
     auto key = std::make_pair(event, origin);
@@ -662,13 +671,7 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
         [done = std::move(done), event, alive](const Answer &a) {
             if (alive.expired() || !*alive.lock())
                 return;
-            XferResult r;
-            r.ok = a.failed.empty();
-            r.failed = a.failed;
-            r.reasons = a.reasons;
-            if (!r.ok)
-                r.error = "nodes " + a.failed.str() + " do not hold " + event;
-            done(r);
+            done(xfer_result(a.failed, a.reasons, event));
         },
         std::move(data));
 }

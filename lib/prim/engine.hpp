@@ -219,7 +219,9 @@ private:
         bool holds = true;
         Reasons reasons;
         void merge(const Answer &a);
-        void add_failure(uint32_t node, const std::string &why);
+        // `nodes` failed; the reason is their first node's (the root of a
+        // failed subtree).
+        void add_failure(const RangeSet &nodes, const std::string &why);
     };
     using Finish = std::function<void(const Answer &)>;
     Route route(unsigned fanout, std::chrono::milliseconds timeout) const;

@@ -7,6 +7,7 @@
 // bcast::BcastError with the message to show.
 #pragma once
 
+#include <cstring>
 #include <string>
 
 #include "lib/agent/agent_config.hpp"
@@ -73,6 +74,26 @@ inline BcastTarget bcast_target(uint32_t job, uint32_t step, uint32_t het_offset
         throw bcast::BcastError("node " + t.head + " is not in slurm.conf");
     t.munge_socket = net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
     return t;
+}
+
+// Points a client at the target: the credential and the head's agent.
+inline void aim(bcast::ClientOptions &o, const BcastTarget &t)
+{
+    o.cred = t.cred;
+    o.agent = t.agent;
+    o.agent_index = t.agent_index;
+    o.agent_name = t.head;
+}
+
+// BcastParameters' DestDir (where relative destinations go), or "".
+inline std::string bcast_dest_dir()
+{
+    const char *p = slurm_conf.bcast_parameters;
+    const char *d = p ? strcasestr(p, "DestDir=") : nullptr;
+    if (!d)
+        return "";
+    std::string v(d + 8);
+    return v.substr(0, v.find(','));
 }
 
 inline net::MungeAuthenticator daemon_authenticator(const BcastTarget &t)

@@ -181,13 +181,20 @@ struct BcastCluster {
     }
 };
 
+// A directory every user may create files in (like /tmp).
+std::string open_to_all(const std::string &dir)
+{
+    mkdir(dir.c_str(), 0755);
+    chmod(dir.c_str(), 01777); // not subject to the umask
+    return dir;
+}
+
 struct TempDir {
     std::string path;
     TempDir()
     {
         char t[] = "/tmp/storm-bcast-test.XXXXXX";
-        path = mkdtemp(t);
-        chmod(path.c_str(), 01777);
+        path = open_to_all(mkdtemp(t));
     }
     ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
 };
@@ -210,9 +217,7 @@ void test_file_reaches_every_node(void **)
     TempDir t;
     std::string src = t.path + "/prog";
     std::string data = make_file(src, 1000003, 0751);
-    std::string out = t.path + "/out";
-    mkdir(out.c_str(), 0755);
-    chmod(out.c_str(), 01777);
+    std::string out = open_to_all(t.path + "/out");
     for (uint8_t fanout : {1, 2}) {
         BcastCluster bc(6, t.path);
         std::system(("rm -f '" + out + "'/*").c_str());
@@ -297,9 +302,7 @@ void test_a_node_that_cannot_write_fails_all(void **)
     std::string src = t.path + "/f";
     make_file(src, 300000, 0644);
     BcastCluster bc(5, t.path);
-    std::string out = t.path + "/out";
-    mkdir(out.c_str(), 0755);
-    chmod(out.c_str(), 01777);
+    std::string out = open_to_all(t.path + "/out");
     // node3's per-node name lands in a directory the user cannot write.
     std::string locked = out + "/slurm_bcast_42.0_locked";
     mkdir(locked.c_str(), 0755);
@@ -323,9 +326,7 @@ void test_node_killed_mid_transfer(void **)
     std::string src = t.path + "/f";
     make_file(src, 4 << 20, 0644);
     BcastCluster bc(6, t.path);
-    std::string out = t.path + "/out";
-    mkdir(out.c_str(), 0755);
-    chmod(out.c_str(), 01777);
+    std::string out = open_to_all(t.path + "/out");
     // Node 4 dies (its engine and receiver go) after its 20th chunk.
     bc.on_data = [&](unsigned node, unsigned chunks) {
         if (node == 4 && chunks == 20) {
