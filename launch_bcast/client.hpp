@@ -48,17 +48,17 @@ Source scan(const std::string &path);
 Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode = 0755);
 
 struct ClientOptions {
-    sockaddr_in agent{};            // the agent heading the job's nodes
+    sockaddr_in agent{}; // the agent heading the job's nodes
     uint32_t agent_index = 0;
     std::string agent_name = "the head node"; // for messages
-    std::string cred;               // Slurm's sbcast credential, packed
-    std::string dest;               // absolute
-    uint32_t flags = 0;             // Flags
+    std::string cred;                         // Slurm's sbcast credential, packed
+    std::string dest;                         // absolute
+    uint32_t flags = 0;                       // Flags
     uint32_t chunk_size = 32u << 10;
-    unsigned window = 0;            // chunks in flight; 0: 16 MiB worth
-    uint8_t fanout = 1;             // of the data tree
+    unsigned window = 0;                      // chunks in flight; 0: 16 MiB worth
+    uint8_t fanout = 1;                       // of the data tree
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
-    bool compress = false;          // zlib each chunk (level 1) where it shrinks
+    bool compress = false;                    // zlib each chunk (level 1) where it shrinks
     std::function<void(uint64_t done, uint64_t total)> progress;
 };
 

@@ -48,8 +48,8 @@ struct Entry {
 uint64_t total_bytes(const std::vector<Entry> &entries);
 
 struct OpenRequest {
-    std::string cred;   // Slurm's sbcast credential, packed
-    std::string dest;   // absolute; a trailing '/' asks for the per-node name srun --bcast uses
+    std::string cred; // Slurm's sbcast credential, packed
+    std::string dest; // absolute; a trailing '/' asks for the per-node name srun --bcast uses
     uint32_t flags = 0;
     uint8_t fanout = 1; // of the data tree (1: a pipeline through the nodes)
     uint32_t timeout_ms = 10000;

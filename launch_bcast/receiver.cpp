@@ -58,7 +58,10 @@ int remove_tree(const std::string &path)
 
 } // namespace
 
-std::string event_name(const char *kind, uint64_t sid) { return std::string("bcast:") + kind + ":" + hex(sid); }
+std::string event_name(const char *kind, uint64_t sid)
+{
+    return std::string("bcast:") + kind + ":" + hex(sid);
+}
 std::string var_prefix(uint64_t sid) { return "bcast:" + hex(sid) + ":"; }
 
 struct Receiver::File {
@@ -92,8 +95,8 @@ Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, Rec
     : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log))
 {
     timer_ = event_new(
-        base, -1, EV_PERSIST, [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); },
-        this);
+        base, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); }, this);
     timeval tv{1, 0};
     evtimer_add(timer_, &tv);
 }
@@ -154,7 +157,8 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
         s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
                    "_" + cfg_.node_name;
     s->temp = dirname_of(s->dest) + "/." + basename_of(s->dest) + ".storm-" + hex(sid);
-    s->idle_limit = std::max(std::chrono::milliseconds(3 * uint64_t(req.timeout_ms)), std::chrono::milliseconds(30000));
+    s->idle_limit =
+        std::max(std::chrono::milliseconds(3 * uint64_t(req.timeout_ms)), std::chrono::milliseconds(30000));
     bool top_dir = req.entries.front().dir;
 
     {
@@ -277,7 +281,8 @@ std::string Receiver::data(uint64_t sid, std::string_view payload)
     }
     size_t done = 0;
     while (done < bytes.size()) {
-        ssize_t n = pwrite(f.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(h.offset + done));
+        ssize_t n =
+            pwrite(f.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(h.offset + done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)

@@ -43,7 +43,8 @@ std::string Service::describe(const prim::XferResult &r) const
     for (uint32_t i = 0; i < r.failed.size() && listed < 32; ++i, ++listed) {
         uint32_t n = r.failed.nth(i);
         auto it = r.reasons.find(n);
-        out += "\n  " + name(n) + ": " + (it != r.reasons.end() ? it->second : "failed with the node serving it");
+        out += "\n  " + name(n) + ": " +
+               (it != r.reasons.end() ? it->second : "failed with the node serving it");
     }
     if (r.failed.size() > listed)
         out += "\n  and " + std::to_string(r.failed.size() - listed) + " more nodes";
@@ -86,7 +87,8 @@ void Service::open(net::Connection &c, std::string_view payload)
     s->sid = prim::Engine::new_origin();
     sessions_[&c] = s;
     auto refuse = [&](const std::string &why) {
-        log_.error("broadcast request from uid %u refused: %s", static_cast<unsigned>(c.peer_uid()), why.c_str());
+        log_.error("broadcast request from uid %u refused: %s", static_cast<unsigned>(c.peer_uid()),
+                   why.c_str());
         s->state = Session::finished;
         send_reply(s, Reply{Reply::failed, 0, why});
     };
@@ -109,7 +111,8 @@ void Service::open(net::Connection &c, std::string_view payload)
     s->total = req.total_bytes();
     s->fanout = req.fanout;
     s->timeout = milliseconds(req.timeout_ms);
-    log_.info("broadcast %016" PRIx64 ": %s (%zu entries, %" PRIu64 " bytes) for job %u of uid %u to %u nodes",
+    log_.info("broadcast %016" PRIx64 ": %s (%zu entries, %" PRIu64
+              " bytes) for job %u of uid %u to %u nodes",
               s->sid, s->dest.c_str(), req.entries.size(), s->total, s->grant.job_id,
               static_cast<unsigned>(s->grant.uid), s->set.size());
     std::weak_ptr<bool> alive = alive_;
@@ -167,22 +170,22 @@ void Service::commit(const std::shared_ptr<Session> &s)
                 prim::XferResult r;
                 r.failed = c.failed;
                 return fail_session(s, c.ok ? "not every node holds every byte of " + s->dest
-                                    : "cannot confirm " + s->dest + ": " + describe(r));
+                                            : "cannot confirm " + s->dest + ": " + describe(r));
             }
-            engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid, 0, 0,
-                               {}, [this, s, alive](const prim::XferResult &r) {
-                                   if (alive.expired() || !*alive.lock() || s->state != Session::closing)
-                                       return;
-                                   if (!r.ok)
-                                       return fail_session(s, "cannot put " + s->dest + " in place: " + describe(r));
-                                   s->state = Session::finished;
-                                   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                                             s->start)
-                                                   .count();
-                                   log_.info("broadcast %016" PRIx64 ": %s on all %u nodes in %.3f s", s->sid,
-                                             s->dest.c_str(), s->set.size(), secs);
-                                   send_reply(s, Reply{Reply::committed, s->sid, ""});
-                               });
+            engine_.send_chunk(
+                s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid, 0, 0, {},
+                [this, s, alive](const prim::XferResult &r) {
+                    if (alive.expired() || !*alive.lock() || s->state != Session::closing)
+                        return;
+                    if (!r.ok)
+                        return fail_session(s, "cannot put " + s->dest + " in place: " + describe(r));
+                    s->state = Session::finished;
+                    auto secs =
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - s->start).count();
+                    log_.info("broadcast %016" PRIx64 ": %s on all %u nodes in %.3f s", s->sid,
+                              s->dest.c_str(), s->set.size(), secs);
+                    send_reply(s, Reply{Reply::committed, s->sid, ""});
+                });
         },
         s->timeout);
 }
@@ -203,7 +206,8 @@ void Service::fail_session(const std::shared_ptr<Session> &s, const std::string 
                            if (alive.expired() || !*alive.lock())
                                return;
                            if (!r.ok)
-                               log_.error("broadcast %016" PRIx64 ": abort did not reach nodes %s (they remove "
+                               log_.error("broadcast %016" PRIx64
+                                          ": abort did not reach nodes %s (they remove "
                                           "their part when it stalls, or when their slurmd restarts)",
                                           s->sid, r.failed.str().c_str());
                            send_reply(s, Reply{Reply::failed, s->sid, why});

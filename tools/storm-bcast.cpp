@@ -70,7 +70,8 @@ uint32_t parse_uint(const char *s, const char *what, uint32_t lo, uint32_t hi)
     errno = 0;
     unsigned long v = std::strtoul(s, &end, 10);
     if (end == s || *end || errno || v < lo || v > hi)
-        usage(std::string("bad ") + what + " \"" + s + "\" (" + std::to_string(lo) + "-" + std::to_string(hi) + ")");
+        usage(std::string("bad ") + what + " \"" + s + "\" (" + std::to_string(lo) + "-" +
+              std::to_string(hi) + ")");
     return static_cast<uint32_t>(v);
 }
 
@@ -109,15 +110,22 @@ private:
 int main(int argc, char **argv)
 {
     enum { kSendLibs = 256, kExclude, kProgress, kNoProgress };
-    const option longopts[] = {
-        {"force", no_argument, nullptr, 'f'},          {"preserve", no_argument, nullptr, 'p'},
-        {"compress", optional_argument, nullptr, 'C'}, {"size", required_argument, nullptr, 's'},
-        {"timeout", required_argument, nullptr, 't'},  {"jobid", required_argument, nullptr, 'j'},
-        {"fanout", required_argument, nullptr, 'F'},   {"window", required_argument, nullptr, 'w'},   {"send-libs", optional_argument, nullptr, kSendLibs},
-        {"exclude", required_argument, nullptr, kExclude}, {"progress", no_argument, nullptr, kProgress},
-        {"no-progress", no_argument, nullptr, kNoProgress}, {"verbose", no_argument, nullptr, 'v'},
-        {"version", no_argument, nullptr, 'V'},        {"help", no_argument, nullptr, 'h'},
-        {nullptr, 0, nullptr, 0}};
+    const option longopts[] = {{"force", no_argument, nullptr, 'f'},
+                               {"preserve", no_argument, nullptr, 'p'},
+                               {"compress", optional_argument, nullptr, 'C'},
+                               {"size", required_argument, nullptr, 's'},
+                               {"timeout", required_argument, nullptr, 't'},
+                               {"jobid", required_argument, nullptr, 'j'},
+                               {"fanout", required_argument, nullptr, 'F'},
+                               {"window", required_argument, nullptr, 'w'},
+                               {"send-libs", optional_argument, nullptr, kSendLibs},
+                               {"exclude", required_argument, nullptr, kExclude},
+                               {"progress", no_argument, nullptr, kProgress},
+                               {"no-progress", no_argument, nullptr, kNoProgress},
+                               {"verbose", no_argument, nullptr, 'v'},
+                               {"version", no_argument, nullptr, 'V'},
+                               {"help", no_argument, nullptr, 'h'},
+                               {nullptr, 0, nullptr, 0}};
     bcast::ClientOptions o;
     std::string job_arg;
     bool send_libs = false, verbose = false;
@@ -250,8 +258,8 @@ int main(int argc, char **argv)
             p.end();
             if (verbose)
                 std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB in %.3f s\n",
-                             what.c_str(), to.c_str(), target.nodes, target.node_list.c_str(), target.head.c_str(),
-                             s.total_bytes() / 1e6,
+                             what.c_str(), to.c_str(), target.nodes, target.node_list.c_str(),
+                             target.head.c_str(), s.total_bytes() / 1e6,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         };
         send(src, dest, source);

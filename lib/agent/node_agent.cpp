@@ -53,7 +53,8 @@ void NodeAgent::start()
             });
             if (network_->authorizer) {
                 uint32_t self = network_->self;
-                std::string name = self < network_->names.size() ? network_->names[self] : std::to_string(self);
+                std::string name =
+                    self < network_->names.size() ? network_->names[self] : std::to_string(self);
                 bcast_receiver_ = std::make_unique<bcast::Receiver>(
                     base_, *engine_, *network_->authorizer,
                     bcast::ReceiverConfig{self, name, network_->journal_dir}, log_);
@@ -65,11 +66,9 @@ void NodeAgent::start()
                                                    std::string_view data) {
                     return bcast_receiver_->on_chunk(ev, origin, data);
                 });
-                engine_->on_user_frames(
-                    [this](net::Connection &c, const net::FrameHeader &h, std::string_view p) {
-                        bcast_service_->on_frame(c, h, p);
-                    },
-                    [this](net::Connection &c) { bcast_service_->on_closed(c); });
+                engine_->on_user_frames([this](net::Connection &c, const net::FrameHeader &h,
+                                               std::string_view p) { bcast_service_->on_frame(c, h, p); },
+                                        [this](net::Connection &c) { bcast_service_->on_closed(c); });
             }
             engine_->listen();
         } catch (...) {

@@ -160,9 +160,7 @@ void Connection::send(MsgType type, uint64_t op, std::string_view head, const Da
     auto *keep = new std::shared_ptr<const void>(data.owner);
     evbuffer_add_reference(
         out, data.ptr, data.len,
-        [](const void *, size_t, void *arg) {
-            delete static_cast<std::shared_ptr<const void> *>(arg);
-        },
+        [](const void *, size_t, void *arg) { delete static_cast<std::shared_ptr<const void> *>(arg); },
         keep);
 }
 

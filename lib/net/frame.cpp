@@ -46,7 +46,7 @@ const char *msg_type_name(MsgType t) noexcept
 uint32_t max_payload(MsgType t) noexcept
 {
     return t == MsgType::xfer || t == MsgType::bcast_open || t == MsgType::bcast_data ? kMaxDataPayload
-                                                                                       : kMaxControlPayload;
+                                                                                      : kMaxControlPayload;
 }
 
 void encode_frame(std::string &out, MsgType type, uint64_t op, std::string_view payload)

@@ -42,8 +42,8 @@ enum class MsgType : uint8_t {
     heartbeat = 7,
     // A user's broadcast (launch_bcast), between the user's client and the
     // agent that heads the transfer:
-    bcast_open = 8,  // client -> agent: credential, destination, files
-    bcast_data = 9,  // client -> agent: one chunk of a file
+    bcast_open = 8,   // client -> agent: credential, destination, files
+    bcast_data = 9,   // client -> agent: one chunk of a file
     bcast_close = 10, // client -> agent: every chunk sent, commit
     bcast_reply = 11, // agent -> client: opened / chunks done / committed / failed
 };

@@ -368,9 +368,10 @@ void Engine::hop_child_failed(uint64_t op, uint64_t child_op, const std::string 
     if (hit == hops_.end())
         return;
     auto hop = hit->second;
-    hop->answer.add_failure(slice, slice.size() > 1 ? why + " (and the " + std::to_string(slice.size() - 1) +
-                                                          " node" + (slice.size() > 2 ? "s" : "") + " it serves)"
-                                                    : why);
+    hop->answer.add_failure(slice, slice.size() > 1
+                                       ? why + " (and the " + std::to_string(slice.size() - 1) + " node" +
+                                             (slice.size() > 2 ? "s" : "") + " it serves)"
+                                       : why);
     if (--hop->waiting == 0) {
         hops_.erase(hit);
         hop->finish(hop->answer);
@@ -678,7 +679,8 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
 
 void Engine::erase_variables(const std::string &prefix)
 {
-    for (auto it = vars_.lower_bound(prefix); it != vars_.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
+    for (auto it = vars_.lower_bound(prefix);
+         it != vars_.end() && it->first.compare(0, prefix.size(), prefix) == 0;)
         it = vars_.erase(it);
 }
 
@@ -813,11 +815,9 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     Relation rel = static_cast<Relation>(rel_raw);
     std::weak_ptr<Connection> up = c.shared_from_this();
     if (phase == 0) {
-        auto call = std::make_shared<CawCall>(CawCall{set, var, wvar, rel, value, wval, write,
-                                                      [this, up, op](const Answer &a) {
-                                                          reply(up, MsgType::caw_ack, op, a);
-                                                      },
-                                                      route});
+        auto call = std::make_shared<CawCall>(
+            CawCall{set, var, wvar, rel, value, wval, write,
+                    [this, up, op](const Answer &a) { reply(up, MsgType::caw_ack, op, a); }, route});
         caw_queue_.push_back(call);
         caw_next();
         return;

@@ -28,7 +28,7 @@ struct BcastTarget {
     std::string cred;      // packed sbcast credential
     std::string node_list; // the job's (or step's) nodes
     uint32_t nodes = 0;
-    std::string head;      // the node whose agent heads the broadcast
+    std::string head; // the node whose agent heads the broadcast
     sockaddr_in agent{};
     uint32_t agent_index = 0;
     std::string munge_socket;

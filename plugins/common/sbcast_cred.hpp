@@ -31,7 +31,8 @@ namespace storm::shim {
 
 class SbcastAuthorizer : public bcast::Authorizer {
 public:
-    SbcastAuthorizer(std::string munge_socket, std::vector<uid_t> signers, const std::vector<SlurmNode> &table)
+    SbcastAuthorizer(std::string munge_socket, std::vector<uid_t> signers,
+                     const std::vector<SlurmNode> &table)
         : munge_(std::move(munge_socket)), signers_(std::move(signers))
     {
         for (size_t i = 0; i < table.size(); ++i)

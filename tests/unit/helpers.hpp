@@ -16,6 +16,9 @@ template <class E, class F> std::string error_of(F f)
     return "";
 }
 
-inline bool contains(const std::string &s, const std::string &part) { return s.find(part) != std::string::npos; }
+inline bool contains(const std::string &s, const std::string &part)
+{
+    return s.find(part) != std::string::npos;
+}
 
 } // namespace test_helpers

@@ -46,7 +46,8 @@ public:
             throw net::AuthError("Invalid credential");
         if (!seen_.insert(c.substr(5, colon - 5)).second)
             throw net::AuthError("Replayed credential");
-        return {static_cast<uid_t>(std::stoul(c.substr(colon + 1, colon2 - colon - 1))), c.substr(colon2 + 1)};
+        return {static_cast<uid_t>(std::stoul(c.substr(colon + 1, colon2 - colon - 1))),
+                c.substr(colon2 + 1)};
     }
     bool trusted(uid_t uid) const override { return uid == 0; }
 

@@ -56,7 +56,10 @@ public:
     }
 };
 
-std::string cred(unsigned n, uid_t uid = kUser) { return "job=42 uid=" + std::to_string(uid) + " nodes=0-" + std::to_string(n - 1); }
+std::string cred(unsigned n, uid_t uid = kUser)
+{
+    return "job=42 uid=" + std::to_string(uid) + " nodes=0-" + std::to_string(n - 1);
+}
 
 std::string slurp(const std::string &p)
 {
@@ -100,8 +103,8 @@ struct BcastCluster {
                                                            Logger("node" + std::to_string(i))));
             receivers.back()->recover();
             auto chunks = std::make_shared<unsigned>(0);
-            cl.agents[i]->add_sink("bcast:", [this, i, chunks](const std::string &ev, uint64_t origin, uint64_t,
-                                                               uint64_t, std::string_view data) {
+            cl.agents[i]->add_sink("bcast:", [this, i, chunks](const std::string &ev, uint64_t origin,
+                                                               uint64_t, uint64_t, std::string_view data) {
                 if (ev.rfind("bcast:data:", 0) == 0 && on_data)
                     on_data(i, ++*chunks);
                 return receivers[i] ? receivers[i]->on_chunk(ev, origin, data) : std::string("no receiver");
@@ -109,11 +112,12 @@ struct BcastCluster {
             services.push_back(std::make_unique<Service>(*cl.agents[i], authz, ServiceConfig{i, names, 8},
                                                          Logger("head" + std::to_string(i))));
             auto *svc = services.back().get();
-            cl.agents[i]->on_user_frames(
-                [svc](net::Connection &c, const net::FrameHeader &h, std::string_view p) { svc->on_frame(c, h, p); },
-                [svc](net::Connection &c) { svc->on_closed(c); });
+            cl.agents[i]->on_user_frames([svc](net::Connection &c, const net::FrameHeader &h,
+                                               std::string_view p) { svc->on_frame(c, h, p); },
+                                         [svc](net::Connection &c) { svc->on_closed(c); });
         }
-        tick = event_new(cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *) {}, nullptr);
+        tick = event_new(
+            cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *) {}, nullptr);
         timeval tv{0, 10000};
         evtimer_add(tick, &tv);
         loop = std::thread([this] {
@@ -158,8 +162,9 @@ struct BcastCluster {
     }
 
     // The client, as user `uid` (its connection's credential).
-    std::string send(const Source &src, const std::string &dest, const std::string &credential, uid_t uid = kUser,
-                     uint32_t flags = kForce, uint8_t fanout = 1, uint32_t chunk = 16 << 10)
+    std::string send(const Source &src, const std::string &dest, const std::string &credential,
+                     uid_t uid = kUser, uint32_t flags = kForce, uint8_t fanout = 1,
+                     uint32_t chunk = 16 << 10)
     {
         FakeAuth user(uid);
         ClientOptions o;
@@ -358,7 +363,8 @@ void test_receiver_rejects_and_recovers(void **)
     Cluster cl(1, 8);
     FakeAuthorizer authz;
     std::string journal = t.path + "/journal";
-    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal}, Logger("n0"));
+    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal},
+                                         Logger("n0"));
     rx->recover();
     OpenRequest q;
     q.cred = cred(1);
@@ -387,7 +393,8 @@ void test_receiver_rejects_and_recovers(void **)
     assert_int_equal(stat(temp.c_str(), &st), 0);
     std::string entry = slurp(journal + "/0000000000000007");
     rx.release(); // leaked on purpose: a crash runs no destructor
-    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal}, Logger("n0"));
+    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal},
+                                    Logger("n0"));
     rx->recover();
     assert_int_equal(stat(temp.c_str(), &st), -1);
     assert_true(listing(journal).empty());
@@ -408,8 +415,9 @@ void test_protocol_decoding(void **)
     assert_string_equal(d.entries[1].path.c_str(), "a/b");
     for (const char *p : {"../x", "a/../b", "/abs", "a//b", "a/", ".", ""}) {
         q.entries[1].path = p;
-        assert_true(contains(test_helpers::error_of<net::DecodeError>([&] { OpenRequest::decode(q.encode()); }),
-                             "is not allowed"));
+        assert_true(
+            contains(test_helpers::error_of<net::DecodeError>([&] { OpenRequest::decode(q.encode()); }),
+                     "is not allowed"));
     }
     q.entries[1].path = "ok";
     q.dest = "relative";
