@@ -4,15 +4,38 @@
 // scheduling: init() loads sched/backfill through Slurm's own plugin loader
 // (which starts the backfill thread), sched_p_reconfig() forwards to it and
 // fini() unloads it (which stops the thread).  Storm's settings in
-// SchedulerParameters carry the prefix "storm_"; the others are backfill's.
+// SchedulerParameters carry the prefix "storm_" (sched_gang/config.hpp);
+// the others are backfill's.
 //
-// The gang matrix and the strobe (sched_gang/) hang off this context.
+// When a partition has OverSubscribe=FORCE:N (N >= 2), init() starts the
+// machine manager (sched_gang/manager.hpp) and a poller thread that reads
+// slurmctld's job list every 50 ms under a read lock and hands the manager
+// the running and suspended jobs of those partitions with the cores Slurm
+// gave them.  Slurm places the jobs (cons_tres shares each core among up
+// to N jobs); Storm decides which of them run when.
+//
+// Locking: slurmctld calls init() and sched_p_reconfig() with its
+// configuration write lock held, so they read the partition list without
+// locking; fini() runs without locks and joins the poller.
 #include "plugins/common/shim.hpp"
 
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "lib/agent/agent_config.hpp"
 #include "lib/common/params.hpp"
+#include "lib/net/munge_auth.hpp"
+#include "plugins/common/slurm_nodes.hpp"
+#include "sched_gang/config.hpp"
+#include "sched_gang/manager.hpp"
 
 extern "C" {
+#include "src/common/job_resources.h"
 #include "src/common/read_config.h"
+#include "src/slurmctld/locks.h"
+#include "src/slurmctld/slurmctld.h"
 }
 
 STORM_PLUGIN_IDENTITY("Storm gang scheduler (wraps sched/backfill)", "sched/gang")
@@ -24,31 +47,184 @@ struct BackfillOps {
     int (*reconfig)(void);
 };
 
-// Storm has no scheduler settings yet: every storm_* key is unknown.
-void check_params()
+// Partitions as the gang configuration sees them (caller holds the
+// configuration lock).
+std::vector<storm::gang::PartitionInfo> partitions()
 {
-    storm::ParamList p(slurm_conf.sched_params, "SchedulerParameters", "storm_");
-    p.reject_unknown();
+    std::vector<storm::gang::PartitionInfo> out;
+    if (!part_list)
+        return out;
+    ListIterator it = list_iterator_create(part_list);
+    while (auto *p = static_cast<part_record_t *>(list_next(it))) {
+        storm::gang::PartitionInfo pi;
+        pi.name = p->name ? p->name : "?";
+        pi.force = p->max_share & SHARED_FORCE;
+        pi.max_share = p->max_share & ~SHARED_FORCE;
+        out.push_back(pi);
+    }
+    list_iterator_destroy(it);
+    return out;
 }
+
+storm::gang::GangConfig read_config()
+{
+    bool switch_rdma = slurm_conf.switch_type && !strcmp(slurm_conf.switch_type, "switch/rdma");
+    return storm::gang::GangConfig::parse(slurm_conf.sched_params, partitions(),
+                                          slurm_conf.preempt_mode & PREEMPT_MODE_GANG, switch_rdma);
+}
+
+storm::gang::Timing timing(const storm::gang::GangConfig &c) { return {c.quantum, c.failsafe, c.mpl}; }
 
 struct SchedContext {
     storm::Logger log{"sched/gang"};
     storm::shim::WrappedPlugin<BackfillOps> backfill{"sched", "sched/backfill", backfill_syms,
                                                      sizeof(backfill_syms)};
+    std::unique_ptr<storm::gang::MachineManager> manager;
+    std::map<std::string, uint32_t> index; // node name -> Storm's index
+    std::vector<std::string> gang_parts;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool quit = false;
+    std::thread poller;
+
+    ~SchedContext()
+    {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            quit = true;
+        }
+        cv.notify_all();
+        if (poller.joinable())
+            poller.join();
+        manager.reset();
+    }
+
+    void start_manager(const storm::gang::GangConfig &c);
+    void poll() noexcept;
+    storm::gang::Snapshot snapshot();
 };
 
 SchedContext *g_ctx = nullptr;
+
+void SchedContext::start_manager(const storm::gang::GangConfig &c)
+{
+    auto agent = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
+    storm::gang::ManagerConfig mc;
+    auto table = storm::shim::slurm_node_table();
+    for (size_t i = 0; i < table.size(); ++i) {
+        sockaddr_in sa = table[i].sa;
+        sa.sin_port = htons(agent.port);
+        mc.nodes.push_back(sa);
+        mc.names.push_back(table[i].name);
+        index[table[i].name] = static_cast<uint32_t>(i);
+    }
+    mc.fanout = agent.fanout;
+    mc.rt_priority = agent.rt_priority;
+    mc.timing = timing(c);
+    if (slurm_conf.state_save_location)
+        mc.status_path = std::string(slurm_conf.state_save_location) + "/storm-gang.status";
+    std::string sock = storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
+    auto auth = std::make_unique<storm::net::MungeAuthenticator>(
+        sock, std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
+    manager = std::make_unique<storm::gang::MachineManager>(std::move(mc), std::move(auth), log);
+    manager->start();
+    poller = std::thread([this] { poll(); });
+}
+
+// The cells of a job: (Storm's node index << 20 | core) for each core
+// Slurm allocated it; its nodes as a set of Storm's indices.
+bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, storm::gang::JobShape &shape)
+{
+    job_resources_t *jr = job->job_resrcs;
+    if (!jr || !jr->node_bitmap || !jr->sock_core_rep_count)
+        return false;
+    shape.job_id = job->job_id;
+    std::vector<uint32_t> nodes;
+    uint32_t host = 0, k = 0, covered = jr->sock_core_rep_count[0];
+    for (int n = bit_ffs(jr->node_bitmap); n >= 0 && n < node_record_count; ++n) {
+        if (!bit_test(jr->node_bitmap, n))
+            continue;
+        while (host >= covered && k + 1 < jr->nhosts)
+            covered += jr->sock_core_rep_count[++k];
+        node_record_t *node = node_record_table_ptr[n];
+        auto idx = node && node->name ? index.find(node->name) : index.end();
+        if (idx != index.end()) {
+            nodes.push_back(idx->second);
+            uint16_t sockets = jr->sockets_per_node[k], cps = jr->cores_per_socket[k];
+            for (uint16_t so = 0; so < sockets; ++so)
+                for (uint16_t co = 0; co < cps; ++co)
+                    if (get_job_resources_bit(jr, host, so, co) == 1)
+                        shape.cells.push_back(uint64_t(idx->second) << 20 | uint64_t(so * cps + co));
+        }
+        ++host;
+    }
+    std::sort(nodes.begin(), nodes.end());
+    for (uint32_t n : nodes)
+        shape.nodes = shape.nodes.unite(storm::net::RangeSet::single(n));
+    return !nodes.empty();
+}
+
+// The running and suspended jobs of the gang partitions, read under
+// slurmctld's job, node and partition read locks.
+storm::gang::Snapshot SchedContext::snapshot()
+{
+    std::vector<std::string> parts;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        parts = gang_parts;
+    }
+    storm::gang::Snapshot s;
+    slurmctld_lock_t lock = {NO_LOCK, READ_LOCK, READ_LOCK, READ_LOCK, NO_LOCK};
+    lock_slurmctld(lock);
+    ListIterator it = list_iterator_create(job_list);
+    while (auto *job = static_cast<job_record_t *>(list_next(it))) {
+        if (!job->part_ptr || !job->part_ptr->name ||
+            std::find(parts.begin(), parts.end(), job->part_ptr->name) == parts.end())
+            continue;
+        if (IS_JOB_SUSPENDED(job)) {
+            s.suspended.push_back(job->job_id);
+            continue;
+        }
+        storm::gang::JobShape shape;
+        if (IS_JOB_RUNNING(job) && !IS_JOB_COMPLETING(job) && job_shape(job, index, shape))
+            s.running.push_back(std::move(shape));
+    }
+    list_iterator_destroy(it);
+    unlock_slurmctld(lock);
+    return s;
+}
+
+void SchedContext::poll() noexcept
+{
+    std::unique_lock<std::mutex> lk(mu);
+    while (!quit) {
+        lk.unlock();
+        try {
+            manager->submit(snapshot());
+        } catch (const std::exception &e) {
+            log.error("gang: reading the job list: %s", e.what());
+        }
+        lk.lock();
+        cv.wait_for(lk, std::chrono::milliseconds(50), [this] { return quit; });
+    }
+}
 
 } // namespace
 
 extern "C" int init(void)
 {
     return storm::shim::init_context(g_ctx, "sched/gang", [] {
-        check_params();
+        auto config = read_config();
         auto ctx = std::make_unique<SchedContext>();
         storm::shim::log_loaded(ctx->log, running_in_daemon(),
                                 "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
                                 STORM_SLURM_VERSION);
+        ctx->gang_parts = config.partitions;
+        if (running_in_slurmctld() && !config.partitions.empty())
+            ctx->start_manager(config);
+        else if (running_in_slurmctld())
+            ctx->log.info(
+                "gang: no partition has OverSubscribe=FORCE:N with N >= 2: nothing to gang-schedule");
         return ctx;
     });
 }
@@ -58,7 +234,15 @@ extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 extern "C" int sched_p_reconfig(void)
 {
     return storm::shim::guarded(g_ctx->log, "reconfig", [] {
-        check_params();
+        auto config = read_config();
+        {
+            std::lock_guard<std::mutex> lk(g_ctx->mu);
+            g_ctx->gang_parts = config.partitions;
+        }
+        if (g_ctx->manager)
+            g_ctx->manager->set_timing(timing(config));
+        else if (!config.partitions.empty() && running_in_slurmctld())
+            g_ctx->start_manager(config);
         return g_ctx->backfill.ops().reconfig();
     });
 }

@@ -13,7 +13,10 @@
 #include "plugins/common/shim.hpp"
 
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
+#include <unistd.h>
 
 #include <dlfcn.h>
 
@@ -22,7 +25,9 @@
 #include "plugins/common/slurm_nodes.hpp"
 
 extern "C" {
+#include "src/common/list.h"
 #include "src/common/read_config.h"
+#include "src/common/stepd_api.h"
 #include "src/common/run_in_daemon.h"
 #include "src/slurmctld/slurmctld.h"
 #include "src/slurmd/slurmd/slurmd.h"
@@ -63,6 +68,38 @@ std::string slurmd_spool_dir()
     return (*c)->spooldir;
 }
 
+// The processes of the steps (not batch, extern or interactive) of `jobs`
+// on this node, as each step's slurmstepd lists them (its proctrack
+// container).  Runs on the gang switcher's scanner thread.
+std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &spool, const std::string &node,
+                                                           const std::set<uint32_t> &jobs)
+{
+    std::map<uint32_t, std::vector<pid_t>> out;
+    List steps = stepd_available(spool.c_str(), node.c_str());
+    if (!steps)
+        throw std::runtime_error("cannot list the steps in " + spool);
+    ListIterator it = list_iterator_create(steps);
+    while (auto *loc = static_cast<step_loc_t *>(list_next(it))) {
+        if (!jobs.count(loc->step_id.job_id) || loc->step_id.step_id > SLURM_MAX_NORMAL_STEP_ID)
+            continue;
+        uint16_t proto = 0;
+        int fd = stepd_connect(loc->directory, loc->nodename, &loc->step_id, &proto);
+        if (fd < 0)
+            continue; // the step just ended
+        uint32_t *pids = nullptr, count = 0;
+        if (stepd_list_pids(fd, proto, &pids, &count) == SLURM_SUCCESS) {
+            auto &v = out[loc->step_id.job_id];
+            for (uint32_t i = 0; i < count; ++i)
+                v.push_back(static_cast<pid_t>(pids[i]));
+        }
+        xfree(pids);
+        close(fd);
+    }
+    list_iterator_destroy(it);
+    FREE_NULL_LIST(steps);
+    return out;
+}
+
 // The agents' network as slurmd sees it: Slurm's node table with the agent
 // port, this node's index, munge with SlurmUser's and SlurmdUser's uids.
 std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::AgentConfig &config,
@@ -92,7 +129,12 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
     // open ones journaled in slurmd's spool directory.
     net.authorizer = std::make_unique<storm::shim::SbcastAuthorizer>(
         munge_socket, std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
-    net.journal_dir = slurmd_spool_dir() + "/storm-bcast";
+    std::string spool = slurmd_spool_dir();
+    net.journal_dir = spool + "/storm-bcast";
+    net.gang_journal_dir = spool + "/storm-gang";
+    net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
+        return list_step_processes(spool, me, jobs);
+    };
     return net;
 }
 

@@ -1,6 +1,6 @@
 // The node agent's settings, read from slurm.conf's SwitchParameters.
 //
-//   SwitchParameters=storm_agent_port=6830,storm_fanout=8
+//   SwitchParameters=storm_agent_port=6830,storm_fanout=8,storm_rt_priority=10
 //
 // Every key in SwitchParameters is Storm's when SwitchType=switch/rdma, so
 // unknown keys are errors (ConfigError names the key and the known ones).
@@ -18,6 +18,10 @@ struct AgentConfig {
 
     uint16_t port = default_port;     // TCP port every node agent listens on
     unsigned fanout = default_fanout; // children per node in the agents' k-ary tree
+    // SCHED_FIFO priority of the threads that carry gang strobes (node
+    // agent, machine manager) while jobs are gang-scheduled; 0 = never RT.
+    static constexpr unsigned default_rt_priority = 10;
+    unsigned rt_priority = default_rt_priority;
 
     // Throws ConfigError on a bad value or an unknown key.  `text` may be null.
     static AgentConfig from_switch_parameters(const char *text)
@@ -26,6 +30,7 @@ struct AgentConfig {
         AgentConfig c;
         c.port = static_cast<uint16_t>(p.take_uint("storm_agent_port", 1, 65535, default_port));
         c.fanout = static_cast<unsigned>(p.take_uint("storm_fanout", 2, 64, default_fanout));
+        c.rt_priority = static_cast<unsigned>(p.take_uint("storm_rt_priority", 0, 99, default_rt_priority));
         p.reject_unknown();
         return c;
     }

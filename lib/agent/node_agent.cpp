@@ -45,7 +45,17 @@ void NodeAgent::start()
             engine_ = std::make_unique<prim::Engine>(base_, ec, *network_->auth, log_);
             heartbeat_ = std::make_unique<prim::HeartbeatReceiver>(
                 *engine_, "main", prim::HeartbeatMaster::Config{}.queue_length);
+            if (network_->step_lister) {
+                switcher_ = std::make_unique<gang::Switcher>(
+                    base_, *engine_, network_->step_lister,
+                    gang::SwitcherConfig{network_->self, network_->gang_journal_dir,
+                                         std::chrono::milliseconds(200), config_.rt_priority},
+                    log_);
+                switcher_->recover();
+            }
             engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
+                if (switcher_ && switcher_->on_signal(ev, data))
+                    return;
                 if (heartbeat_->on_signal(ev))
                     return;
                 engine_->set_variable("event:" + ev, static_cast<int64_t>(count));
@@ -142,6 +152,7 @@ void NodeAgent::stop() noexcept
         send(Control::stop);
         thread_.join();
     }
+    switcher_.reset(); // continues every job it stopped
     bcast_service_.reset();
     bcast_receiver_.reset(); // removes what open broadcasts staged
     heartbeat_.reset();

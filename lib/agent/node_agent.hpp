@@ -22,7 +22,9 @@
 //    can check with one COMPARE-AND-WRITE that a whole set holds the data.
 //    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp),
 //    and, given an authorizer, users' broadcasts: it heads those its
-//    clients send and receives everyone's (launch_bcast).
+//    clients send and receives everyone's (launch_bcast).  Given a step
+//    lister, it switches gang-scheduled jobs on the machine manager's
+//    strobes (sched_gang/switcher.hpp).
 #pragma once
 
 #include <atomic>
@@ -39,6 +41,7 @@
 #include "lib/net/authenticator.hpp"
 #include "lib/prim/engine.hpp"
 #include "lib/prim/heartbeat.hpp"
+#include "sched_gang/switcher.hpp"
 
 struct event_base;
 struct event;
@@ -56,6 +59,10 @@ struct AgentNetwork {
     std::unique_ptr<bcast::Authorizer> authorizer;
     std::vector<std::string> names;
     std::string journal_dir;
+    // Gang scheduling (sched_gang), when a lister is given: the processes
+    // of the jobs' steps, and where the switched jobs are journaled.
+    gang::StepLister step_lister;
+    std::string gang_journal_dir;
 };
 
 class NodeAgent {
@@ -89,6 +96,7 @@ private:
     std::unique_ptr<prim::HeartbeatReceiver> heartbeat_;
     std::unique_ptr<bcast::Receiver> bcast_receiver_;
     std::unique_ptr<bcast::Service> bcast_service_;
+    std::unique_ptr<gang::Switcher> switcher_;
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

@@ -12,7 +12,7 @@ slurm_src=$(sed -n 's/^SLURM_SRC = //p' "$STORM_BUILDDIR/Makefile")
 b="$T_WORK/build"
 mkdir -p "$b"
 (cd "$STORM_SRCDIR" && cp -pR configure configure.ac Makefile.in Makefile.am aclocal.m4 storm_config.h.in \
-    build-aux m4 lib launch_bcast plugins tools tests "$b/") || t_bail "cannot copy the sources to $b"
+    build-aux m4 lib launch_bcast sched_gang plugins tools tests "$b/") || t_bail "cannot copy the sources to $b"
 
 conf() { (cd "$b" && ./configure -q "$@") > "$T_WORK/conf.out" 2>&1; }
 expect_refusal() { # description expected-message configure-args...
@@ -56,11 +56,11 @@ if conf --with-slurm-source="$slurm_src" --with-slurm-plugindir="$T_WORK/nodir";
             bash -c "[ $rc != 0 ] && grep -q 'PluginDir $T_WORK/ro is not writable by nobody' '$T_WORK/install2.out'"
         t_check "nothing written into the unwritable PluginDir" [ -z "$(ls -A "$T_WORK/ro")" ]
     fi
-    t_check "  nor storm-bcast" [ ! -e "$T_WORK/prefix/bin/storm-bcast" ]
+    t_check "  nor storm-bcast nor storm-gang" [ ! -e "$T_WORK/prefix/bin/storm-bcast" -a ! -e "$T_WORK/prefix/bin/storm-gang" ]
     (cd "$b" && make install prefix="$T_WORK/prefix" plugindir="$T_WORK/ro" > "$T_WORK/install3.out" 2>&1)
     t_check "make install puts exactly the five .so files into PluginDir" \
         [ "$(ls "$T_WORK/ro" | tr '\n' ' ')" = "launch_bcast.so sched_gang.so select_gang.so spank_storm.so switch_rdma.so " ]
-    t_check "  and storm-bcast into the bin directory" [ -x "$T_WORK/prefix/bin/storm-bcast" ]
+    t_check "  and storm-bcast and storm-gang into the bin directory" [ -x "$T_WORK/prefix/bin/storm-bcast" -a -x "$T_WORK/prefix/bin/storm-gang" ]
 else
     t_diag < "$T_WORK/conf.out"; t_fail "configure with an explicit PluginDir"
 fi

@@ -1,0 +1,97 @@
+// Gang scheduling's settings, from slurm.conf:
+//
+//   SchedulerType=sched/gang
+//   SchedulerParameters=storm_gang_quantum=2ms,storm_gang_failsafe=5s,storm_gang_mpl=2
+//   SwitchType=switch/rdma                     (the node agents switch the jobs)
+//   PartitionName=gang ... OverSubscribe=FORCE:2
+//
+// Gang partitions are those with OverSubscribe=FORCE:N, N >= 2 (N jobs may
+// share a core: the partition's multiprogramming level).  Stock gang
+// scheduling must stay off (PreemptMode without GANG).
+//
+//   storm_gang_quantum   time slot length, 1ms - 60min (default 50ms)
+//   storm_gang_failsafe  a node continues every job it stopped after this
+//                        long without a strobe, at least 3 quanta and
+//                        100ms, at most 1h (default: 5s or 10 quanta,
+//                        whichever is longer)
+//   storm_gang_mpl       slots in the matrix, 1-64, at most the largest N
+//                        of the gang partitions (default: that N)
+//
+// Contract: GangConfig::parse() throws ConfigError naming the setting, the
+// value and what is allowed; the other SchedulerParameters are backfill's.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "lib/common/params.hpp"
+#include "sched_gang/matrix.hpp"
+
+namespace storm::gang {
+
+struct PartitionInfo {
+    std::string name;
+    bool force = false;     // OverSubscribe=FORCE
+    unsigned max_share = 1; // its N
+    bool gang() const { return force && max_share >= 2; }
+};
+
+struct GangConfig {
+    std::chrono::microseconds quantum{50000};
+    std::chrono::milliseconds failsafe{5000};
+    unsigned mpl = 0;
+    std::vector<std::string> partitions; // the gang partitions
+
+    static GangConfig parse(const char *sched_params, const std::vector<PartitionInfo> &parts,
+                            bool stock_gang_on, bool switch_rdma)
+    {
+        ParamList p(sched_params, "SchedulerParameters", "storm_");
+        GangConfig c;
+        c.quantum =
+            std::chrono::microseconds(p.take_duration_us("storm_gang_quantum", 1000, 3600000000ull, 50000));
+        uint64_t q = static_cast<uint64_t>(c.quantum.count());
+        uint64_t min_fs = std::max<uint64_t>(3 * q, 100000);
+        uint64_t def_fs = std::max<uint64_t>(10 * q, 5000000);
+        uint64_t fs = p.take_duration_us("storm_gang_failsafe", min_fs,
+                                         std::max<uint64_t>(3600000000ull, min_fs), def_fs);
+        c.failsafe = std::chrono::milliseconds((fs + 999) / 1000);
+        unsigned top = 0;
+        std::string top_name;
+        for (const auto &pi : parts) {
+            if (!pi.gang())
+                continue;
+            if (pi.max_share > kMaxSlots)
+                throw ConfigError("partition " + pi.name +
+                                  ": OverSubscribe=FORCE:" + std::to_string(pi.max_share) + " exceeds the " +
+                                  std::to_string(kMaxSlots) + " time slots Storm's gang scheduling supports");
+            c.partitions.push_back(pi.name);
+            if (pi.max_share > top) {
+                top = pi.max_share;
+                top_name = pi.name;
+            }
+        }
+        bool asked = p.has("storm_gang_mpl");
+        c.mpl = static_cast<unsigned>(p.take_uint("storm_gang_mpl", 1, kMaxSlots, std::max(top, 1u)));
+        p.reject_unknown();
+        if (asked && top == 0)
+            throw ConfigError("SchedulerParameters: storm_gang_mpl=" + std::to_string(c.mpl) +
+                              " but no partition has OverSubscribe=FORCE:N with N >= 2 to gang-schedule");
+        if (c.mpl > top && top)
+            throw ConfigError("SchedulerParameters: storm_gang_mpl=" + std::to_string(c.mpl) +
+                              " exceeds the " + std::to_string(top) + " jobs per core that partition " +
+                              top_name + " allows (OverSubscribe=FORCE:" + std::to_string(top) + ")");
+        if (top && stock_gang_on)
+            throw ConfigError(
+                "PreemptMode includes GANG: Slurm's own gang scheduling would switch the same jobs "
+                "as Storm's; remove GANG from PreemptMode");
+        if (top && !switch_rdma)
+            throw ConfigError("partition " + top_name +
+                              " is gang-scheduled (OverSubscribe=FORCE) but SwitchType is not switch/rdma, "
+                              "whose node agents switch the jobs");
+        return c;
+    }
+};
+
+} // namespace storm::gang

@@ -1,0 +1,405 @@
+#include "sched_gang/manager.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <future>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "lib/common/params.hpp"
+#include "lib/common/realtime.hpp"
+#include "lib/common/signals.hpp"
+
+namespace storm::gang {
+
+namespace {
+
+constexpr size_t kRtts = 4096;
+
+timeval to_timeval(std::chrono::microseconds us)
+{
+    return {static_cast<time_t>(us.count() / 1000000), static_cast<suseconds_t>(us.count() % 1000000)};
+}
+
+net::RangeSet from_members(const std::vector<uint32_t> &sorted)
+{
+    net::RangeSet s;
+    size_t i = 0;
+    while (i < sorted.size()) {
+        size_t k = i;
+        while (k + 1 < sorted.size() && sorted[k + 1] == sorted[k] + 1)
+            ++k;
+        s = s.unite(net::RangeSet::range(sorted[i], sorted[k] + 1));
+        i = k + 1;
+    }
+    return s;
+}
+
+std::string percentiles(std::vector<uint32_t> d)
+{
+    if (d.empty())
+        return "none yet";
+    auto pct = [&d](double q) {
+        size_t k = static_cast<size_t>(q * static_cast<double>(d.size() - 1));
+        std::nth_element(d.begin(), d.begin() + static_cast<long>(k), d.end());
+        return d[k] / 1000.0;
+    };
+    char b[128];
+    double p50 = pct(0.5), p99 = pct(0.99);
+    snprintf(b, sizeof b, "p50 %.3f ms p99 %.3f ms (last %zu)", p50, p99, d.size());
+    return b;
+}
+
+} // namespace
+
+MachineManager::MachineManager(ManagerConfig config, std::unique_ptr<net::Authenticator> auth, Logger log)
+    : cfg_(std::move(config)), auth_(std::move(auth)), log_(std::move(log)), timing_(cfg_.timing),
+      matrix_(cfg_.timing.max_slots)
+{
+    // Epochs start from the start time: a restarted manager never reuses one.
+    epoch_ = static_cast<uint64_t>(time(nullptr)) << 20;
+}
+
+MachineManager::~MachineManager() { stop(); }
+
+void MachineManager::start()
+{
+    event_config *ec = event_config_new();
+    if (!ec)
+        throw std::runtime_error("gang manager: event_config_new failed");
+    event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+    base_ = event_base_new_with_config(ec);
+    event_config_free(ec);
+    if (!base_)
+        throw std::runtime_error("gang manager: event_base_new failed");
+    prim::EngineConfig pc;
+    pc.nodes = cfg_.nodes;
+    pc.fanout = cfg_.fanout;
+    engine_ = std::make_unique<prim::Engine>(base_, pc, *auth_, log_);
+    strobe_ev_ = event_new(
+        base_, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *a) { static_cast<MachineManager *>(a)->strobe(); }, this);
+    house_ev_ = event_new(
+        base_, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *a) { static_cast<MachineManager *>(a)->housekeeping(); }, this);
+    timeval h{0, 10000};
+    if (!strobe_ev_ || !house_ev_ || event_add(house_ev_, &h) < 0) {
+        stop();
+        throw std::runtime_error("gang manager: cannot register its timers");
+    }
+    arm_strobe();
+    std::promise<void> started;
+    auto ready = started.get_future();
+    thread_ = std::thread([this, &started] {
+        running_ = true;
+        started.set_value();
+        run();
+    });
+    ready.wait();
+    log_.info("gang: machine manager started: quantum %s, MPL %u, fail-safe %s, %zu nodes, fanout %u",
+              format_duration_us(static_cast<uint64_t>(timing_.quantum.count())).c_str(), timing_.max_slots,
+              format_duration_us(static_cast<uint64_t>(timing_.failsafe.count()) * 1000).c_str(),
+              cfg_.nodes.size(), cfg_.fanout);
+}
+
+void MachineManager::run() noexcept
+{
+    block_sigpipe();
+    event_base_dispatch(base_);
+    running_ = false;
+}
+
+void MachineManager::stop() noexcept
+{
+    if (thread_.joinable()) {
+        event_base_loopbreak(base_);
+        // loopbreak from another thread needs the loop to wake: the 10 ms
+        // housekeeping timer does it.
+        thread_.join();
+    }
+    *alive_ = false;
+    engine_.reset();
+    if (strobe_ev_)
+        event_free(strobe_ev_);
+    if (house_ev_)
+        event_free(house_ev_);
+    strobe_ev_ = house_ev_ = nullptr;
+    if (base_)
+        event_base_free(base_);
+    base_ = nullptr;
+}
+
+void MachineManager::submit(Snapshot s)
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_ = std::move(s);
+}
+
+void MachineManager::set_timing(const Timing &t)
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_timing_ = t;
+}
+
+void MachineManager::arm_strobe()
+{
+    timeval tv = to_timeval(timing_.quantum);
+    event_del(strobe_ev_);
+    event_add(strobe_ev_, &tv);
+}
+
+std::string MachineManager::names(const net::RangeSet &set) const
+{
+    std::string out;
+    size_t n = 0;
+    for (uint32_t i : set.members()) {
+        if (n++ == 16) {
+            out += ",...";
+            break;
+        }
+        if (!out.empty())
+            out += ',';
+        out += i < cfg_.names.size() ? cfg_.names[i] : std::to_string(i);
+    }
+    return out;
+}
+
+net::RangeSet MachineManager::active(const net::RangeSet &set) const
+{
+    if (isolated_.empty())
+        return set;
+    std::vector<uint32_t> keep;
+    for (uint32_t i : set.members())
+        if (!isolated_.count(i))
+            keep.push_back(i);
+    return from_members(keep);
+}
+
+void MachineManager::isolate(const net::RangeSet &failed, const char *what, const std::string &why)
+{
+    auto until = std::chrono::steady_clock::now() + cfg_.isolate;
+    for (uint32_t i : failed.members())
+        isolated_[i] = until;
+    log_.error("gang: %s failed on %s (%s): left out of strobes for %s; their jobs run unswitched meanwhile",
+               what, names(failed).c_str(), why.c_str(),
+               format_duration_us(static_cast<uint64_t>(cfg_.isolate.count()) * 1000).c_str());
+}
+
+void MachineManager::housekeeping()
+{
+    std::optional<Snapshot> snap;
+    std::optional<Timing> timing;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        snap.swap(pending_);
+        timing.swap(pending_timing_);
+    }
+    bool changed = false;
+    if (timing) {
+        bool q = timing->quantum != timing_.quantum;
+        changed = timing->failsafe != timing_.failsafe || timing->max_slots != timing_.max_slots || q;
+        timing_ = *timing;
+        matrix_.set_max_slots(timing_.max_slots);
+        if (q)
+            arm_strobe();
+        if (changed)
+            log_.info("gang: quantum %s, MPL %u, fail-safe %s",
+                      format_duration_us(static_cast<uint64_t>(timing_.quantum.count())).c_str(),
+                      timing_.max_slots,
+                      format_duration_us(static_cast<uint64_t>(timing_.failsafe.count()) * 1000).c_str());
+    }
+    if (snap) {
+        auto suspended = snap->suspended;
+        std::sort(suspended.begin(), suspended.end());
+        bool moved = matrix_.update(snap->running);
+        if (matrix_.overflowed())
+            log_.error("gang: the running jobs need %u slots, more than the MPL of %u: check the partitions' "
+                       "OverSubscribe",
+                       matrix_.slots(), matrix_.max_slots());
+        changed = changed || moved || suspended != suspended_;
+        suspended_ = std::move(suspended);
+        bool want_rt = cfg_.rt_priority > 0 && !matrix_.jobs().empty();
+        if (want_rt != realtime_) {
+            std::string why = set_thread_realtime(want_rt ? static_cast<int>(cfg_.rt_priority) : 0);
+            if (why.empty())
+                realtime_ = want_rt;
+            else if (want_rt)
+                log_.error("gang: cannot run the machine manager at real-time priority %u (%s): strobes will "
+                           "be late under load",
+                           cfg_.rt_priority, why.c_str());
+        }
+    }
+    // Readmit isolated nodes whose time is up.
+    auto now = std::chrono::steady_clock::now();
+    std::vector<uint32_t> back;
+    for (auto it = isolated_.begin(); it != isolated_.end();)
+        if (it->second <= now) {
+            back.push_back(it->first);
+            it = isolated_.erase(it);
+        } else
+            ++it;
+    if (changed) {
+        Table t;
+        t.epoch = ++epoch_;
+        t.slots = static_cast<uint16_t>(std::min(matrix_.slots(), kMaxSlots));
+        t.quantum_us = static_cast<uint32_t>(timing_.quantum.count());
+        t.failsafe_ms = static_cast<uint32_t>(timing_.failsafe.count());
+        net::RangeSet nodes;
+        for (const auto &[id, mask] : matrix_.masks()) {
+            const auto &j = matrix_.jobs().at(id);
+            t.jobs.push_back({id, mask, j.nodes});
+            nodes = nodes.unite(j.nodes);
+        }
+        t.hands_off = suspended_;
+        // Nodes that ran jobs of the old table learn that they ended.
+        net::RangeSet to = nodes.unite(gang_nodes_);
+        table_ = std::move(t);
+        gang_nodes_ = nodes;
+        if (slot_ >= std::max(1u, matrix_.slots()))
+            slot_ = 0;
+        send_table(to);
+        write_status();
+    } else if (!back.empty()) {
+        net::RangeSet r = from_members(back);
+        log_.info("gang: readmitting %s to strobes", names(r).c_str());
+        send_table(active(r));
+    }
+    if (now - last_status_ >= std::chrono::seconds(1))
+        write_status();
+}
+
+void MachineManager::send_table(const net::RangeSet &to_all)
+{
+    net::RangeSet to = active(to_all);
+    if (to.empty())
+        return;
+    ++tables_;
+    auto alive = alive_;
+    engine_->xfer_and_signal(
+        to, kTableEvent, table_.encode(),
+        [this, alive](const prim::XferResult &r) {
+            if (!*alive || r.ok)
+                return;
+            isolate(r.failed, "table", r.error.empty() ? "no answer" : r.error);
+        },
+        std::chrono::milliseconds(2000));
+}
+
+void MachineManager::strobe()
+{
+    if (matrix_.jobs().empty())
+        return;
+    if (in_flight_) {
+        ++late_;
+        return;
+    }
+    net::RangeSet to = active(gang_nodes_);
+    if (to.empty())
+        return;
+    unsigned n = std::max(1u, std::min(matrix_.slots(), kMaxSlots));
+    slot_ = (slot_ + 1) % n;
+    Strobe s{table_.epoch, static_cast<uint16_t>(slot_), ++seq_, realtime_ns()};
+    in_flight_ = true;
+    sent_at_ = std::chrono::steady_clock::now();
+    ++strobes_;
+    auto timeout = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(timing_.quantum * 20),
+                              std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
+    auto alive = alive_;
+    engine_->xfer_and_signal(
+        to, kStrobeEvent, s.encode(),
+        [this, alive](const prim::XferResult &r) {
+            if (!*alive)
+                return;
+            in_flight_ = false;
+            auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                            sent_at_)
+                          .count();
+            uint32_t v = static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX));
+            if (rtt_us_.size() < kRtts)
+                rtt_us_.push_back(v);
+            else
+                rtt_us_[rtt_next_] = v;
+            rtt_next_ = (rtt_next_ + 1) % kRtts;
+            if (!r.ok) {
+                ++failed_strobes_;
+                isolate(r.failed, "strobe", r.error.empty() ? "no answer" : r.error);
+            }
+        },
+        timeout);
+}
+
+void MachineManager::write_status()
+{
+    auto now = std::chrono::steady_clock::now();
+    double secs = last_status_.time_since_epoch().count()
+                      ? std::chrono::duration<double>(now - last_status_).count()
+                      : 0;
+    uint64_t issued = strobes_.load();
+    double rate = secs > 0 ? static_cast<double>(issued - strobes_last_status_) / secs : 0;
+    last_status_ = now;
+    strobes_last_status_ = issued;
+    if (cfg_.status_path.empty())
+        return;
+    std::string s;
+    char b[512];
+    auto line = [&](const char *fmt, auto... a) {
+        snprintf(b, sizeof b, fmt, a...);
+        s += b;
+        s += '\n';
+    };
+    time_t t = time(nullptr);
+    char when[64];
+    strftime(when, sizeof when, "%FT%T%z", localtime(&t));
+    line("updated: %s", when);
+    line("quantum: %s", format_duration_us(static_cast<uint64_t>(timing_.quantum.count())).c_str());
+    line("mpl: %u", timing_.max_slots);
+    line("failsafe: %s", format_duration_us(static_cast<uint64_t>(timing_.failsafe.count()) * 1000).c_str());
+    line("epoch: %llu", static_cast<unsigned long long>(table_.epoch));
+    line("slots: %u", matrix_.slots());
+    line("current_slot: %u", matrix_.jobs().empty() ? 0 : slot_);
+    line("strobes: %llu", static_cast<unsigned long long>(issued));
+    line("strobe_rate: %.1f/s", rate);
+    line("strobes_skipped: %llu", static_cast<unsigned long long>(late_));
+    line("strobes_failed: %llu", static_cast<unsigned long long>(failed_strobes_));
+    line("strobe_round_trip: %s", percentiles(rtt_us_).c_str());
+    line("nodes: %s", names(gang_nodes_).c_str());
+    std::vector<uint32_t> iso;
+    for (auto &[i, until] : isolated_)
+        iso.push_back(i);
+    line("isolated: %s", iso.empty() ? "-" : names(from_members(iso)).c_str());
+    auto homes = matrix_.homes();
+    for (unsigned sl = 0; sl < matrix_.slots(); ++sl) {
+        std::string jobs, alt;
+        for (uint32_t j : matrix_.slot_jobs(sl))
+            jobs += (jobs.empty() ? "" : " ") + std::to_string(j);
+        for (const auto &[id, mask] : matrix_.masks())
+            if (homes[id] != sl && sl < kMaxSlots && (mask >> sl & 1))
+                alt += (alt.empty() ? "" : " ") + std::to_string(id);
+        line("slot %u: jobs %s; alternative %s; idle_cells %zu of %zu", sl, jobs.empty() ? "-" : jobs.c_str(),
+             alt.empty() ? "-" : alt.c_str(), matrix_.idle_cells(sl), matrix_.total_cells());
+    }
+    for (const auto &[id, j] : matrix_.jobs())
+        line("job %u: home %u mask 0x%llx nodes %s", id, homes[id],
+             static_cast<unsigned long long>(matrix_.masks().at(id)), names(j.nodes).c_str());
+    for (uint32_t id : suspended_)
+        line("suspended_by_slurm: %u", id);
+    std::string tmp = cfg_.status_path + ".new";
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size());
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp.c_str(), cfg_.status_path.c_str()) < 0) {
+        static bool said = false;
+        if (!said)
+            log_.error("gang: cannot write the status file %s: %s", cfg_.status_path.c_str(),
+                       std::strerror(errno));
+        said = true;
+        unlink(tmp.c_str());
+    }
+}
+
+} // namespace storm::gang

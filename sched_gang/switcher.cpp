@@ -1,0 +1,379 @@
+#include "sched_gang/switcher.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "lib/common/params.hpp"
+#include "lib/common/realtime.hpp"
+
+namespace storm::gang {
+
+namespace {
+
+constexpr size_t kDelays = 4096;
+
+int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+int pidfd_signal(int fd, int sig)
+{
+    return static_cast<int>(syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0));
+}
+
+std::string ms_text(uint64_t ms) { return format_duration_us(ms * 1000); }
+
+} // namespace
+
+Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, SwitcherConfig config,
+                   Logger log)
+    : base_(base), engine_(engine), lister_(std::move(lister)), cfg_(std::move(config)), log_(std::move(log))
+{
+    tick_ = event_new(base_, -1, EV_PERSIST, on_tick, this);
+    timeval tv{0, 50000};
+    if (!tick_ || event_add(tick_, &tv) < 0)
+        throw std::runtime_error("gang switcher: cannot register its timer");
+    if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
+        throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
+    thread_ = std::thread([this] { scanner(); });
+}
+
+Switcher::~Switcher()
+{
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+        thread_.join();
+    continue_all("the node agent stops");
+    for (auto &[id, j] : jobs_)
+        for (auto &p : j.procs)
+            close(p.fd);
+    for (auto &[id, procs] : found_)
+        for (auto &p : procs)
+            close(p.fd);
+    if (tick_)
+        event_free(tick_);
+    if (!cfg_.journal_dir.empty())
+        unlink((cfg_.journal_dir + "/jobs").c_str());
+}
+
+bool Switcher::stopped(uint32_t job) const
+{
+    auto it = jobs_.find(job);
+    return it != jobs_.end() && it->second.stopped;
+}
+
+size_t Switcher::processes(uint32_t job) const
+{
+    auto it = jobs_.find(job);
+    return it == jobs_.end() ? 0 : it->second.procs.size();
+}
+
+void Switcher::recover()
+{
+    if (cfg_.journal_dir.empty())
+        return;
+    std::string path = cfg_.journal_dir + "/jobs";
+    std::ifstream in(path);
+    if (!in)
+        return;
+    std::set<uint32_t> jobs;
+    uint32_t id;
+    while (in >> id)
+        jobs.insert(id);
+    size_t n = 0;
+    if (!jobs.empty()) {
+        try {
+            for (auto &[job, pids] : lister_(jobs))
+                for (pid_t pid : pids)
+                    if (kill(pid, SIGCONT) == 0)
+                        ++n;
+        } catch (const std::exception &e) {
+            log_.error("gang: cannot list the processes of jobs a previous agent managed: %s", e.what());
+        }
+    }
+    log_.info("gang: continued %zu processes of %zu jobs a previous node agent was switching", n,
+              jobs.size());
+    unlink(path.c_str());
+}
+
+bool Switcher::on_signal(const std::string &event, const std::string &data)
+{
+    if (event != kTableEvent && event != kStrobeEvent)
+        return false;
+    try {
+        if (event == kStrobeEvent)
+            on_strobe(Strobe::decode(data));
+        else
+            on_table(Table::decode(data));
+    } catch (const std::exception &e) {
+        log_.error("gang: dropped a malformed %s: %s", event.c_str(), e.what());
+    }
+    return true;
+}
+
+void Switcher::signal_job(uint32_t id, Job &j, int sig)
+{
+    for (auto &p : j.procs)
+        if (pidfd_signal(p.fd, sig) < 0 && errno != ESRCH)
+            log_.error("gang: cannot send %s to process %d of job %u: %s", sigabbrev_np(sig), p.pid, id,
+                       std::strerror(errno));
+}
+
+void Switcher::on_table(const Table &t)
+{
+    if (t.epoch == epoch_)
+        return; // sent again to nodes that missed it
+    std::set<uint32_t> hands_off(t.hands_off.begin(), t.hands_off.end());
+    std::map<uint32_t, Job> next;
+    for (const auto &tj : t.jobs) {
+        if (!tj.nodes.contains(cfg_.self))
+            continue;
+        Job &n = next[tj.job_id];
+        n.mask = tj.mask;
+        auto old = jobs_.find(tj.job_id);
+        if (old != jobs_.end()) {
+            n.stopped = old->second.stopped;
+            n.procs = std::move(old->second.procs);
+            jobs_.erase(old);
+        }
+    }
+    for (auto &[id, j] : jobs_) {
+        if (hands_off.count(id))
+            log_.verbose("gang: job %u suspended by Slurm: Slurm resumes it", id);
+        else if (j.stopped)
+            signal_job(id, j, SIGCONT);
+        for (auto &p : j.procs)
+            close(p.fd);
+    }
+    size_t before = jobs_.size();
+    jobs_ = std::move(next);
+    epoch_ = t.epoch;
+    failsafe_ms_ = t.failsafe_ms;
+    last_strobe_ = std::chrono::steady_clock::now();
+    log_.verbose("gang: table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
+                 static_cast<unsigned long long>(t.epoch), jobs_.size(), t.jobs.size(), before, t.slots);
+    write_journal();
+    bool want_rt = cfg_.rt_priority > 0 && !jobs_.empty();
+    if (want_rt != realtime_) {
+        std::string why = set_thread_realtime(want_rt ? static_cast<int>(cfg_.rt_priority) : 0);
+        if (why.empty())
+            realtime_ = want_rt;
+        else if (want_rt)
+            log_.error("gang: cannot run the node agent at real-time priority %u (%s): strobes will be late "
+                       "under CPU-bound jobs",
+                       cfg_.rt_priority, why.c_str());
+    }
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        wanted_.clear();
+        for (auto &[id, j] : jobs_)
+            wanted_.insert(id);
+        rescan_now_ = true;
+    }
+    cv_.notify_all();
+    engine_.set_variable("gang:epoch", static_cast<int64_t>(epoch_ & (~uint64_t(0) >> 2)));
+    engine_.set_variable("gang:jobs", static_cast<int64_t>(jobs_.size()));
+}
+
+void Switcher::on_strobe(const Strobe &s)
+{
+    if (s.epoch != epoch_) {
+        ++ignored_;
+        return;
+    }
+    uint64_t bit = uint64_t(1) << s.slot;
+    // Outgoing jobs first: the two slots' jobs never run at once.
+    for (auto &[id, j] : jobs_)
+        if (!(j.mask & bit) && !j.stopped) {
+            signal_job(id, j, SIGSTOP);
+            j.stopped = true;
+        }
+    for (auto &[id, j] : jobs_)
+        if ((j.mask & bit) && j.stopped) {
+            signal_job(id, j, SIGCONT);
+            j.stopped = false;
+        }
+    last_strobe_ = std::chrono::steady_clock::now();
+    if (failsafe_active_) {
+        failsafe_active_ = false;
+        log_.info("gang: strobes resumed: switching again");
+    }
+    int64_t d = (realtime_ns() - s.sent_ns) / 1000;
+    uint32_t us = d < 0 ? 0 : d > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(d);
+    if (delays_us_.size() < kDelays)
+        delays_us_.push_back(us);
+    else
+        delays_us_[delay_next_] = us;
+    delay_next_ = (delay_next_ + 1) % kDelays;
+    ++applied_;
+}
+
+void Switcher::continue_all(const char *why)
+{
+    size_t n = 0;
+    for (auto &[id, j] : jobs_)
+        if (j.stopped) {
+            signal_job(id, j, SIGCONT);
+            j.stopped = false;
+            ++n;
+        }
+    if (n)
+        log_.info("gang: %s: continued %zu stopped jobs", why, n);
+}
+
+void Switcher::on_tick(int, short, void *arg) { static_cast<Switcher *>(arg)->tick(); }
+
+void Switcher::tick()
+{
+    // The scanner's latest processes.
+    std::map<uint32_t, std::vector<Proc>> found;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (found_ready_) {
+            found.swap(found_);
+            found_ready_ = false;
+        }
+    }
+    for (auto &[id, procs] : found) {
+        auto it = jobs_.find(id);
+        if (it == jobs_.end()) {
+            for (auto &p : procs)
+                close(p.fd);
+            continue;
+        }
+        for (auto &p : it->second.procs)
+            close(p.fd);
+        it->second.procs = std::move(procs);
+        if (it->second.stopped) // processes it started since the last scan
+            signal_job(id, it->second, SIGSTOP);
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (failsafe_ms_ && !failsafe_active_ && now - last_strobe_ > std::chrono::milliseconds(failsafe_ms_)) {
+        bool any = std::any_of(jobs_.begin(), jobs_.end(), [](const auto &j) { return j.second.stopped; });
+        if (any) {
+            failsafe_active_ = true;
+            ++failsafes_;
+            continue_all(("no strobe for " + ms_text(failsafe_ms_)).c_str());
+        }
+    }
+    if (now - last_publish_ >= std::chrono::seconds(1)) {
+        last_publish_ = now;
+        publish_stats();
+    }
+}
+
+void Switcher::publish_stats()
+{
+    auto set = [this](const char *k, uint64_t v) { engine_.set_variable(k, static_cast<int64_t>(v)); };
+    set("gang:strobes", applied_);
+    set("gang:ignored", ignored_);
+    set("gang:failsafes", failsafes_);
+    set("gang:stopped", static_cast<uint64_t>(std::count_if(jobs_.begin(), jobs_.end(),
+                                                            [](const auto &j) { return j.second.stopped; })));
+    if (delays_us_.empty())
+        return;
+    std::vector<uint32_t> d = delays_us_;
+    auto pct = [&d](double q) {
+        size_t k = static_cast<size_t>(q * static_cast<double>(d.size() - 1));
+        std::nth_element(d.begin(), d.begin() + static_cast<long>(k), d.end());
+        return d[k];
+    };
+    set("gang:delay_p50_us", pct(0.50));
+    set("gang:delay_p99_us", pct(0.99));
+    set("gang:delay_max_us", *std::max_element(d.begin(), d.end()));
+}
+
+void Switcher::write_journal()
+{
+    if (cfg_.journal_dir.empty())
+        return;
+    std::string path = cfg_.journal_dir + "/jobs";
+    if (jobs_.empty()) {
+        unlink(path.c_str());
+        return;
+    }
+    std::string tmp = path + ".new", text;
+    for (auto &[id, j] : jobs_)
+        text += std::to_string(id) + "\n";
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp.c_str(), path.c_str()) < 0) {
+        log_.error("gang: cannot journal the switched jobs in %s: %s (a crashed agent's successor could not "
+                   "continue them)",
+                   path.c_str(), std::strerror(errno));
+        unlink(tmp.c_str());
+    }
+}
+
+void Switcher::scanner() noexcept
+{
+    std::string last_error;
+    for (;;) {
+        std::set<uint32_t> want;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait_for(lk, cfg_.rescan, [this] { return quit_ || rescan_now_; });
+            if (quit_)
+                return;
+            rescan_now_ = false;
+            want = wanted_;
+        }
+        if (want.empty())
+            continue;
+        std::map<uint32_t, std::vector<Proc>> out;
+        try {
+            auto first = lister_(want);
+            for (auto &[job, pids] : first)
+                for (pid_t pid : pids) {
+                    int fd = pidfd_open(pid);
+                    if (fd >= 0)
+                        out[job].push_back({pid, fd});
+                }
+            // Keep the processes still listed after their pidfd was opened:
+            // the pidfd then names the step's process, not a recycled pid.
+            auto again = lister_(want);
+            for (auto &[job, procs] : out) {
+                const auto &now = again[job];
+                std::vector<Proc> keep;
+                for (auto &p : procs)
+                    if (std::find(now.begin(), now.end(), p.pid) != now.end())
+                        keep.push_back(p);
+                    else
+                        close(p.fd);
+                procs.swap(keep);
+            }
+            for (uint32_t job : want)
+                out[job]; // jobs with no process now
+            last_error.clear();
+        } catch (const std::exception &e) {
+            for (auto &[job, procs] : out)
+                for (auto &p : procs)
+                    close(p.fd);
+            if (last_error != e.what())
+                log_.error("gang: cannot list the jobs' processes: %s", e.what());
+            last_error = e.what();
+            continue;
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto &[job, procs] : found_)
+            for (auto &p : procs)
+                close(p.fd);
+        found_ = std::move(out);
+        found_ready_ = true;
+    }
+}
+
+} // namespace storm::gang

@@ -1,0 +1,145 @@
+// The process switcher: the node side of gang scheduling, in the node agent
+// (slurmd).
+//
+// It holds the table of gang-scheduled jobs the machine manager last sent
+// ("gang:table") and, on each strobe ("gang:strobe") of that table's epoch,
+// stops the processes of every job of this node not in the strobe's slot
+// (SIGSTOP) and then continues those in it (SIGCONT): outgoing first, so
+// the jobs of two slots never run at once.  Only the processes of a job's
+// steps are switched (what srun launches), never slurmstepd, the batch
+// script or srun, which keep serving the job's I/O and launch.
+//
+// Processes are known by pidfd (no signal can hit a recycled pid).  A
+// scanner thread asks Slurm for the processes of the table's jobs (the
+// StepLister: slurmstepd's own list, proctrack's container) every `rescan`
+// and whenever the table changes; a process a job starts while it is
+// stopped is stopped at the next scan.
+//
+// Fail-safe, so that no job is ever left stopped:
+//  - no strobe for the table's fail-safe time: every stopped job is
+//    continued (switching resumes with the next strobe);
+//  - a job that leaves the table is continued, unless the table says Slurm
+//    suspended it (scontrol suspend): those Slurm stopped, and Slurm
+//    resumes them;
+//  - the destructor (slurmd stopping) continues every job it stopped;
+//  - the jobs of the current table are journaled in `journal_dir`; a new
+//    agent (slurmd restarted after a crash) continues them in recover().
+//
+// Delivery delay: each applied strobe records now - its issue time (both
+// CLOCK_REALTIME; the nodes' clocks must agree, as on one machine or under
+// NTP); the p50, p99 and maximum of the last 4096 are published every
+// second as the engine variables gang:delay_p50_us, gang:delay_p99_us and
+// gang:delay_max_us, beside gang:strobes (applied), gang:ignored (stale
+// epoch), gang:epoch (low 62 bits), gang:jobs and gang:stopped, which
+// COMPARE-AND-WRITE can query (storm-gang --nodes).
+//
+// Threading: everything but the scanner runs on the agent's loop thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <sys/types.h>
+#include <thread>
+#include <vector>
+
+#include "lib/common/log.hpp"
+#include "lib/prim/engine.hpp"
+#include "sched_gang/protocol.hpp"
+
+struct event_base;
+struct event;
+
+namespace storm::gang {
+
+// The processes of the steps (not batch, not extern) of each of `jobs` on
+// this node.  Called from the scanner thread; may block briefly and throw.
+using StepLister = std::function<std::map<uint32_t, std::vector<pid_t>>(const std::set<uint32_t> &jobs)>;
+
+struct SwitcherConfig {
+    uint32_t self = 0;
+    std::string journal_dir; // "" = no journal
+    std::chrono::milliseconds rescan{200};
+    // SCHED_FIFO priority of the loop thread while the table holds jobs of
+    // this node (lib/common/realtime.hpp); 0 = never.
+    unsigned rt_priority = 0;
+};
+
+class Switcher {
+public:
+    Switcher(event_base *base, prim::Engine &engine, StepLister lister, SwitcherConfig config, Logger log);
+    ~Switcher();
+    Switcher(const Switcher &) = delete;
+    Switcher &operator=(const Switcher &) = delete;
+
+    // Continues the processes of the jobs a previous agent journaled.
+    // Call once, before the first table.
+    void recover();
+    // From the engine's signal hook: handles gang events, returns false for
+    // others.  Malformed ones are logged and dropped.
+    bool on_signal(const std::string &event, const std::string &data);
+
+    // For tests and status.
+    uint64_t epoch() const noexcept { return epoch_; }
+    uint64_t applied() const noexcept { return applied_; }
+    uint64_t ignored() const noexcept { return ignored_; }
+    uint64_t failsafes() const noexcept { return failsafes_; }
+    size_t jobs() const noexcept { return jobs_.size(); }
+    bool stopped(uint32_t job) const;
+    size_t processes(uint32_t job) const;
+
+private:
+    struct Proc {
+        pid_t pid;
+        int fd; // pidfd
+    };
+    struct Job {
+        uint64_t mask = 0;
+        bool stopped = false;
+        std::vector<Proc> procs;
+    };
+    void on_table(const Table &t);
+    void on_strobe(const Strobe &s);
+    void signal_job(uint32_t id, Job &j, int sig);
+    void continue_all(const char *why);
+    void tick();
+    static void on_tick(int, short, void *arg);
+    void scanner() noexcept;
+    void write_journal();
+    void publish_stats();
+
+    event_base *base_;
+    prim::Engine &engine_;
+    StepLister lister_;
+    SwitcherConfig cfg_;
+    Logger log_;
+    event *tick_ = nullptr;
+
+    uint64_t epoch_ = 0;
+    uint32_t failsafe_ms_ = 0;
+    std::map<uint32_t, Job> jobs_;
+    bool failsafe_active_ = false;
+    bool realtime_ = false;
+    std::chrono::steady_clock::time_point last_strobe_{};
+    uint64_t applied_ = 0, ignored_ = 0, failsafes_ = 0;
+    std::vector<uint32_t> delays_us_; // ring of the last kDelays
+    size_t delay_next_ = 0;
+    std::chrono::steady_clock::time_point last_publish_{};
+
+    // Scanner thread: wanted_ (the table's jobs) in, found_ (pidfds) out.
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool quit_ = false, rescan_now_ = false;
+    std::set<uint32_t> wanted_;
+    bool found_ready_ = false;
+    std::map<uint32_t, std::vector<Proc>> found_;
+    std::string scan_error_;
+    std::thread thread_;
+};
+
+} // namespace storm::gang

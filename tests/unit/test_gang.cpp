@@ -1,0 +1,469 @@
+// Unit tests of gang scheduling (sched_gang/): the matrix's packing and
+// alternative scheduling, the wire format, the settings, the node-side
+// switcher on real processes (stop/continue per slot, stale strobes, the
+// fail-safe, jobs leaving the table, Slurm-suspended jobs, the journal a
+// restarted agent recovers from), and the machine manager strobing
+// switchers over loopback agents.
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+
+#include "lib/common/signals.hpp"
+#include "sched_gang/config.hpp"
+#include "sched_gang/manager.hpp"
+#include "sched_gang/matrix.hpp"
+#include "sched_gang/protocol.hpp"
+#include "sched_gang/switcher.hpp"
+#include "tests/unit/helpers.hpp"
+#include "tests/unit/prim_fixture.hpp"
+
+using namespace prim_fixture;
+using namespace storm::gang;
+using test_helpers::contains;
+using test_helpers::error_of;
+
+namespace {
+
+JobShape shape(uint32_t id, std::vector<uint64_t> cells, RangeSet nodes = RangeSet::single(0))
+{
+    return {id, std::move(cells), nodes};
+}
+
+void test_matrix_packing(void **)
+{
+    Matrix m(4);
+    // A and B share cells: two slots; C fits beside A.
+    assert_true(m.update({shape(1, {1, 2}), shape(2, {1, 2}), shape(3, {3})}));
+    assert_int_equal(m.slots(), 2);
+    auto h = m.homes();
+    assert_int_equal(h[1], 0);
+    assert_int_equal(h[2], 1);
+    assert_int_equal(h[3], 0);
+    // Alternative scheduling: C's cell is idle in slot 1, so C runs there too.
+    assert_int_equal(m.masks().at(3), 0x3);
+    assert_int_equal(m.masks().at(1), 0x1);
+    assert_int_equal(m.masks().at(2), 0x2);
+    assert_int_equal(m.idle_cells(0), 0);
+    assert_int_equal(m.idle_cells(1), 0); // B holds 1 and 2, C 3
+    // The same jobs again: nothing changes.
+    assert_false(m.update({shape(1, {1, 2}), shape(2, {1, 2}), shape(3, {3})}));
+    // A ends: B and C keep their slots (nobody is disturbed) and B, whose
+    // cells are now idle in slot 0, runs there as well.
+    assert_true(m.update({shape(2, {1, 2}), shape(3, {3})}));
+    h = m.homes();
+    assert_int_equal(h[2], 1);
+    assert_int_equal(h[3], 0);
+    assert_int_equal(m.masks().at(2), 0x3);
+    // C ends: slot 0 empties and goes; B moves down with its slot.
+    assert_true(m.update({shape(2, {1, 2})}));
+    assert_int_equal(m.slots(), 1);
+    assert_int_equal(m.homes()[2], 0);
+    // A new job goes to the first slot it fits.
+    m.update({shape(2, {1, 2}), shape(4, {5}), shape(5, {2})});
+    h = m.homes();
+    assert_int_equal(h[4], 0);
+    assert_int_equal(h[5], 1);
+    assert_false(m.overflowed());
+    // A job too big for slot 1's idle cells stays out of it: idle cells remain.
+    Matrix k(2);
+    k.update({shape(1, {1, 2}), shape(2, {1}), shape(3, {2, 3})});
+    assert_int_equal(k.homes()[3], 1);
+    assert_int_equal(k.masks().at(3), 0x2);
+    assert_int_equal(k.idle_cells(1), 0); // 1: job 2; 2, 3: job 3
+    assert_int_equal(k.idle_cells(0), 1); // 3
+}
+
+void test_matrix_overflow(void **)
+{
+    Matrix m(2);
+    m.update({shape(1, {1}), shape(2, {1}), shape(3, {1})});
+    assert_int_equal(m.slots(), 3);
+    assert_true(m.overflowed());
+    // Every job still runs somewhere.
+    for (auto &[id, mask] : m.masks())
+        assert_true(mask != 0);
+}
+
+void test_protocol(void **)
+{
+    Table t;
+    t.epoch = 77;
+    t.slots = 2;
+    t.quantum_us = 2000;
+    t.failsafe_ms = 500;
+    t.jobs = {{10, 1, RangeSet::range(0, 4)}, {11, 3, RangeSet::parse("2,5-7")}};
+    t.hands_off = {12};
+    Table u = Table::decode(t.encode());
+    assert_true(u.epoch == 77 && u.slots == 2 && u.quantum_us == 2000 && u.failsafe_ms == 500);
+    assert_true(u.jobs == t.jobs);
+    assert_true(u.hands_off == t.hands_off);
+    Strobe s{77, 1, 9, 123456789};
+    Strobe r = Strobe::decode(s.encode());
+    assert_true(r.epoch == 77 && r.slot == 1 && r.seq == 9 && r.sent_ns == 123456789);
+
+    std::string e = t.encode();
+    assert_false(error_of<net::DecodeError>([&] { Table::decode(e.substr(0, e.size() - 3)); }).empty());
+    assert_true(contains(error_of<net::DecodeError>([&] { Table::decode(e + "x"); }), "trailing"));
+    assert_true(contains(error_of<net::DecodeError>([&] { Table::decode("junk-junk-junk"); }), "magic"));
+    assert_true(contains(error_of<net::DecodeError>([&] { Strobe::decode(e); }), "magic"));
+    Strobe bad{1, 64, 1, 1};
+    assert_true(contains(error_of<net::DecodeError>([&] { Strobe::decode(bad.encode()); }), "slot 64"));
+    Table zero = t;
+    zero.failsafe_ms = 0;
+    assert_true(contains(error_of<net::DecodeError>([&] { Table::decode(zero.encode()); }), "fail-safe"));
+    std::string v = s.encode();
+    v[4] = 9; // version
+    assert_true(contains(error_of<net::DecodeError>([&] { Strobe::decode(v); }), "version 9"));
+}
+
+void test_config(void **)
+{
+    std::vector<PartitionInfo> parts = {{"debug", false, 1}, {"gang", true, 2}};
+    auto c = GangConfig::parse(nullptr, parts, false, true);
+    assert_int_equal(c.quantum.count(), 50000);
+    assert_int_equal(c.failsafe.count(), 5000);
+    assert_int_equal(c.mpl, 2);
+    assert_int_equal(c.partitions.size(), 1);
+    c = GangConfig::parse("bf_interval=30,storm_gang_quantum=2ms,storm_gang_mpl=1", parts, false, true);
+    assert_int_equal(c.quantum.count(), 2000);
+    assert_int_equal(c.mpl, 1);
+    c = GangConfig::parse("storm_gang_quantum=1s", parts, false, true);
+    assert_int_equal(c.failsafe.count(), 10000); // 10 quanta
+    auto err = [&](const char *p, bool stock = false, bool sw = true) {
+        return error_of<ConfigError>([&] { GangConfig::parse(p, parts, stock, sw); });
+    };
+    assert_true(contains(err("storm_gang_quantum=0"), "storm_gang_quantum"));
+    assert_true(contains(err("storm_gang_quantum=0ms"), "storm_gang_quantum"));
+    assert_true(contains(err("storm_gang_quantum=2"), "storm_gang_quantum"));
+    assert_true(contains(err("storm_gang_mpl=3"), "exceeds the 2 jobs per core that partition gang allows"));
+    assert_true(contains(err("storm_gang_mpl=0"), "storm_gang_mpl"));
+    assert_true(contains(err("storm_gang_quantum=100ms,storm_gang_failsafe=200ms"), "storm_gang_failsafe"));
+    assert_true(contains(err("storm_gang_slots=2"), "storm_gang_slots"));
+    assert_true(contains(err(nullptr, true), "PreemptMode includes GANG"));
+    assert_true(contains(err(nullptr, false, false), "switch/rdma"));
+    std::vector<PartitionInfo> none = {{"debug", false, 1}, {"shared", false, 4}};
+    assert_true(
+        contains(error_of<ConfigError>([&] { GangConfig::parse("storm_gang_mpl=2", none, false, true); }),
+                 "no partition"));
+    assert_true(GangConfig::parse(nullptr, none, true, false).partitions.empty());
+    std::vector<PartitionInfo> big = {{"huge", true, 65}};
+    assert_true(
+        contains(error_of<ConfigError>([&] { GangConfig::parse(nullptr, big, false, true); }), "FORCE:65"));
+}
+
+// ---- the switcher on real processes ------------------------------------
+
+pid_t sleeper()
+{
+    pid_t p = fork();
+    if (p == 0) {
+        for (;;)
+            pause();
+    }
+    return p;
+}
+
+// 'S' (sleeping), 'T' (stopped), ...
+char state(pid_t pid)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s;
+    std::getline(f, s);
+    size_t r = s.rfind(')');
+    return r == std::string::npos || r + 2 >= s.size() ? '?' : s[r + 2];
+}
+
+void reap(std::vector<pid_t> pids)
+{
+    for (pid_t p : pids) {
+        kill(p, SIGKILL);
+        waitpid(p, nullptr, 0);
+    }
+}
+
+struct SwitchBench {
+    event_base *base = event_base_new();
+    FakeAuth auth;
+    std::unique_ptr<Engine> engine;
+    std::map<uint32_t, std::vector<pid_t>> procs; // what the lister reports
+    std::mutex mu;
+    std::string journal;
+
+    SwitchBench()
+    {
+        char tmpl[] = "/tmp/storm-gang-test.XXXXXX";
+        journal = mkdtemp(tmpl);
+        EngineConfig c;
+        c.self = 0;
+        c.nodes = {loopback(free_port())};
+        engine = std::make_unique<Engine>(base, c, auth, Logger("agent"));
+    }
+    ~SwitchBench()
+    {
+        engine.reset();
+        event_base_free(base);
+        std::system(("rm -rf " + journal).c_str());
+    }
+    std::unique_ptr<Switcher> make(std::chrono::milliseconds rescan = 20ms)
+    {
+        StepLister l = [this](const std::set<uint32_t> &jobs) {
+            std::lock_guard<std::mutex> lk(mu);
+            std::map<uint32_t, std::vector<pid_t>> out;
+            for (auto &[j, p] : procs)
+                if (jobs.count(j))
+                    out[j] = p;
+            return out;
+        };
+        return std::make_unique<Switcher>(base, *engine, l, SwitcherConfig{0, journal, rescan},
+                                          Logger("gang"));
+    }
+    bool run_until(const std::function<bool()> &f, std::chrono::milliseconds t = 3000ms)
+    {
+        return engine->run_until(f, t);
+    }
+};
+
+Table table(uint64_t epoch, std::vector<TableJob> jobs, std::vector<uint32_t> hands_off = {},
+            uint32_t failsafe_ms = 400)
+{
+    Table t;
+    t.epoch = epoch;
+    t.slots = 2;
+    t.quantum_us = 10000;
+    t.failsafe_ms = failsafe_ms;
+    t.jobs = std::move(jobs);
+    t.hands_off = std::move(hands_off);
+    return t;
+}
+
+void strobe(Switcher &s, uint64_t epoch, uint16_t slot)
+{
+    assert_true(s.on_signal(kStrobeEvent, Strobe{epoch, slot, 1, realtime_ns()}.encode()));
+}
+
+bool eventually_state(SwitchBench &b, pid_t p, char want)
+{
+    return b.run_until([&] { return state(p) == want; }, 2000ms);
+}
+
+void test_switcher_slots(void **)
+{
+    SwitchBench b;
+    pid_t p1 = sleeper(), p2 = sleeper(), p3 = sleeper();
+    b.procs = {{1, {p1}}, {2, {p2}}, {3, {p3}}};
+    auto sw = b.make();
+    RangeSet me = RangeSet::single(0), other = RangeSet::single(1);
+    assert_false(sw->on_signal("bcast:open:1", ""));
+    assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}, {2, 2, me}, {3, 1, other}}).encode()));
+    assert_int_equal(sw->jobs(), 2); // job 3 is not on this node
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    strobe(*sw, 5, 0);
+    assert_true(eventually_state(b, p2, 'T'));
+    assert_int_equal(state(p1), 'S');
+    assert_true(sw->stopped(2));
+    strobe(*sw, 5, 1);
+    assert_true(eventually_state(b, p1, 'T'));
+    assert_true(eventually_state(b, p2, 'S'));
+    // A strobe of another epoch changes nothing.
+    strobe(*sw, 4, 0);
+    assert_int_equal(sw->ignored(), 1);
+    b.run_until([] { return false; }, 50ms);
+    assert_int_equal(state(p1), 'T');
+    // A malformed message is dropped.
+    assert_true(sw->on_signal(kStrobeEvent, "garbage"));
+    assert_true(sw->on_signal(kTableEvent, "garbage"));
+    assert_int_equal(sw->epoch(), 5);
+    // No strobe for the fail-safe time (400 ms): everything continues.
+    assert_true(eventually_state(b, p1, 'S'));
+    assert_int_equal(sw->failsafes(), 1);
+    assert_false(sw->stopped(1));
+    // Strobes resume: switching resumes.
+    strobe(*sw, 5, 1);
+    assert_true(eventually_state(b, p1, 'T'));
+    // A process the stopped job starts meanwhile is stopped at the next scan.
+    pid_t p1b = sleeper();
+    {
+        std::lock_guard<std::mutex> lk(b.mu);
+        b.procs[1].push_back(p1b);
+    }
+    assert_true(eventually_state(b, p1b, 'T'));
+    // Job 1 leaves the table: continued.
+    assert_true(sw->on_signal(kTableEvent, table(6, {{2, 2, me}}).encode()));
+    assert_true(eventually_state(b, p1, 'S'));
+    assert_true(eventually_state(b, p1b, 'S'));
+    // Job 2 stopped, then suspended by Slurm (hands off): left stopped.
+    assert_true(sw->on_signal(kTableEvent, table(7, {{2, 2, me}}).encode()));
+    strobe(*sw, 7, 0);
+    assert_true(eventually_state(b, p2, 'T'));
+    assert_true(sw->on_signal(kTableEvent, table(8, {}, {2}).encode()));
+    b.run_until([] { return false; }, 100ms);
+    assert_int_equal(state(p2), 'T');
+    assert_int_equal(sw->jobs(), 0);
+    reap({p1, p1b, p2, p3});
+}
+
+void test_switcher_never_leaves_stopped(void **)
+{
+    SwitchBench b;
+    pid_t p1 = sleeper(), p2 = sleeper();
+    b.procs = {{1, {p1}}, {2, {p2}}};
+    RangeSet me = RangeSet::single(0);
+    {
+        auto sw = b.make();
+        sw->on_signal(kTableEvent, table(9, {{1, 1, me}, {2, 2, me}}, {}, 60000).encode());
+        assert_true(b.run_until([&] { return sw->processes(2) == 1; }));
+        strobe(*sw, 9, 0);
+        assert_true(eventually_state(b, p2, 'T'));
+        // The journal names the switched jobs.
+        std::ifstream j(b.journal + "/jobs");
+        std::string text((std::istreambuf_iterator<char>(j)), std::istreambuf_iterator<char>());
+        assert_string_equal(text.c_str(), "1\n2\n");
+    } // the agent stops: job 2 is continued
+    assert_true(eventually_state(b, p2, 'S'));
+    // An agent that died (no destructor) left job 1 stopped and its
+    // journal: the next agent continues it.
+    kill(p1, SIGSTOP);
+    assert_true(eventually_state(b, p1, 'T'));
+    {
+        std::ofstream j(b.journal + "/jobs");
+        j << "1\n";
+    }
+    auto sw = b.make();
+    sw->recover();
+    assert_true(eventually_state(b, p1, 'S'));
+    struct stat st;
+    assert_true(stat((b.journal + "/jobs").c_str(), &st) < 0);
+    reap({p1, p2});
+}
+
+// ---- the machine manager strobing switchers over loopback --------------
+
+void test_manager_end_to_end(void **)
+{
+    const unsigned n = 3;
+    Cluster cl(n, 2);
+    // procs[node][job]
+    std::vector<std::map<uint32_t, std::vector<pid_t>>> procs(n);
+    std::vector<pid_t> all;
+    for (unsigned i = 0; i < n; ++i)
+        for (uint32_t job : {1u, 2u}) {
+            pid_t p = sleeper();
+            procs[i][job] = {p};
+            all.push_back(p);
+        }
+    std::vector<std::unique_ptr<Switcher>> sw;
+    for (unsigned i = 0; i < n; ++i) {
+        StepLister l = [&procs, i](const std::set<uint32_t> &jobs) {
+            std::map<uint32_t, std::vector<pid_t>> out;
+            for (auto &[j, p] : procs[i])
+                if (jobs.count(j))
+                    out[j] = p;
+            return out;
+        };
+        sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l, SwitcherConfig{i, "", 20ms},
+                                                Logger("gang" + std::to_string(i))));
+        cl.agents[i]->on_signal(
+            [&sw, i](const std::string &ev, uint64_t, const std::string &d) { sw[i]->on_signal(ev, d); });
+    }
+    char status[] = "/tmp/storm-gang-status.XXXXXX";
+    int fd = mkstemp(status);
+    close(fd);
+    ManagerConfig mc;
+    mc.nodes = cl.table;
+    mc.fanout = 2;
+    mc.timing = {20000us, 300ms, 2};
+    mc.status_path = status;
+    auto mm = std::make_unique<MachineManager>(mc, std::make_unique<FakeAuth>(), Logger("manager"));
+    mm->start();
+    // Jobs 1 and 2 share the same core of nodes 0-1; node 2 runs job 1 only
+    // on a second core... no: both jobs on all three nodes, same cores.
+    RangeSet nodes = RangeSet::range(0, n);
+    std::vector<uint64_t> cells;
+    for (uint64_t i = 0; i < n; ++i)
+        cells.push_back(i << 20);
+    mm->submit({{{1, cells, nodes}, {2, cells, nodes}}, {}});
+    // Watch the processes: each job's are stopped and continued in turn,
+    // and on a node the two jobs are never both running.
+    std::map<pid_t, std::set<char>> seen;
+    int both_running = 0, samples = 0;
+    auto deadline = std::chrono::steady_clock::now() + 1500ms;
+    cl.initiator->run_until(
+        [&] {
+            for (unsigned i = 0; i < n; ++i) {
+                char a = state(procs[i][1][0]), c = state(procs[i][2][0]);
+                seen[procs[i][1][0]].insert(a);
+                seen[procs[i][2][0]].insert(c);
+                both_running += (a == 'S' && c == 'S');
+                ++samples;
+            }
+            return std::chrono::steady_clock::now() > deadline;
+        },
+        3000ms);
+    for (pid_t p : all)
+        assert_true(seen[p].count('S') && seen[p].count('T'));
+    // Signals land asynchronously, so a sample can catch the moment between
+    // one job's SIGCONT being sent and the other's SIGSTOP landing; rare.
+    assert_true(both_running * 10 < samples);
+    for (auto &s : sw) {
+        assert_true(s->applied() >= 20);
+        assert_int_equal(s->failsafes(), 0);
+    }
+    assert_true(mm->strobes() >= 20);
+    // The status file shows the matrix.
+    std::ifstream st(status);
+    std::string text((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    assert_true(contains(text, "slots: 2"));
+    assert_true(contains(text, "slot 0: jobs 1;"));
+    assert_true(contains(text, "slot 1: jobs 2;"));
+    assert_true(contains(text, "quantum: 20ms"));
+    // Job 1 ends: its processes are continued, job 2 runs alone, unswitched.
+    mm->submit({{{2, cells, nodes}}, {}});
+    assert_true(cl.initiator->run_until(
+        [&] {
+            for (unsigned i = 0; i < n; ++i)
+                if (state(procs[i][1][0]) != 'S' || state(procs[i][2][0]) != 'S')
+                    return false;
+            return true;
+        },
+        2000ms));
+    cl.initiator->run_until([] { return false; }, 200ms);
+    for (unsigned i = 0; i < n; ++i)
+        assert_int_equal(state(procs[i][2][0]), 'S');
+    // The manager dies with two jobs switched: the nodes' fail-safe
+    // continues them.
+    mm->submit({{{1, cells, nodes}, {2, cells, nodes}}, {}});
+    cl.initiator->run_until([] { return false; }, 300ms);
+    mm.reset();
+    assert_true(cl.initiator->run_until(
+        [&] {
+            for (pid_t p : all)
+                if (state(p) != 'S')
+                    return false;
+            return true;
+        },
+        3000ms));
+    for (auto &s : sw)
+        assert_true(s->failsafes() >= 1);
+    sw.clear();
+    unlink(status);
+    reap(all);
+}
+
+} // namespace
+
+int main()
+{
+    storm::block_sigpipe();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matrix_packing),     cmocka_unit_test(test_matrix_overflow),
+        cmocka_unit_test(test_protocol),           cmocka_unit_test(test_config),
+        cmocka_unit_test(test_switcher_slots),     cmocka_unit_test(test_switcher_never_leaves_stopped),
+        cmocka_unit_test(test_manager_end_to_end),
+    };
+    return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
+}
