@@ -79,6 +79,7 @@ void MachineManager::start()
     prim::EngineConfig pc;
     pc.nodes = cfg_.nodes;
     pc.fanout = cfg_.fanout;
+    pc.timeout = std::chrono::milliseconds(1000); // also how long an unreachable agent is routed around
     engine_ = std::make_unique<prim::Engine>(base_, pc, *auth_, log_);
     strobe_ev_ = event_new(
         base_, -1, EV_PERSIST,
@@ -181,12 +182,20 @@ net::RangeSet MachineManager::active(const net::RangeSet &set) const
 
 void MachineManager::isolate(const net::RangeSet &failed, const char *what, const std::string &why)
 {
-    auto until = std::chrono::steady_clock::now() + cfg_.isolate;
-    for (uint32_t i : failed.members())
-        isolated_[i] = until;
+    // 1 s the first time, doubling while the node keeps failing.
+    auto now = std::chrono::steady_clock::now();
+    std::chrono::milliseconds longest{0};
+    for (uint32_t i : failed.members()) {
+        auto b = backoff_.find(i);
+        auto span =
+            b == backoff_.end() ? std::chrono::milliseconds(1000) : std::min(b->second * 2, cfg_.isolate);
+        backoff_[i] = span;
+        isolated_[i] = now + span;
+        longest = std::max(longest, span);
+    }
     log_.error("gang: %s failed on %s (%s): left out of strobes for %s; their jobs run unswitched meanwhile",
                what, names(failed).c_str(), why.c_str(),
-               format_duration_us(static_cast<uint64_t>(cfg_.isolate.count()) * 1000).c_str());
+               format_duration_us(static_cast<uint64_t>(longest.count()) * 1000).c_str());
 }
 
 void MachineManager::housekeeping()
@@ -281,10 +290,15 @@ void MachineManager::send_table(const net::RangeSet &to_all)
     auto alive = alive_;
     engine_->xfer_and_signal(
         to, kTableEvent, table_.encode(),
-        [this, alive](const prim::XferResult &r) {
-            if (!*alive || r.ok)
+        [this, alive, to](const prim::XferResult &r) {
+            if (!*alive)
                 return;
-            isolate(r.failed, "table", r.error.empty() ? "no answer" : r.error);
+            // Nodes that took the table are back for good.
+            for (uint32_t i : to.members())
+                if (!r.failed.contains(i))
+                    backoff_.erase(i);
+            if (!r.ok)
+                isolate(r.failed, "table", r.error.empty() ? "no answer" : r.error);
         },
         std::chrono::milliseconds(2000));
 }
@@ -324,9 +338,29 @@ void MachineManager::strobe()
             else
                 rtt_us_[rtt_next_] = v;
             rtt_next_ = (rtt_next_ + 1) % kRtts;
-            if (!r.ok) {
-                ++failed_strobes_;
-                isolate(r.failed, "strobe", r.error.empty() ? "no answer" : r.error);
+            if (r.ok)
+                return;
+            ++failed_strobes_;
+            // Nodes without the current table (a restarted agent) get it
+            // again; the others are isolated.
+            std::vector<uint32_t> stale, lost;
+            for (uint32_t i : r.failed.members()) {
+                auto why = r.reasons.find(i);
+                (why != r.reasons.end() && why->second.find("stale table") != std::string::npos ? stale
+                                                                                                : lost)
+                    .push_back(i);
+            }
+            if (!stale.empty()) {
+                log_.info("gang: sending the table again to %s (they hold an older one)",
+                          names(from_members(stale)).c_str());
+                send_table(from_members(stale));
+            }
+            if (!lost.empty()) {
+                auto why = r.reasons.find(lost.front());
+                isolate(from_members(lost), "strobe",
+                        why != r.reasons.end() ? why->second
+                        : r.error.empty()      ? "no answer"
+                                               : r.error);
             }
         },
         timeout);

@@ -11,9 +11,9 @@
 //
 // Flow: at most one strobe is in flight; a quantum whose strobe would
 // overtake the previous one is skipped (counted "late").  Nodes that fail
-// a strobe or a table are reported and left out of strobes for
-// `isolate` (seed 000's fault detection), then readmitted with a fresh
-// copy of the table.
+// a strobe or a table are reported and left out of strobes for a while
+// (seed 000's fault detection: 1 s, doubling while they keep failing, up to
+// `isolate`), then readmitted with a fresh copy of the table.
 //
 // Status: every second and at each table the manager rewrites
 // `status_path` (key: value lines, atomically) for storm-gang.
@@ -57,9 +57,9 @@ struct ManagerConfig {
     std::vector<std::string> names;
     unsigned fanout = 8;
     Timing timing;
-    std::chrono::milliseconds isolate{10000};
-    std::string status_path;  // "" = none
-    unsigned rt_priority = 0; // SCHED_FIFO while jobs are gang-scheduled (0 = never)
+    std::chrono::milliseconds isolate{60000}; // longest isolation (it starts at 1 s and doubles)
+    std::string status_path;                  // "" = none
+    unsigned rt_priority = 0;                 // SCHED_FIFO while jobs are gang-scheduled (0 = never)
 };
 
 // What the gang partitions hold now, as Slurm sees it.
@@ -118,6 +118,7 @@ private:
     net::RangeSet gang_nodes_;  // nodes of the current table's jobs
     net::RangeSet table_nodes_; // nodes sent the current table
     std::map<uint32_t, std::chrono::steady_clock::time_point> isolated_;
+    std::map<uint32_t, std::chrono::milliseconds> backoff_; // last isolation of nodes not back yet
     unsigned slot_ = 0;
     uint64_t seq_ = 0, late_ = 0, failed_strobes_ = 0;
     bool in_flight_ = false;

@@ -109,17 +109,40 @@ void Switcher::recover()
 
 bool Switcher::on_signal(const std::string &event, const std::string &data)
 {
-    if (event != kTableEvent && event != kStrobeEvent)
+    if (event.rfind("gang:", 0) != 0)
         return false;
-    try {
-        if (event == kStrobeEvent)
-            on_strobe(Strobe::decode(data));
-        else
-            on_table(Table::decode(data));
-    } catch (const std::exception &e) {
-        log_.error("gang: dropped a malformed %s: %s", event.c_str(), e.what());
-    }
+    on_chunk(event, 0, 0, data.size(), data);
     return true;
+}
+
+std::string Switcher::on_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                               std::string_view data)
+{
+    try {
+        if (event == kStrobeEvent) {
+            if (offset != 0 || data.size() != total)
+                throw net::DecodeError("a strobe in pieces");
+            return on_strobe(Strobe::decode(data));
+        }
+        if (event != kTableEvent)
+            throw net::DecodeError("unknown gang event " + event);
+        if (offset == 0) {
+            table_part_.clear();
+            table_origin_ = origin;
+        } else if (origin != table_origin_ || offset != table_part_.size())
+            throw net::DecodeError("a table chunk out of order");
+        table_part_.append(data);
+        if (table_part_.size() == total) {
+            std::string whole;
+            whole.swap(table_part_);
+            on_table(Table::decode(whole));
+        }
+        return "";
+    } catch (const std::exception &e) {
+        table_part_.clear();
+        log_.error("gang: dropped a malformed %s: %s", event.c_str(), e.what());
+        return std::string("gang: malformed ") + event + ": " + e.what();
+    }
 }
 
 void Switcher::signal_job(uint32_t id, Job &j, int sig)
@@ -186,11 +209,12 @@ void Switcher::on_table(const Table &t)
     engine_.set_variable("gang:jobs", static_cast<int64_t>(jobs_.size()));
 }
 
-void Switcher::on_strobe(const Strobe &s)
+std::string Switcher::on_strobe(const Strobe &s)
 {
     if (s.epoch != epoch_) {
         ++ignored_;
-        return;
+        return "gang: stale table (holds epoch " + std::to_string(epoch_) + ", strobe of " +
+               std::to_string(s.epoch) + ")";
     }
     uint64_t bit = uint64_t(1) << s.slot;
     // Outgoing jobs first: the two slots' jobs never run at once.
@@ -217,6 +241,7 @@ void Switcher::on_strobe(const Strobe &s)
         delays_us_[delay_next_] = us;
     delay_next_ = (delay_next_ + 1) % kDelays;
     ++applied_;
+    return "";
 }
 
 void Switcher::continue_all(const char *why)

@@ -80,8 +80,14 @@ public:
     // Continues the processes of the jobs a previous agent journaled.
     // Call once, before the first table.
     void recover();
-    // From the engine's signal hook: handles gang events, returns false for
-    // others.  Malformed ones are logged and dropped.
+    // The engine's sink for events "gang:" (Engine::add_sink): a table may
+    // come in several chunks.  Returns "" or why this node failed the
+    // transfer: a malformed message (logged and dropped), or a strobe of
+    // another epoch than the table it holds ("stale table", so that the
+    // manager sends the table again: a restarted agent holds none).
+    std::string on_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                         std::string_view data);
+    // A whole message at once (tests); false for events that are not gang's.
     bool on_signal(const std::string &event, const std::string &data);
 
     // For tests and status.
@@ -104,7 +110,7 @@ private:
         std::vector<Proc> procs;
     };
     void on_table(const Table &t);
-    void on_strobe(const Strobe &s);
+    std::string on_strobe(const Strobe &s);
     void signal_job(uint32_t id, Job &j, int sig);
     void continue_all(const char *why);
     void tick();
@@ -125,6 +131,8 @@ private:
     std::map<uint32_t, Job> jobs_;
     bool failsafe_active_ = false;
     bool realtime_ = false;
+    uint64_t table_origin_ = 0;
+    std::string table_part_; // a table arriving in chunks
     std::chrono::steady_clock::time_point last_strobe_{};
     uint64_t applied_ = 0, ignored_ = 0, failsafes_ = 0;
     std::vector<uint32_t> delays_us_; // ring of the last kDelays

@@ -52,10 +52,12 @@ void NodeAgent::start()
                                          std::chrono::milliseconds(200), config_.rt_priority},
                     log_);
                 switcher_->recover();
+                engine_->add_sink("gang:", [this](const std::string &ev, uint64_t origin, uint64_t offset,
+                                                  uint64_t total, std::string_view data) {
+                    return switcher_->on_chunk(ev, origin, offset, total, data);
+                });
             }
             engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
-                if (switcher_ && switcher_->on_signal(ev, data))
-                    return;
                 if (heartbeat_->on_signal(ev))
                     return;
                 engine_->set_variable("event:" + ev, static_cast<int64_t>(count));

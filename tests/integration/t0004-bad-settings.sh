@@ -7,10 +7,12 @@ t_require_root
 t_require_installed
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 
-bad_conf() { # description conf-line expected-log-text
-    local d=$1 line=$2 msg=$3 rc
+bad_conf() { # description conf-line expected-log-text [more conf-lines]
+    local d=$1 line=$2 msg=$3 rc l
+    local -a more=()
+    for l in "${@:4}"; do more+=(--conf "$l"); done
     "$VC" down > /dev/null 2>&1 || true
-    "$VC" up 2 --conf "$line" > "$T_WORK/up.out" 2>&1; rc=$?
+    "$VC" up 2 --conf "$line" "${more[@]}" > "$T_WORK/up.out" 2>&1; rc=$?
     if [ "$rc" = 0 ]; then t_fail "$d: the cluster came up with $line"; "$VC" down > /dev/null 2>&1; return; fi
     if grep -qF -- "$msg" "$STATE/log/slurmctld.log"; then t_ok "$d (up exit $rc)"
     else t_fail "$d: \"$msg\" not in slurmctld.log"; tail -5 "$STATE/log/slurmctld.log" | t_diag; fi
@@ -20,9 +22,20 @@ bad_conf "SwitchParameters value out of range" "SwitchParameters=storm_fanout=1"
 bad_conf "SwitchParameters port not a number" "SwitchParameters=storm_agent_port=http" \
     'switch/rdma: init: SwitchParameters: invalid value "http" for storm_agent_port (allowed: an integer from 1 to 65535)'
 bad_conf "SwitchParameters unknown key" "SwitchParameters=storm_fanout=4,storm_fanuot=3" \
-    'switch/rdma: init: SwitchParameters: unknown key storm_fanuot (known: storm_agent_port, storm_fanout)'
+    'switch/rdma: init: SwitchParameters: unknown key storm_fanuot (known: storm_agent_port, storm_fanout, storm_rt_priority)'
 bad_conf "SchedulerParameters unknown storm_ key" "SchedulerParameters=bf_interval=5,storm_quantum=2ms" \
-    'sched/gang: init: SchedulerParameters: unknown key storm_quantum (known: none)'
+    'sched/gang: init: SchedulerParameters: unknown key storm_quantum (known: storm_gang_quantum, storm_gang_failsafe, storm_gang_mpl)'
+GANGP="PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 State=UP"
+bad_conf "gang quantum 0" "SchedulerParameters=storm_gang_quantum=0" \
+    'sched/gang: init: SchedulerParameters: invalid value "0" for storm_gang_quantum' "$GANGP"
+bad_conf "gang MPL beyond the partition's OverSubscribe" "SchedulerParameters=storm_gang_mpl=3" \
+    "sched/gang: init: SchedulerParameters: storm_gang_mpl=3 exceeds the 2 jobs per core that partition gang allows (OverSubscribe=FORCE:2)" "$GANGP"
+bad_conf "gang fail-safe shorter than 3 quanta" "SchedulerParameters=storm_gang_quantum=1s,storm_gang_failsafe=2s" \
+    'sched/gang: init: SchedulerParameters: invalid value "2s" for storm_gang_failsafe' "$GANGP"
+bad_conf "stock gang scheduling on as well" "PreemptMode=GANG" \
+    "sched/gang: init: PreemptMode includes GANG" "$GANGP"
+bad_conf "SwitchParameters rt priority out of range" "SwitchParameters=storm_rt_priority=100" \
+    'switch/rdma: init: SwitchParameters: invalid value "100" for storm_rt_priority (allowed: an integer from 0 to 99)'
 "$VC" down > /dev/null 2>&1
 
 # Good values are taken, and the node agents report them.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -162,6 +163,7 @@ pid_t sleeper()
 {
     pid_t p = fork();
     if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); // a failed test leaves none behind
         for (;;)
             pause();
     }
@@ -246,6 +248,11 @@ void strobe(Switcher &s, uint64_t epoch, uint16_t slot)
     assert_true(s.on_signal(kStrobeEvent, Strobe{epoch, slot, 1, realtime_ns()}.encode()));
 }
 
+std::string on_whole(Switcher &s, const std::string &ev, const std::string &data)
+{
+    return s.on_chunk(ev, 1, 0, data.size(), data);
+}
+
 bool eventually_state(SwitchBench &b, pid_t p, char want)
 {
     return b.run_until([&] { return state(p) == want; }, 2000ms);
@@ -269,14 +276,16 @@ void test_switcher_slots(void **)
     strobe(*sw, 5, 1);
     assert_true(eventually_state(b, p1, 'T'));
     assert_true(eventually_state(b, p2, 'S'));
-    // A strobe of another epoch changes nothing.
-    strobe(*sw, 4, 0);
+    // A strobe of another epoch changes nothing, and the node says why.
+    assert_true(
+        contains(on_whole(*sw, kStrobeEvent, Strobe{4, 0, 2, realtime_ns()}.encode()), "stale table"));
     assert_int_equal(sw->ignored(), 1);
     b.run_until([] { return false; }, 50ms);
     assert_int_equal(state(p1), 'T');
-    // A malformed message is dropped.
-    assert_true(sw->on_signal(kStrobeEvent, "garbage"));
-    assert_true(sw->on_signal(kTableEvent, "garbage"));
+    // A malformed message is dropped, and fails the transfer on this node.
+    assert_true(contains(sw->on_chunk(kStrobeEvent, 1, 0, 7, "garbage"), "malformed gang:strobe"));
+    assert_true(contains(sw->on_chunk(kTableEvent, 1, 0, 7, "garbage"), "malformed gang:table"));
+    assert_true(contains(sw->on_chunk(kTableEvent, 1, 3, 9, "garbage"), "out of order"));
     assert_int_equal(sw->epoch(), 5);
     // No strobe for the fail-safe time (400 ms): everything continues.
     assert_true(eventually_state(b, p1, 'S'));
@@ -292,8 +301,14 @@ void test_switcher_slots(void **)
         b.procs[1].push_back(p1b);
     }
     assert_true(eventually_state(b, p1b, 'T'));
-    // Job 1 leaves the table: continued.
-    assert_true(sw->on_signal(kTableEvent, table(6, {{2, 2, me}}).encode()));
+    // Job 1 leaves the table (which arrives in two chunks): continued.
+    std::string t6 = table(6, {{2, 2, me}}).encode();
+    assert_string_equal(
+        sw->on_chunk(kTableEvent, 8, 0, t6.size(), std::string_view(t6).substr(0, 10)).c_str(), "");
+    assert_int_equal(sw->epoch(), 5);
+    assert_string_equal(sw->on_chunk(kTableEvent, 8, 10, t6.size(), std::string_view(t6).substr(10)).c_str(),
+                        "");
+    assert_int_equal(sw->epoch(), 6);
     assert_true(eventually_state(b, p1, 'S'));
     assert_true(eventually_state(b, p1b, 'S'));
     // Job 2 stopped, then suspended by Slurm (hands off): left stopped.
@@ -367,8 +382,9 @@ void test_manager_end_to_end(void **)
         };
         sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l, SwitcherConfig{i, "", 20ms},
                                                 Logger("gang" + std::to_string(i))));
-        cl.agents[i]->on_signal(
-            [&sw, i](const std::string &ev, uint64_t, const std::string &d) { sw[i]->on_signal(ev, d); });
+        cl.agents[i]->add_sink("gang:",
+                               [&sw, i](const std::string &ev, uint64_t o, uint64_t off, uint64_t t,
+                                        std::string_view d) { return sw[i]->on_chunk(ev, o, off, t, d); });
     }
     char status[] = "/tmp/storm-gang-status.XXXXXX";
     int fd = mkstemp(status);
@@ -421,6 +437,23 @@ void test_manager_end_to_end(void **)
     assert_true(contains(text, "slot 0: jobs 1;"));
     assert_true(contains(text, "slot 1: jobs 2;"));
     assert_true(contains(text, "quantum: 20ms"));
+    // Node 1's agent restarts (a new switcher, no table): it fails the
+    // strobes as stale, the manager sends it the table again, it switches.
+    {
+        StepLister l = [&procs](const std::set<uint32_t> &jobs) {
+            std::map<uint32_t, std::vector<pid_t>> out;
+            for (auto &[j, p] : procs[1])
+                if (jobs.count(j))
+                    out[j] = p;
+            return out;
+        };
+        uint64_t epoch = sw[1]->epoch();
+        sw[1] = std::make_unique<Switcher>(cl.base, *cl.agents[1], l, SwitcherConfig{1, "", 20ms},
+                                           Logger("gang1b"));
+        bool ok =
+            cl.initiator->run_until([&] { return sw[1]->epoch() == epoch && sw[1]->applied() > 5; }, 3000ms);
+        assert_true(ok);
+    }
     // Job 1 ends: its processes are continued, job 2 runs alone, unswitched.
     mm->submit({{{2, cells, nodes}}, {}});
     assert_true(cl.initiator->run_until(

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# t0007: Storm's gang scheduling inside the real slurmctld and slurmd.
+# Two CPU-bound jobs of nobody share the same cores of vn1 and vn2 in a
+# partition with OverSubscribe=FORCE:2.  From per-process CPU time samples
+# (/proc/PID/schedstat): the two jobs take turns and never run at once on
+# a node, while each job's processes on both nodes run together; both make
+# progress.  storm-gang shows the matrix and every node's delivery delay.
+# Then: scontrol suspend/resume is Slurm's (a suspended job stays stopped
+# while the other runs alone); a node agent killed with a job stopped is
+# replaced by a new one that continues it and switches again; a killed
+# slurmctld makes the nodes' fail-safe continue everything, and a new one
+# rebuilds the matrix from Slurm's job state; a job that ends frees its
+# cells (the other runs alone); and nothing is left stopped at the end.
+. "$(dirname "$0")/lib.sh"
+t_require_root
+t_require_installed
+command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+GANG=$STORM_BUILDDIR/tools/storm-gang
+Q=300ms
+vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
+    --conf "SchedulerParameters=storm_gang_quantum=$Q,storm_gang_failsafe=1s"
+as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+chmod 1777 "$T_WORK"
+burn() { # TAG: a 2-node job of nobody spinning one task per node
+    as_user sbatch --parsable -p gang -N2 -o /dev/null -D "$T_WORK" \
+        --wrap "srun sh -c 'while :; do :; done' $1"
+}
+# pid of TAG's task on NODE
+task_pid() {
+    local p
+    for p in $(pgrep -f "^(/usr)?/bin/sh -c while :; do :; done $1\$"); do
+        tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+cpu_ns() { local t _; read -r t _ < "/proc/$1/schedstat" 2>/dev/null && echo "$t" || echo 0; }
+# sample SECONDS PID...: one line per interval of ~20 ms, 1/0 per pid: did
+# it get more than 2 ms of CPU in that interval?
+sample() {
+    local secs=$1 p i; shift
+    local -a last=() now=()
+    for p in "$@"; do last+=("$(cpu_ns "$p")"); done
+    local end=$(( $(date +%s%N) + secs * 1000000000 ))
+    while [ "$(date +%s%N)" -lt "$end" ]; do
+        sleep 0.02
+        now=(); for p in "$@"; do now+=("$(cpu_ns "$p")"); done
+        local line=""
+        for i in "${!now[@]}"; do line+="$(( now[i] - last[i] > 2000000 ? 1 : 0 )) "; done
+        echo "$line"
+        last=("${now[@]}")
+    done
+}
+# pct FILE AWK-CONDITION: percentage of the sample lines where it holds
+pct() { awk "{ n++ } $2 { k++ } END { printf \"%d\", n ? 100 * k / n : 0 }" "$1"; }
+state_of() { awk '{ sub(/.*\) /, ""); print substr($0, 1, 1) }' "/proc/$1/stat" 2>/dev/null; }
+
+A=$(burn burnA); B=$(burn burnB)
+for _ in $(seq 100); do
+    [ "$(squeue -h -j "$A,$B" -t R | wc -l)" = 2 ] && task_pid burnA vn1 > /dev/null && task_pid burnA vn2 > /dev/null &&
+        task_pid burnB vn1 > /dev/null && task_pid burnB vn2 > /dev/null && break
+    sleep 0.2
+done
+t_check "two 2-node jobs of nobody run on the same cores of vn[1-2] ($A, $B)" \
+    [ "$(squeue -h -j "$A,$B" -t R -o %N | sort -u)" = "vn[1-2]" ]
+a1=$(task_pid burnA vn1); a2=$(task_pid burnA vn2); b1=$(task_pid burnB vn1); b2=$(task_pid burnB vn2)
+sleep 1
+"$GANG" > "$T_WORK/status" 2>&1
+t_diag < "$T_WORK/status"
+t_check "storm-gang shows two slots, one job in each, at quantum $Q" \
+    bash -c "grep -q '^slots: 2' '$T_WORK/status' && grep -q '^quantum: $Q' '$T_WORK/status' &&
+             grep -Eq '^slot 0: jobs ($A|$B);' '$T_WORK/status' && grep -Eq '^slot 1: jobs ($A|$B);' '$T_WORK/status'"
+"$GANG" nodes -n 'vn[1-2]' > "$T_WORK/nodes" 2>&1
+t_diag < "$T_WORK/nodes"
+t_check "storm-gang nodes: both agents apply strobes and hold both jobs" \
+    [ "$(awk '$1 ~ /^vn[12]$/ && $2 > 0 && $5 == 2' "$T_WORK/nodes" | wc -l)" = 2 ]
+t_check "  and report their delivery delay" grep -q '^delivery over 2 nodes' "$T_WORK/nodes"
+
+# check_switching LABEL: 4 s of samples; the jobs alternate on each node
+check_switching() {
+    sample 4 "$a1" "$a2" "$b1" "$b2" > "$T_WORK/s.$1"
+    local ov1 ov2 tog ra rb
+    ov1=$(pct "$T_WORK/s.$1" '$1 && $3'); ov2=$(pct "$T_WORK/s.$1" '$2 && $4')
+    tog=$(pct "$T_WORK/s.$1" '$1 != $2 || $3 != $4')
+    ra=$(pct "$T_WORK/s.$1" '$1'); rb=$(pct "$T_WORK/s.$1" '$3')
+    echo "$1: $(wc -l < "$T_WORK/s.$1") intervals; A ran in $ra%, B in $rb%; both on vn1 $ov1%, on vn2 $ov2%; a job's two nodes apart $tog%" | t_diag
+    t_check "$1: jobs in different slots never share a node's CPU (overlap vn1 $ov1%, vn2 $ov2%: only intervals around a switch)" \
+        [ "$ov1" -le 25 -a "$ov2" -le 25 ]
+    t_check "$1: a job's processes run together on both nodes (apart in $tog% of intervals)" [ "$tog" -le 25 ]
+    t_check "$1: both jobs make progress (A $ra%, B $rb%)" [ "$ra" -ge 25 -a "$rb" -ge 25 ]
+}
+check_switching "gang-scheduled"
+
+# --- scontrol suspend/resume stay Slurm's ------------------------------------
+scontrol suspend "$A"
+sleep 3
+sample 2 "$a1" "$a2" "$b1" "$b2" > "$T_WORK/s.susp"
+t_check "a job suspended by scontrol stays stopped ($(pct "$T_WORK/s.susp" '$1 || $2')% running)" \
+    [ "$(pct "$T_WORK/s.susp" '$1 || $2')" -le 5 ]
+t_check "  while the other runs alone, unswitched ($(pct "$T_WORK/s.susp" '$3 && $4')%)" \
+    [ "$(pct "$T_WORK/s.susp" '$3 && $4')" -ge 80 ]
+scontrol resume "$A"
+sleep 1
+check_switching "after resume"
+
+# --- a node agent dies and comes back ----------------------------------------
+kill -9 "$(cat "$STATE/run/slurmd-vn1.pid" 2>/dev/null || echo 0)" 2>/dev/null ||
+    pkill -9 -f "slurmd -N vn1 "
+sleep 0.5
+stopped=0; for p in "$a1" "$b1"; do [ "$(state_of "$p")" = T ] && stopped=$((stopped + 1)); done
+echo "with vn1's slurmd killed: $stopped of its two tasks stopped" | t_diag
+"$VC" start vn1 > /dev/null 2>&1
+t_check "the restarted agent continues what its predecessor stopped" \
+    bash -c "sleep 2; grep -q 'continued [0-9]* processes of [0-9]* jobs a previous node agent was switching' '$STATE/log/slurmd-vn1.log'"
+# The manager left vn1 out of strobes when it died; it readmits it with the table.
+for _ in $(seq 40); do
+    "$GANG" nodes -n vn1 2> /dev/null | awk '$1 == "vn1" && $5 == 2 && $6 == 1 { ok = 1 } END { exit !ok }' && break
+    sleep 0.5
+done
+check_switching "after vn1's agent restarted"
+
+# --- slurmctld dies: the fail-safe; a new one rebuilds the matrix ------------
+pkill -9 -f "slurmctld -f $STATE/etc/slurm.conf"
+sleep 2.5
+sample 2 "$a1" "$a2" "$b1" "$b2" > "$T_WORK/s.failsafe"
+t_check "without strobes the nodes continue every job (both run on vn1 in $(pct "$T_WORK/s.failsafe" '$1 && $3')%)" \
+    [ "$(pct "$T_WORK/s.failsafe" '$1 && $3')" -ge 60 ]
+t_check "  and say so in their logs" bash -c "grep -l 'no strobe for 1s: continued' '$STATE'/log/slurmd-vn[12].log | grep -q ."
+"$VC" start ctld > /dev/null 2>&1
+t_check "a restarted slurmctld rebuilds the matrix from Slurm's job state" \
+    bash -c "sleep 2; '$GANG' | grep -q '^slots: 2'"
+check_switching "after slurmctld restarted"
+
+# --- a job ends: its cells are freed -----------------------------------------
+scancel "$A"
+wait_job "$A" 30
+sleep 1
+"$GANG" > "$T_WORK/status2" 2>&1
+t_check "a job that ends leaves the matrix (one slot left)" grep -q '^slots: 1' "$T_WORK/status2"
+sample 2 "$b1" "$b2" > "$T_WORK/s.alone"
+t_check "  and the other runs all the time ($(pct "$T_WORK/s.alone" '$1 && $2')%)" \
+    [ "$(pct "$T_WORK/s.alone" '$1 && $2')" -ge 80 ]
+scancel "$B"
+wait_job "$B" 30
+no_tasks() { ! pgrep -f "^(/usr)?/bin/sh -c while :; do :; done burn" > /dev/null; }
+t_check "nothing left: no task of either job remains, stopped or not" no_tasks
+t_check "no slurmd logged a switching error" bash -c "! grep -h 'gang: cannot send' '$STATE'/log/slurmd-vn*.log"
+t_done
