@@ -307,9 +307,17 @@ void MachineManager::strobe()
 {
     if (matrix_.jobs().empty())
         return;
-    if (in_flight_) {
-        ++late_;
-        return;
+    // Strobes at most every 20 ms are answered; between them, at shorter
+    // quanta, unanswered ones (half the messages and wake-ups on the nodes).
+    auto every =
+        static_cast<uint64_t>(std::max<int64_t>(1, 20000 / std::max<int64_t>(1, timing_.quantum.count())));
+    bool answered = seq_ % every == 0;
+    if (in_flight_ && (answered || every == 1)) {
+        if (every == 1) {
+            ++late_; // the previous one is still on its way: skip this one
+            return;
+        }
+        answered = false;
     }
     net::RangeSet to = active(gang_nodes_);
     if (to.empty())
@@ -317,6 +325,11 @@ void MachineManager::strobe()
     unsigned n = std::max(1u, std::min(matrix_.slots(), kMaxSlots));
     slot_ = (slot_ + 1) % n;
     Strobe s{table_.epoch, static_cast<uint16_t>(slot_), ++seq_, realtime_ns()};
+    if (!answered) {
+        ++strobes_;
+        engine_->xfer_unacked(to, kStrobeEvent, s.encode());
+        return;
+    }
     in_flight_ = true;
     sent_at_ = std::chrono::steady_clock::now();
     ++strobes_;
@@ -368,14 +381,19 @@ void MachineManager::strobe()
 
 void MachineManager::write_status()
 {
+    // The strobe rate over the last periodic write (writes at table changes
+    // in between keep it).
     auto now = std::chrono::steady_clock::now();
-    double secs = last_status_.time_since_epoch().count()
-                      ? std::chrono::duration<double>(now - last_status_).count()
-                      : 0;
     uint64_t issued = strobes_.load();
-    double rate = secs > 0 ? static_cast<double>(issued - strobes_last_status_) / secs : 0;
-    last_status_ = now;
-    strobes_last_status_ = issued;
+    if (now - last_status_ >= std::chrono::seconds(1)) {
+        double secs = last_status_.time_since_epoch().count()
+                          ? std::chrono::duration<double>(now - last_status_).count()
+                          : 0;
+        rate_ = secs > 0 ? static_cast<double>(issued - strobes_last_status_) / secs : 0;
+        last_status_ = now;
+        strobes_last_status_ = issued;
+    }
+    double rate = rate_;
     if (cfg_.status_path.empty())
         return;
     std::string s;

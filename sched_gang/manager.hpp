@@ -9,8 +9,11 @@
 // strobe is also the nodes' heartbeat: their fail-safe continues every job
 // when strobes stop.
 //
-// Flow: at most one strobe is in flight; a quantum whose strobe would
-// overtake the previous one is skipped (counted "late").  Nodes that fail
+// Flow: a strobe at least every 20 ms is answered (XFER-AND-SIGNAL), at most
+// one at a time; at shorter quanta the strobes between them go unanswered
+// (Engine::xfer_unacked: half the messages).  With every strobe answered
+// (quanta of 20 ms and more), a quantum whose strobe would overtake the
+// previous one is skipped (counted "late").  Nodes that fail
 // a strobe or a table are reported and left out of strobes for a while
 // (seed 000's fault detection: 1 s, doubling while they keep failing, up to
 // `isolate`), then readmitted with a fresh copy of the table.
@@ -127,6 +130,7 @@ private:
     std::vector<uint32_t> rtt_us_;
     size_t rtt_next_ = 0;
     uint64_t strobes_last_status_ = 0;
+    double rate_ = 0;
     std::atomic<uint64_t> strobes_{0}, tables_{0};
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -346,40 +346,37 @@ void Switcher::write_journal()
 void Switcher::scanner() noexcept
 {
     std::string last_error;
+    // Right after a table change the jobs' steps are starting: scan at
+    // 50 ms, then at doubling intervals up to cfg_.rescan.
+    auto interval = cfg_.rescan;
     for (;;) {
         std::set<uint32_t> want;
         {
             std::unique_lock<std::mutex> lk(mu_);
-            cv_.wait_for(lk, cfg_.rescan, [this] { return quit_ || rescan_now_; });
+            bool woken = cv_.wait_for(lk, interval, [this] { return quit_ || rescan_now_; });
             if (quit_)
                 return;
+            if (woken && rescan_now_)
+                interval = std::chrono::milliseconds(50);
+            else
+                interval = std::min(interval * 2, cfg_.rescan);
             rescan_now_ = false;
             want = wanted_;
         }
         if (want.empty())
             continue;
+        // One listing, then a pidfd per process: from then on a signal can
+        // reach only that process.  (A pid recycled between the listing and
+        // pidfd_open would need the whole pid space to wrap within
+        // microseconds.)
         std::map<uint32_t, std::vector<Proc>> out;
         try {
-            auto first = lister_(want);
-            for (auto &[job, pids] : first)
+            for (auto &[job, pids] : lister_(want))
                 for (pid_t pid : pids) {
                     int fd = pidfd_open(pid);
                     if (fd >= 0)
                         out[job].push_back({pid, fd});
                 }
-            // Keep the processes still listed after their pidfd was opened:
-            // the pidfd then names the step's process, not a recycled pid.
-            auto again = lister_(want);
-            for (auto &[job, procs] : out) {
-                const auto &now = again[job];
-                std::vector<Proc> keep;
-                for (auto &p : procs)
-                    if (std::find(now.begin(), now.end(), p.pid) != now.end())
-                        keep.push_back(p);
-                    else
-                        close(p.fd);
-                procs.swap(keep);
-            }
             for (uint32_t job : want)
                 out[job]; // jobs with no process now
             last_error.clear();

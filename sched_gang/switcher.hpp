@@ -11,8 +11,10 @@
 //
 // Processes are known by pidfd (no signal can hit a recycled pid).  A
 // scanner thread asks Slurm for the processes of the table's jobs (the
-// StepLister: slurmstepd's own list, proctrack's container) every `rescan`
-// and whenever the table changes; a process a job starts while it is
+// StepLister: slurmstepd's own list, proctrack's container) whenever the
+// table changes, then 50 ms later and at doubling intervals up to `rescan`
+// (steps start right after their job; with proctrack/pgid each listing
+// costs slurmstepd a scan of /proc); a process a job starts while it is
 // stopped is stopped at the next scan.
 //
 // Fail-safe, so that no job is ever left stopped:
@@ -63,8 +65,8 @@ using StepLister = std::function<std::map<uint32_t, std::vector<pid_t>>(const st
 
 struct SwitcherConfig {
     uint32_t self = 0;
-    std::string journal_dir; // "" = no journal
-    std::chrono::milliseconds rescan{200};
+    std::string journal_dir;                // "" = no journal
+    std::chrono::milliseconds rescan{1000}; // steady-state interval between scans
     // SCHED_FIFO priority of the loop thread while the table holds jobs of
     // this node (lib/common/realtime.hpp); 0 = never.
     unsigned rt_priority = 0;

@@ -49,7 +49,7 @@ void NodeAgent::start()
                 switcher_ = std::make_unique<gang::Switcher>(
                     base_, *engine_, network_->step_lister,
                     gang::SwitcherConfig{network_->self, network_->gang_journal_dir,
-                                         std::chrono::milliseconds(200), config_.rt_priority},
+                                         std::chrono::milliseconds(1000), config_.rt_priority},
                     log_);
                 switcher_->recover();
                 engine_->add_sink("gang:", [this](const std::string &ev, uint64_t origin, uint64_t offset,

@@ -268,7 +268,7 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
 Route Route::decode(net::Reader &r)
 {
     Route route{r.u8(), r.u32()};
-    if (route.fanout < 1 || route.fanout > 64 || route.timeout_ms < 1 || route.timeout_ms > 3600000)
+    if (route.fanout < 1 || route.fanout > 64 || route.timeout_ms > 3600000)
         throw net::FrameError("fanout " + std::to_string(route.fanout) + " or hop timeout " +
                               std::to_string(route.timeout_ms) + " ms out of range");
     return route;
@@ -638,15 +638,64 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
     if (event.empty())
         throw net::FrameError("xfer without an event name");
     Answer local;
+    if (route.unanswered() && (offset != 0 || total != data.size()))
+        throw net::FrameError("an unanswered transfer in pieces");
     apply_chunk(event, origin, offset, total, data, local);
     // Forward the received bytes themselves: no copy per child.
     net::DataRef chunk{c.current_payload(), data.data(), data.size()};
+    if (route.unanswered()) {
+        spread(set, route, event, origin, chunk);
+        return;
+    }
     size_t len = data.size();
     std::weak_ptr<Connection> up = c.shared_from_this();
     forward(
         set, route, MsgType::xfer,
         [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
         local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); }, chunk);
+}
+
+void Engine::xfer_unacked(const RangeSet &set, const std::string &event, std::string data)
+{
+    if (event.empty() || event.size() > kMaxName)
+        throw std::invalid_argument("event name must have 1 to 255 bytes");
+    if (data.size() > cfg_.chunk_size)
+        throw std::invalid_argument("an unacknowledged transfer takes one chunk");
+    if (set.empty())
+        return;
+    auto buf = std::make_shared<const std::string>(std::move(data));
+    net::DataRef ref{buf, buf->data(), buf->size()};
+    uint64_t origin = random_id();
+    if (set.nth(0) == cfg_.self) {
+        Answer local;
+        apply_chunk(event, origin, 0, buf->size(), *buf, local);
+    }
+    spread(set, Route{static_cast<uint8_t>(std::clamp(cfg_.fanout, 1u, 64u)), 0}, event, origin, ref);
+}
+
+void Engine::spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
+                    const net::DataRef &data)
+{
+    std::vector<RangeSet> slices;
+    if (set.nth(0) == cfg_.self)
+        slices = net::split_children(set, route.fanout);
+    else
+        slices.push_back(set);
+    std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
+    while (!todo.empty()) {
+        RangeSet slice = std::move(todo.back());
+        todo.pop_back();
+        uint32_t root = slice.nth(0);
+        try {
+            peer(root)->send(MsgType::xfer, next_op(),
+                             xfer_head(slice, route, origin, event, 0, data.len, data.len), data);
+        } catch (const std::exception &e) {
+            if (down_until_.count(root) == 0)
+                log_.error("agent %u unreachable (%s): routing around it", root, e.what());
+            for (auto &sub : net::split_children(slice, route.fanout))
+                todo.push_back(std::move(sub));
+        }
+    }
 }
 
 void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milliseconds timeout,
@@ -799,6 +848,8 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     Reader r(payload);
     RangeSet set = RangeSet::decode(r);
     Route route = Route::decode(r);
+    if (route.unanswered())
+        throw net::FrameError("COMPARE-AND-WRITE without answers");
     uint8_t phase = r.u8();
     std::string var(r.bytes(kMaxName));
     uint8_t rel_raw = r.u8();

@@ -105,13 +105,14 @@ struct CawResult {
 // and how long each hop waits for its children's answers.
 struct Route {
     uint8_t fanout;
-    uint32_t timeout_ms;
+    uint32_t timeout_ms; // 0: an unanswered transfer (Engine::xfer_unacked)
+    bool unanswered() const { return timeout_ms == 0; }
     void encode(net::Writer &w) const
     {
         w.u8(fanout);
         w.u32(timeout_ms);
     }
-    // Throws FrameError for a fanout outside 1-64 or a timeout outside 1 ms - 1 h.
+    // Throws FrameError for a fanout outside 1-64 or a timeout beyond 1 h.
     static Route decode(net::Reader &r);
 };
 
@@ -130,6 +131,14 @@ public:
     using XferDone = std::function<void(const XferResult &)>;
     void xfer_and_signal(const RangeSet &set, const std::string &remote_event, std::string data,
                          XferDone done, std::chrono::milliseconds timeout = {});
+
+    // XFER-AND-SIGNAL of one chunk whose completion nobody waits for: no
+    // answers travel back up the tree (half the messages and wake-ups of
+    // xfer_and_signal, for strobes every few milliseconds), so nothing
+    // reports failures; a caller that needs them (fault detection) sends an
+    // answered transfer now and then.  Unreachable agents are routed around
+    // as usual.  Throws std::invalid_argument for data beyond one chunk.
+    void xfer_unacked(const RangeSet &set, const std::string &event, std::string data);
 
     // One chunk of a transfer whose data the caller streams (the broadcast
     // service): [offset, offset + data.len) of `total` bytes of the
@@ -228,6 +237,9 @@ private:
     void forward(const RangeSet &set, Route route, net::MsgType type,
                  const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
                  net::DataRef data = {});
+    // Sends an unanswered transfer down the tree below this node.
+    void spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
+                const net::DataRef &data);
     void hop_answer(uint64_t op, const Answer &a);
     void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);
     void hop_timeout(uint64_t op);

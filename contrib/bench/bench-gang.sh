@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# bench-gang: Storm's gang scheduling against stock Slurm's, side by side on
+# the same virtual cluster of stock daemons (stock: sched/backfill,
+# select/cons_tres, and for gang scheduling PreemptMode=GANG with the
+# shortest SchedulerTimeSlice Slurm accepts, 5 s).  Virtual nodes have one
+# CPU each; vn1 and vn2 share this machine's two cores.
+#
+#   sudo contrib/bench/bench-gang.sh [-p "overhead cosched delivery response"]
+#                                    [-q "1 2 10 50"] [-n "8 64 256"] [-s SECONDS]
+#
+#  overhead  a compute-bound job (one task on each of vn1, vn2) alone under
+#            stock Slurm, then alone under Storm strobing at each quantum
+#            (-q, ms) and at MPL 2 (two such jobs on the same cores), and
+#            MPL 4 at 2 ms; beside stock uncoordinated time sharing at MPL 2:
+#            time against the ideal (MPL x the stock solo time).
+#  cosched   two Open MPI jobs with a barrier every ~2 ms on the same two
+#            nodes: makespan under stock gang (5 s slices), stock
+#            uncoordinated sharing (OverSubscribe, no gang), and Storm at
+#            2, 10 and 50 ms, against the ideal (2 x solo).
+#  delivery  for each node count (-n): Storm's strobe delivery delay (issue
+#            to each node's switch: the median node's p50, the worst node's
+#            p99, over its last 4096 strobes, at a quantum of N/8 ms but at
+#            least 2 ms, the rate N agents on two cores carry) beside stock Slurm's
+#            switch: `scontrol suspend` of a job on every node until all its
+#            tasks are stopped (5 times: p50, max).
+#  response  a 1-second job submitted to nodes already running a long job
+#            in a partition with MPL 2: submission to completion, and the
+#            job's own work time, under stock gang, stock uncoordinated
+#            sharing and Storm at 10 ms.
+#
+# -s SECONDS: the solo time of the compute-bound and MPI jobs (default 5).
+# Times are of the work itself (the tasks print when they start and end),
+# so job launch is not counted.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$top}
+GANG=$BUILD/tools/storm-gang
+VC=$top/contrib/vcluster/storm-vcluster
+PARTS="overhead cosched delivery response" QUANTA="1 2 10 50" NODES="8 64 256" SOLO=5
+while getopts p:q:n:s: o; do
+    case $o in
+    p) PARTS=$OPTARG ;;
+    q) QUANTA=$OPTARG ;;
+    n) NODES=$OPTARG ;;
+    s) SOLO=$OPTARG ;;
+    *) echo "usage: $0 [-p PARTS] [-q QUANTA_MS] [-n NODES] [-s SECONDS]" >&2; exit 2 ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench-gang: must run as root" >&2; exit 2; }
+[ -x "$GANG" ] || { echo "bench-gang: $GANG not built (run contrib/storm-setup)" >&2; exit 2; }
+work=/var/tmp/storm-bench-gang
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+trap '"$VC" down > /dev/null 2>&1' EXIT
+rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
+gcc -O2 -o "$work/spin" "$top/contrib/bench/spin.c" || exit 2
+mpicc -O2 -o "$work/mpi_sync" "$top/contrib/bench/mpi_sync.c" || exit 2
+
+# Calibrate: iterations for SOLO seconds of work on this machine.
+t=$( { "$work/spin" 500; } | awk '{ printf "%.3f", ($4 - $2) / 1e9 }')
+SPIN_M=$(awk -v t="$t" -v s="$SOLO" 'BEGIN { printf "%d", 500 * s / t }')
+# mpi_sync: rounds of ~2 ms of work (WORK thousand iterations)
+MPI_WORK=$(awk -v t="$t" 'BEGIN { printf "%d", 500000 * 0.002 / t }')
+MPI_ITERS=$((SOLO * 500))
+echo "bench-gang: $SPIN_M M iterations ~ ${SOLO}s; mpi_sync $MPI_ITERS rounds of $MPI_WORK k iterations (~2 ms) + barrier"
+
+up() { # MODE(stock|storm) NODES CONF-LINE...
+    local mode=$1 n=$2 l; shift 2
+    local -a args=()
+    [ "$mode" = stock ] && args+=(--stock)
+    for l in "$@"; do args+=(--conf "$l"); done
+    "$VC" down > /dev/null 2>&1
+    "$VC" up "$n" "${args[@]}" > "$work/up.out" 2>&1 || { cat "$work/up.out" >&2; exit 1; }
+    eval "$("$VC" env)"
+}
+PART() { echo "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:$1 MaxTime=INFINITE State=UP Default=NO"; }
+STOCK_GANG=("PreemptMode=GANG" "SchedulerTimeSlice=5")
+# run_jobs K CMD: K 2-node jobs in the gang partition at once; prints the
+# makespan of their work (first START to last END, from every task's line)
+run_jobs() {
+    local k=$1 cmd=$2 i ids=()
+    rm -f "$work"/out.*
+    for ((i = 1; i <= k; i++)); do
+        ids+=("$(sbatch --parsable -p gang -N2 -w 'vn[1-2]' -o "$work/out.$i" -D "$work" --wrap "$cmd")")
+    done
+    local deadline=$(( $(date +%s) + 30 * SOLO * k + 120 ))
+    while squeue -h -j "$(IFS=,; echo "${ids[*]}")" 2> /dev/null | grep -q .; do
+        [ "$(date +%s)" -lt "$deadline" ] || { scancel "${ids[@]}"; echo failed; return; }
+        sleep 0.2
+    done
+    local n; n=$(cat "$work"/out.* 2> /dev/null | grep -c '^START')
+    local want=$((k * 2)); [[ $cmd == *mpi_sync* ]] && want=$k
+    [ "$n" = "$want" ] || { echo failed; return; }
+    cat "$work"/out.* | awk '/^START/ { if (!s || $2 < s) s = $2; if ($4 > e) e = $4 } END { printf "%.2f", (e - s) / 1e9 }'
+}
+pct() { awk -v t="$1" -v i="$2" 'BEGIN { if (t + 0 > 0 && i + 0 > 0) printf "%+.1f%%", 100 * (t / i - 1); else printf "-" }'; }
+row() { printf "  %-36s %5s %9s %9s %9s\n" "$@"; }
+SPIN="srun $work/spin $SPIN_M"
+MPI="srun --mpi=pmix $work/mpi_sync $MPI_ITERS $MPI_WORK"
+
+for part in $PARTS; do
+case $part in
+overhead)
+    echo
+    echo "== overhead: compute-bound 2-task jobs on vn[1-2] (ideal: MPL x stock solo time)"
+    row "configuration" "jobs" "time(s)" "ideal(s)" "vs ideal"
+    up stock 2 "$(PART 4)"
+    solo=$(run_jobs 1 "$SPIN"); row "stock, alone" 1 "$solo" "$solo" "$(pct "$solo" "$solo")"
+    t=$(run_jobs 2 "$SPIN"); row "stock uncoordinated, MPL 2" 2 "$t" "$(awk -v s="$solo" 'BEGIN{print 2*s}')" "$(pct "$t" "$(awk -v s="$solo" 'BEGIN{print 2*s}')")"
+    for q in $QUANTA; do
+        up storm 2 "$(PART 4)" "SchedulerParameters=storm_gang_quantum=${q}ms"
+        t=$(run_jobs 1 "$SPIN"); row "storm ${q} ms, alone" 1 "$t" "$solo" "$(pct "$t" "$solo")"
+        ms=2; [ "$q" = 2 ] && ms="2 4"
+        for m in $ms; do
+                ideal=$(awk -v s="$solo" -v m="$m" 'BEGIN{print m*s}')
+                t=$(run_jobs "$m" "$SPIN"); row "storm ${q} ms, MPL $m" "$m" "$t" "$ideal" "$(pct "$t" "$ideal")"
+        done
+        "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    /' 
+    done
+    ;;
+cosched)
+    echo
+    echo "== coscheduling: two Open MPI jobs (barrier every ~2 ms) on vn[1-2], MPL 2 (ideal: 2 x solo)"
+    row "configuration" "jobs" "makespan" "ideal(s)" "vs ideal"
+    up stock 2 "$(PART 2)"
+    solo=$(run_jobs 1 "$MPI"); row "stock, alone" 1 "$solo" "$solo" "-"
+    ideal=$(awk -v s="$solo" 'BEGIN{print 2*s}')
+    up stock 2 "$(PART 2)" "${STOCK_GANG[@]}"
+    t=$(run_jobs 2 "$MPI"); row "stock gang, 5 s slices" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"; stock_gang=$t
+    up stock 2 "$(PART 2)"
+    t=$(run_jobs 2 "$MPI"); row "stock uncoordinated" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"; stock_unc=$t
+    for q in 2 10 50; do
+        up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=${q}ms"
+        t=$(run_jobs 2 "$MPI")
+        row "storm ${q} ms" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"
+        echo "    stock gang / storm: $(awk -v a="$stock_gang" -v b="$t" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.1fx", a/b; else print "-" }');" \
+            "uncoordinated / storm: $(awk -v a="$stock_unc" -v b="$t" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.1fx", a/b; else print "-" }')"
+    done
+    ;;
+delivery)
+    echo
+    echo "== strobe delivery (Storm, 2 jobs on every node) vs stock switch (scontrol suspend until every task stopped)"
+    echo "   quantum: N/8 ms, at least 2 ms (every strobe wakes N agents sharing this machine's 2 cores)"
+    printf "  %6s %8s %14s %14s %16s %16s %10s\n" nodes quantum "storm p50(us)" "storm p99(us)" "stock p50(ms)" "stock max(ms)" "p50 ratio"
+    for n in $NODES; do
+        sysctl -qw net.ipv4.neigh.default.gc_thresh1=16384 net.ipv4.neigh.default.gc_thresh2=65536 net.ipv4.neigh.default.gc_thresh3=262144
+        all="PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO"
+        dq=$(( n / 8 > 2 ? n / 8 : 2 ))
+        up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms"
+        for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 120" > /dev/null; done
+        for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 120$')" -ge $((2 * n)) ] && break; sleep 0.2; done
+        sleep $(( dq * 4096 / 1000 + 2 )) # the nodes' windows (4096 strobes) hold the steady state
+        "$GANG" nodes > "$work/nodes.$n" 2>&1
+        sp50=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p50") print $(i + 1) }' "$work/nodes.$n")
+        sp99=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1) }' "$work/nodes.$n")
+        "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    storm: /'
+        scancel -p gang
+        up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
+        job=$(sbatch --parsable -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 300")
+        for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 300$')" -ge "$n" ] && break; sleep 0.2; done
+        mapfile -t pids < <(pgrep -f '^sleep 300$')
+        : > "$work/stock.$n"
+        for rep in 1 2 3 4 5; do
+            t0=$(date +%s%N)
+            scontrol suspend "$job"
+            while :; do
+                stopped=0
+                for p in "${pids[@]}"; do
+                    read -r st < "/proc/$p/stat" 2> /dev/null || continue
+                    st=${st##*) }; [ "${st%% *}" = T ] && stopped=$((stopped + 1))
+                done
+                [ "$stopped" -ge "${#pids[@]}" ] && break
+                [ $(( $(date +%s%N) - t0 )) -lt 60000000000 ] || break
+            done
+            echo $(( ($(date +%s%N) - t0) / 1000000 )) >> "$work/stock.$n"
+            scontrol resume "$job"; sleep 1
+        done
+        scancel "$job"
+        st50=$(sort -n "$work/stock.$n" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+        stmax=$(sort -n "$work/stock.$n" | tail -1)
+        printf "  %6s %8s %14s %14s %16s %16s %10s\n" "$n" "${dq}ms" "${sp50:-failed}" "${sp99:-failed}" "$st50" "$stmax" \
+            "$(awk -v a="$st50" -v b="${sp50:-0}" 'BEGIN{ if (b+0>0) printf "%.0fx", a*1000/b; else print "-" }')"
+    done
+    ;;
+response)
+    echo
+    echo "== responsiveness: a 1-second job sent to vn[1-2] already running a long job (MPL 2)"
+    echo "   (done in: submission to completion, with Slurm's own start and end latency; work: the tasks' own time)"
+    row "configuration" "" "done in(s)" "work(s)" "work/alone"
+    short=$((SPIN_M / SOLO))
+    for cfg in "stock gang" "stock uncoordinated" "storm 10 ms"; do
+        case $cfg in
+        "stock gang") up stock 2 "$(PART 2)" "${STOCK_GANG[@]}" ;;
+        "stock uncoordinated") up stock 2 "$(PART 2)" ;;
+        *) up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=10ms" ;;
+        esac
+        long=$(sbatch --parsable -p gang -N2 -w 'vn[1-2]' -o /dev/null -D "$work" --wrap "srun $work/spin $((SPIN_M * 10))")
+        for _ in $(seq 100); do [ "$(pgrep -fc "spin $((SPIN_M * 10))\$")" -ge 2 ] && break; sleep 0.1; done
+        sleep 1
+        rm -f "$work/short.out"
+        t0=$(date +%s%N)
+        j=$(sbatch --parsable -p gang -N2 -w 'vn[1-2]' -o "$work/short.out" -D "$work" --wrap "srun $work/spin $short")
+        while squeue -h -j "$j" 2> /dev/null | grep -q .; do sleep 0.05; done
+        t=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
+        w=$(awk '/^START/ { if (!s || $2 < s) s = $2; if ($4 > e) e = $4 } END { if (s) printf "%.2f", (e - s) / 1e9; else printf "failed" }' "$work/short.out" 2> /dev/null)
+        scancel "$long"
+        row "$cfg" "" "$t" "${w:-failed}" "$(awk -v w="${w:-0}" 'BEGIN { if (w + 0 > 0) printf "%.1fx", w; else printf "-" }')"
+    done
+    ;;
+*) echo "bench-gang: unknown part $part" >&2; exit 2 ;;
+esac
+done
