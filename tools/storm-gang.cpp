@@ -14,7 +14,7 @@
 // StateSaveLocation (storm-gang.status); run it on the controller's host.
 // `nodes` asks every node agent with COMPARE-AND-WRITE (no other channel
 // exists or is needed: each value is found by bisection on "var >= x",
-// all nodes and values at once), so it must run as SlurmUser or root.
+// 64 values at a time), so it must run as SlurmUser or root.
 // Exit: 0, 1 gang scheduling is not running or nodes did not answer,
 // 2 usage.
 #include <algorithm>
@@ -162,10 +162,18 @@ int nodes(const std::vector<std::string> &args)
             probes.push_back(std::make_shared<Probe>(Probe{n, v}));
             ++outstanding;
         }
-    for (auto &p : probes)
-        step(*engine, p, outstanding);
-    if (!engine->run_until([&] { return outstanding == 0; }, 60s)) {
-        std::fprintf(stderr, "storm-gang: the node agents did not answer within 60 s\n");
+    // At most 64 probes at a time, so that asking does not hold up strobes.
+    size_t next = 0;
+    int total = outstanding;
+    auto started = [&] { return static_cast<int>(next) - (total - outstanding); };
+    if (!engine->run_until(
+            [&] {
+                while (next < probes.size() && started() < 64)
+                    step(*engine, probes[next++], outstanding);
+                return outstanding == 0;
+            },
+            120s)) {
+        std::fprintf(stderr, "storm-gang: the node agents did not answer within 120 s\n");
         return 1;
     }
     std::printf("%-12s %8s %8s %9s %5s %7s %10s %10s %10s\n", "node", "strobes", "ignored", "failsafes",

@@ -149,10 +149,10 @@ delivery)
         for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 120" > /dev/null; done
         for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 120$')" -ge $((2 * n)) ] && break; sleep 0.2; done
         sleep $(( dq * 4096 / 1000 + 2 )) # the nodes' windows (4096 strobes) hold the steady state
+        "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    storm: /'
         "$GANG" nodes > "$work/nodes.$n" 2>&1
         sp50=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p50") print $(i + 1) }' "$work/nodes.$n")
         sp99=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1) }' "$work/nodes.$n")
-        "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    storm: /'
         scancel -p gang
         up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
         job=$(sbatch --parsable -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 300")

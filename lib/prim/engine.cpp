@@ -259,6 +259,10 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
         if (!alive.expired() && *alive.lock())
             on_peer_closed(conn, why);
     });
+    c->on_ready([this, alive](Connection &conn) {
+        if (!alive.expired() && *alive.lock())
+            unready_sends_.erase(conn.peer()); // delivered to a live agent from now on
+    });
     peers_[index] = c;
     return c;
 }
@@ -399,6 +403,17 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
     if (pit != peers_.end() && pit->second.get() == &c)
         peers_.erase(pit);
     down_until_[index] = std::chrono::steady_clock::now() + cfg_.timeout;
+    // Unanswered transfers queued for an agent that never answered the
+    // connection: route them around it, to its children.
+    auto un = unready_sends_.find(index);
+    if (un != unready_sends_.end()) {
+        auto sends = std::move(un->second);
+        unready_sends_.erase(un);
+        if (never_ready)
+            for (auto &u : sends)
+                for (auto &sub : net::split_children(u.slice, u.route.fanout))
+                    spread(sub, u.route, u.event, u.origin, u.data, true);
+    }
     std::vector<std::pair<uint64_t, uint64_t>> affected; // (hop op, child op)
     for (const auto &kv : child_ops_)
         if (kv.second.second.nth(0) == index)
@@ -674,10 +689,10 @@ void Engine::xfer_unacked(const RangeSet &set, const std::string &event, std::st
 }
 
 void Engine::spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
-                    const net::DataRef &data)
+                    const net::DataRef &data, bool whole)
 {
     std::vector<RangeSet> slices;
-    if (set.nth(0) == cfg_.self)
+    if (!whole && set.nth(0) == cfg_.self)
         slices = net::split_children(set, route.fanout);
     else
         slices.push_back(set);
@@ -687,8 +702,11 @@ void Engine::spread(const RangeSet &set, Route route, const std::string &event, 
         todo.pop_back();
         uint32_t root = slice.nth(0);
         try {
-            peer(root)->send(MsgType::xfer, next_op(),
-                             xfer_head(slice, route, origin, event, 0, data.len, data.len), data);
+            auto c = peer(root);
+            c->send(MsgType::xfer, next_op(), xfer_head(slice, route, origin, event, 0, data.len, data.len),
+                    data);
+            if (!c->ready())
+                unready_sends_[root].push_back({slice, route, event, origin, data});
         } catch (const std::exception &e) {
             if (down_until_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());

@@ -136,8 +136,10 @@ public:
     // answers travel back up the tree (half the messages and wake-ups of
     // xfer_and_signal, for strobes every few milliseconds), so nothing
     // reports failures; a caller that needs them (fault detection) sends an
-    // answered transfer now and then.  Unreachable agents are routed around
-    // as usual.  Throws std::invalid_argument for data beyond one chunk.
+    // answered transfer now and then.  Agents that cannot be connected to
+    // are routed around as usual; one that dies after it was reached loses
+    // what was on its way, with its subtree.  Throws std::invalid_argument
+    // for data beyond one chunk.
     void xfer_unacked(const RangeSet &set, const std::string &event, std::string data);
 
     // One chunk of a transfer whose data the caller streams (the broadcast
@@ -237,9 +239,20 @@ private:
     void forward(const RangeSet &set, Route route, net::MsgType type,
                  const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
                  net::DataRef data = {});
-    // Sends an unanswered transfer down the tree below this node.
+    // Sends an unanswered transfer down the tree below this node (or, with
+    // `whole`, to the first member of `set`, which heads it).
     void spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
-                const net::DataRef &data);
+                const net::DataRef &data, bool whole = false);
+    struct UnreadySend {
+        RangeSet slice;
+        Route route;
+        std::string event;
+        uint64_t origin;
+        net::DataRef data;
+    };
+    // Unanswered transfers sent on connections not ready yet, by agent: if
+    // the connection fails, they are routed around that agent.
+    std::map<uint32_t, std::vector<UnreadySend>> unready_sends_;
     void hop_answer(uint64_t op, const Answer &a);
     void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);
     void hop_timeout(uint64_t op);

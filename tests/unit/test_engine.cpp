@@ -139,6 +139,65 @@ void test_dead_node_routed_around(void **)
         assert_int_equal(cl.agents[i]->test_event("ev"), 1);
 }
 
+// Unanswered transfers (strobes): every live node gets the data once, the
+// dead ones are routed around, no answer comes back, and a transfer beyond
+// one chunk is refused.  Frames with route timeout 0 are refused for
+// COMPARE-AND-WRITE (test_bad_input_rejected covers malformed frames).
+void test_xfer_unacked(void **)
+{
+    Cluster cl(16, 2);
+    for (int k = 0; k < 5; ++k)
+        cl.initiator->xfer_unacked(RangeSet::range(0, 16), "strobe", "slot " + std::to_string(k));
+    assert_true(cl.initiator->run_until(
+        [&] {
+            for (auto &a : cl.agents)
+                if (a->test_event("strobe") < 5)
+                    return false;
+            return true;
+        },
+        5000ms));
+    std::string data;
+    assert_int_equal(cl.agents[15]->test_event("strobe", &data), 5);
+    assert_string_equal(data.c_str(), "slot 4");
+    cl.agents[1].reset(); // an inner node and the root: the others still get it
+    cl.agents[0].reset();
+    cl.initiator->run_until([] { return false; }, 100ms); // their connections close
+    cl.initiator->xfer_unacked(RangeSet::range(0, 16), "strobe", "slot 5");
+    assert_true(cl.initiator->run_until(
+        [&] {
+            for (uint32_t i = 2; i < 16; ++i)
+                if (cl.agents[i]->test_event("strobe") < 6)
+                    return false;
+            return true;
+        },
+        5000ms));
+    // Agents never reached (a fresh initiator): routed around as well.
+    EngineConfig ec;
+    ec.nodes = cl.table;
+    ec.fanout = 2;
+    Engine fresh(cl.base, ec, cl.auth, Logger("fresh"));
+    fresh.xfer_unacked(RangeSet::range(0, 16), "strobe", "slot 6");
+    assert_true(cl.initiator->run_until(
+        [&] {
+            for (uint32_t i = 2; i < 16; ++i)
+                if (cl.agents[i]->test_event("strobe") < 7)
+                    return false;
+            return true;
+        },
+        5000ms));
+    // A node initiating for a set it heads applies it itself.
+    cl.agents[2]->xfer_unacked(RangeSet::range(2, 16), "own", "x");
+    assert_true(cl.initiator->run_until([&] { return cl.agents[9]->test_event("own") == 1; }, 5000ms));
+    assert_int_equal(cl.agents[2]->test_event("own"), 1);
+    bool threw = false;
+    try {
+        cl.initiator->xfer_unacked(RangeSet::range(2, 16), "big", std::string(1 << 20, 'x'));
+    } catch (const std::invalid_argument &) {
+        threw = true;
+    }
+    assert_true(threw);
+}
+
 void test_node_killed_mid_transfer(void **)
 {
     Cluster cl(16, 2);
@@ -302,6 +361,7 @@ int main()
         cmocka_unit_test(test_caw),
         cmocka_unit_test(test_caw_concurrent_same_value),
         cmocka_unit_test(test_dead_node_routed_around),
+        cmocka_unit_test(test_xfer_unacked),
         cmocka_unit_test(test_node_killed_mid_transfer),
         cmocka_unit_test(test_abandoned_transfer_reclaimed),
         cmocka_unit_test(test_silent_node_times_out),
