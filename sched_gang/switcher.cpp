@@ -235,10 +235,11 @@ std::string Switcher::on_strobe(const Strobe &s)
     }
     int64_t d = (realtime_ns() - s.sent_ns) / 1000;
     uint32_t us = d < 0 ? 0 : d > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(d);
+    Delay rec{last_strobe_, us};
     if (delays_us_.size() < kDelays)
-        delays_us_.push_back(us);
+        delays_us_.push_back(rec);
     else
-        delays_us_[delay_next_] = us;
+        delays_us_[delay_next_] = rec;
     delay_next_ = (delay_next_ + 1) % kDelays;
     ++applied_;
     return "";
@@ -306,9 +307,15 @@ void Switcher::publish_stats()
     set("gang:failsafes", failsafes_);
     set("gang:stopped", static_cast<uint64_t>(std::count_if(jobs_.begin(), jobs_.end(),
                                                             [](const auto &j) { return j.second.stopped; })));
-    if (delays_us_.empty())
+    // The last 4096 strobes of the last 30 s: the steady state, not the
+    // start-up of the jobs (or a stall) long past.
+    auto since = std::chrono::steady_clock::now() - std::chrono::seconds(30);
+    std::vector<uint32_t> d;
+    for (const auto &r : delays_us_)
+        if (r.at >= since)
+            d.push_back(r.us);
+    if (d.empty())
         return;
-    std::vector<uint32_t> d = delays_us_;
     auto pct = [&d](double q) {
         size_t k = static_cast<size_t>(q * static_cast<double>(d.size() - 1));
         std::nth_element(d.begin(), d.begin() + static_cast<long>(k), d.end());

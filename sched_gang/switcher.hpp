@@ -29,8 +29,8 @@
 //
 // Delivery delay: each applied strobe records now - its issue time (both
 // CLOCK_REALTIME; the nodes' clocks must agree, as on one machine or under
-// NTP); the p50, p99 and maximum of the last 4096 are published every
-// second as the engine variables gang:delay_p50_us, gang:delay_p99_us and
+// NTP); the p50, p99 and maximum of the last 4096 within the last 30 s are
+// published every second as the engine variables gang:delay_p50_us, gang:delay_p99_us and
 // gang:delay_max_us, beside gang:strobes (applied), gang:ignored (stale
 // epoch), gang:epoch (low 62 bits), gang:jobs and gang:stopped, which
 // COMPARE-AND-WRITE can query (storm-gang --nodes).
@@ -137,7 +137,11 @@ private:
     std::string table_part_; // a table arriving in chunks
     std::chrono::steady_clock::time_point last_strobe_{};
     uint64_t applied_ = 0, ignored_ = 0, failsafes_ = 0;
-    std::vector<uint32_t> delays_us_; // ring of the last kDelays
+    struct Delay {
+        std::chrono::steady_clock::time_point at;
+        uint32_t us;
+    };
+    std::vector<Delay> delays_us_; // ring of the last kDelays
     size_t delay_next_ = 0;
     std::chrono::steady_clock::time_point last_publish_{};
 

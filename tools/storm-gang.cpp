@@ -8,7 +8,8 @@
 //                                stale ones ignored, fail-safe releases,
 //                                jobs held and stopped, and the delivery
 //                                delay from a strobe's issue to the node's
-//                                switch (p50, p99, max of its last 4096)
+//                                switch (p50, p99, max of its last 4096
+//                                strobes within 30 s)
 //
 // `status` reads the file slurmctld's sched/gang rewrites every second in
 // StateSaveLocation (storm-gang.status); run it on the controller's host.

@@ -19,7 +19,7 @@
 #            2, 10 and 50 ms, against the ideal (2 x solo).
 #  delivery  for each node count (-n): Storm's strobe delivery delay (issue
 #            to each node's switch: the median node's p50, the worst node's
-#            p99, over its last 4096 strobes, at a quantum of N/8 ms but at
+#            p99, over its last 4096 strobes within 30 s, at a quantum of N/8 ms but at
 #            least 2 ms, the rate N agents on two cores carry) beside stock Slurm's
 #            switch: `scontrol suspend` of a job on every node until all its
 #            tasks are stopped (5 times: p50, max).
@@ -146,9 +146,9 @@ delivery)
         all="PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO"
         dq=$(( n / 8 > 2 ? n / 8 : 2 ))
         up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms"
-        for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 120" > /dev/null; done
-        for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 120$')" -ge $((2 * n)) ] && break; sleep 0.2; done
-        sleep $(( dq * 4096 / 1000 + 2 )) # the nodes' windows (4096 strobes) hold the steady state
+        for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
+        for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 900$')" -ge $((2 * n)) ] && break; sleep 0.2; done
+        sleep 40 # the nodes' windows (their last 4096 strobes within 30 s) hold the steady state
         "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    storm: /'
         "$GANG" nodes > "$work/nodes.$n" 2>&1
         sp50=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p50") print $(i + 1) }' "$work/nodes.$n")
