@@ -49,7 +49,6 @@ done
 [ "$(id -u)" = 0 ] || { echo "bench-gang: must run as root" >&2; exit 2; }
 [ -x "$GANG" ] || { echo "bench-gang: $GANG not built (run contrib/storm-setup)" >&2; exit 2; }
 work=/var/tmp/storm-bench-gang
-STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 trap '"$VC" down > /dev/null 2>&1' EXIT
 rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
 gcc -O2 -o "$work/spin" "$top/contrib/bench/spin.c" || exit 2
@@ -159,7 +158,7 @@ delivery)
         for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 300$')" -ge "$n" ] && break; sleep 0.2; done
         mapfile -t pids < <(pgrep -f '^sleep 300$')
         : > "$work/stock.$n"
-        for rep in 1 2 3 4 5; do
+        for _ in 1 2 3 4 5; do
             t0=$(date +%s%N)
             scontrol suspend "$job"
             while :; do
