@@ -133,7 +133,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                 het_offset = static_cast<uint32_t>(bit_ffs(sropt->het_grp_bits));
             auto t0 = std::chrono::steady_clock::now();
             auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
-            auto auth = storm::shim::daemon_authenticator(target);
+            auto auth = storm::shim::daemon_authenticator();
             storm::bcast::ClientOptions o;
             storm::shim::aim(o, target);
             o.dest = dest;
@@ -143,7 +143,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             if (src.entries.front().dir)
                 throw storm::bcast::BcastError(program + " is a directory");
             try {
-                storm::bcast::broadcast(auth, o, src);
+                storm::bcast::broadcast(*auth, o, src);
                 if (sropt->send_libs) {
                     if (dest.back() == '/') {
                         g_ctx->log.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
@@ -155,7 +155,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                                                                 : "none");
                         if (!libs.empty()) {
                             o.dest = dest + "_libs";
-                            storm::bcast::broadcast(auth, o, storm::bcast::scan_files(libs));
+                            storm::bcast::broadcast(*auth, o, storm::bcast::scan_files(libs));
                         }
                     }
                 }

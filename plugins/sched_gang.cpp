@@ -111,10 +111,8 @@ void SchedContext::start_manager(const storm::gang::GangConfig &c)
     auto agent = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
     storm::gang::ManagerConfig mc;
     auto table = storm::shim::slurm_node_table();
+    mc.nodes = storm::shim::agent_addresses(table, agent.port);
     for (size_t i = 0; i < table.size(); ++i) {
-        sockaddr_in sa = table[i].sa;
-        sa.sin_port = htons(agent.port);
-        mc.nodes.push_back(sa);
         mc.names.push_back(table[i].name);
         index[table[i].name] = static_cast<uint32_t>(i);
     }
@@ -123,10 +121,8 @@ void SchedContext::start_manager(const storm::gang::GangConfig &c)
     mc.timing = timing(c);
     if (slurm_conf.state_save_location)
         mc.status_path = std::string(slurm_conf.state_save_location) + "/storm-gang.status";
-    std::string sock = storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
-    auto auth = std::make_unique<storm::net::MungeAuthenticator>(
-        sock, std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
-    manager = std::make_unique<storm::gang::MachineManager>(std::move(mc), std::move(auth), log);
+    manager = std::make_unique<storm::gang::MachineManager>(std::move(mc),
+                                                            storm::shim::daemon_authenticator(), log);
     manager->start();
     poller = std::thread([this] { poll(); });
 }
@@ -158,9 +154,7 @@ bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, 
         }
         ++host;
     }
-    std::sort(nodes.begin(), nodes.end());
-    for (uint32_t n : nodes)
-        shape.nodes = shape.nodes.unite(storm::net::RangeSet::single(n));
+    shape.nodes = storm::net::RangeSet::of(nodes);
     return !nodes.empty();
 }
 

@@ -109,10 +109,8 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
     std::string me = slurmd_node_name();
     storm::agent::AgentNetwork net;
     net.self = UINT32_MAX;
+    net.nodes = storm::shim::agent_addresses(table, config.port);
     for (size_t i = 0; i < table.size(); ++i) {
-        sockaddr_in sa = table[i].sa;
-        sa.sin_port = htons(config.port);
-        net.nodes.push_back(sa);
         net.names.push_back(table[i].name);
         if (table[i].name == me)
             net.self = static_cast<uint32_t>(i);
@@ -122,13 +120,12 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
                   me.c_str());
         return std::nullopt;
     }
-    std::string munge_socket = storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
-    net.auth = std::make_unique<storm::net::MungeAuthenticator>(
-        munge_socket, std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
+    net.auth = storm::shim::daemon_authenticator();
     // Broadcasts: Slurm's sbcast credential (signed by SlurmUser, or root),
     // open ones journaled in slurmd's spool directory.
     net.authorizer = std::make_unique<storm::shim::SbcastAuthorizer>(
-        munge_socket, std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
+        storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
+        std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
     std::string spool = slurmd_spool_dir();
     net.journal_dir = spool + "/storm-bcast";
     net.gang_journal_dir = spool + "/storm-gang";

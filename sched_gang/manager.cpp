@@ -10,7 +10,9 @@
 
 #include <event2/event.h>
 
+#include "lib/common/files.hpp"
 #include "lib/common/params.hpp"
+#include "lib/common/percentile.hpp"
 #include "lib/common/realtime.hpp"
 #include "lib/common/signals.hpp"
 
@@ -25,31 +27,12 @@ timeval to_timeval(std::chrono::microseconds us)
     return {static_cast<time_t>(us.count() / 1000000), static_cast<suseconds_t>(us.count() % 1000000)};
 }
 
-net::RangeSet from_members(const std::vector<uint32_t> &sorted)
-{
-    net::RangeSet s;
-    size_t i = 0;
-    while (i < sorted.size()) {
-        size_t k = i;
-        while (k + 1 < sorted.size() && sorted[k + 1] == sorted[k] + 1)
-            ++k;
-        s = s.unite(net::RangeSet::range(sorted[i], sorted[k] + 1));
-        i = k + 1;
-    }
-    return s;
-}
-
 std::string percentiles(std::vector<uint32_t> d)
 {
     if (d.empty())
         return "none yet";
-    auto pct = [&d](double q) {
-        size_t k = static_cast<size_t>(q * static_cast<double>(d.size() - 1));
-        std::nth_element(d.begin(), d.begin() + static_cast<long>(k), d.end());
-        return d[k] / 1000.0;
-    };
     char b[128];
-    double p50 = pct(0.5), p99 = pct(0.99);
+    double p50 = percentile(d, 0.5) / 1000.0, p99 = percentile(d, 0.99) / 1000.0;
     snprintf(b, sizeof b, "p50 %.3f ms p99 %.3f ms (last %zu)", p50, p99, d.size());
     return b;
 }
@@ -177,7 +160,7 @@ net::RangeSet MachineManager::active(const net::RangeSet &set) const
     for (uint32_t i : set.members())
         if (!isolated_.count(i))
             keep.push_back(i);
-    return from_members(keep);
+    return net::RangeSet::of(keep);
 }
 
 void MachineManager::isolate(const net::RangeSet &failed, const char *what, const std::string &why)
@@ -231,16 +214,11 @@ void MachineManager::housekeeping()
                        matrix_.slots(), matrix_.max_slots());
         changed = changed || moved || suspended != suspended_;
         suspended_ = std::move(suspended);
-        bool want_rt = cfg_.rt_priority > 0 && !matrix_.jobs().empty();
-        if (want_rt != realtime_) {
-            std::string why = set_thread_realtime(want_rt ? static_cast<int>(cfg_.rt_priority) : 0);
-            if (why.empty())
-                realtime_ = want_rt;
-            else if (want_rt)
-                log_.error("gang: cannot run the machine manager at real-time priority %u (%s): strobes will "
-                           "be late under load",
-                           cfg_.rt_priority, why.c_str());
-        }
+        std::string why = realtime_.want(!matrix_.jobs().empty());
+        if (!why.empty())
+            log_.error("gang: cannot run the machine manager at real-time priority %u (%s): strobes will "
+                       "be late under load",
+                       cfg_.rt_priority, why.c_str());
     }
     // Readmit isolated nodes whose time is up.
     auto now = std::chrono::steady_clock::now();
@@ -273,7 +251,7 @@ void MachineManager::housekeeping()
         send_table(to);
         write_status();
     } else if (!back.empty()) {
-        net::RangeSet r = from_members(back);
+        net::RangeSet r = net::RangeSet::of(back);
         log_.info("gang: readmitting %s to strobes", names(r).c_str());
         send_table(active(r));
     }
@@ -365,12 +343,12 @@ void MachineManager::strobe()
             }
             if (!stale.empty()) {
                 log_.info("gang: sending the table again to %s (they hold an older one)",
-                          names(from_members(stale)).c_str());
-                send_table(from_members(stale));
+                          names(net::RangeSet::of(stale)).c_str());
+                send_table(net::RangeSet::of(stale));
             }
             if (!lost.empty()) {
                 auto why = r.reasons.find(lost.front());
-                isolate(from_members(lost), "strobe",
+                isolate(net::RangeSet::of(lost), "strobe",
                         why != r.reasons.end() ? why->second
                         : r.error.empty()      ? "no answer"
                                                : r.error);
@@ -422,7 +400,7 @@ void MachineManager::write_status()
     std::vector<uint32_t> iso;
     for (auto &[i, until] : isolated_)
         iso.push_back(i);
-    line("isolated: %s", iso.empty() ? "-" : names(from_members(iso)).c_str());
+    line("isolated: %s", iso.empty() ? "-" : names(net::RangeSet::of(iso)).c_str());
     auto homes = matrix_.homes();
     for (unsigned sl = 0; sl < matrix_.slots(); ++sl) {
         std::string jobs, alt;
@@ -439,18 +417,10 @@ void MachineManager::write_status()
              static_cast<unsigned long long>(matrix_.masks().at(id)), names(j.nodes).c_str());
     for (uint32_t id : suspended_)
         line("suspended_by_slurm: %u", id);
-    std::string tmp = cfg_.status_path + ".new";
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool ok = fd >= 0 && write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size());
-    if (fd >= 0)
-        ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp.c_str(), cfg_.status_path.c_str()) < 0) {
-        static bool said = false;
-        if (!said)
-            log_.error("gang: cannot write the status file %s: %s", cfg_.status_path.c_str(),
-                       std::strerror(errno));
-        said = true;
-        unlink(tmp.c_str());
+    if (!replace_file(cfg_.status_path, s, 0644) && !status_error_logged_) {
+        status_error_logged_ = true; // once: it is rewritten every second
+        log_.error("gang: cannot write the status file %s: %s", cfg_.status_path.c_str(),
+                   std::strerror(errno));
     }
 }
 

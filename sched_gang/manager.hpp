@@ -39,6 +39,7 @@
 #include <netinet/in.h>
 
 #include "lib/common/log.hpp"
+#include "lib/common/realtime.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/prim/engine.hpp"
 #include "sched_gang/matrix.hpp"
@@ -125,7 +126,8 @@ private:
     unsigned slot_ = 0;
     uint64_t seq_ = 0, late_ = 0, failed_strobes_ = 0;
     bool in_flight_ = false;
-    bool realtime_ = false;
+    RealtimeWhile realtime_{cfg_.rt_priority};
+    bool status_error_logged_ = false;
     std::chrono::steady_clock::time_point sent_at_{}, last_status_{};
     std::vector<uint32_t> rtt_us_;
     size_t rtt_next_ = 0;

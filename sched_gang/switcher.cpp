@@ -12,7 +12,9 @@
 
 #include <event2/event.h>
 
+#include "lib/common/files.hpp"
 #include "lib/common/params.hpp"
+#include "lib/common/percentile.hpp"
 #include "lib/common/realtime.hpp"
 
 namespace storm::gang {
@@ -187,16 +189,11 @@ void Switcher::on_table(const Table &t)
     log_.verbose("gang: table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
                  static_cast<unsigned long long>(t.epoch), jobs_.size(), t.jobs.size(), before, t.slots);
     write_journal();
-    bool want_rt = cfg_.rt_priority > 0 && !jobs_.empty();
-    if (want_rt != realtime_) {
-        std::string why = set_thread_realtime(want_rt ? static_cast<int>(cfg_.rt_priority) : 0);
-        if (why.empty())
-            realtime_ = want_rt;
-        else if (want_rt)
-            log_.error("gang: cannot run the node agent at real-time priority %u (%s): strobes will be late "
-                       "under CPU-bound jobs",
-                       cfg_.rt_priority, why.c_str());
-    }
+    std::string why = realtime_.want(!jobs_.empty());
+    if (!why.empty())
+        log_.error("gang: cannot run the node agent at real-time priority %u (%s): strobes will be late "
+                   "under CPU-bound jobs",
+                   cfg_.rt_priority, why.c_str());
     {
         std::lock_guard<std::mutex> lk(mu_);
         wanted_.clear();
@@ -316,13 +313,8 @@ void Switcher::publish_stats()
             d.push_back(r.us);
     if (d.empty())
         return;
-    auto pct = [&d](double q) {
-        size_t k = static_cast<size_t>(q * static_cast<double>(d.size() - 1));
-        std::nth_element(d.begin(), d.begin() + static_cast<long>(k), d.end());
-        return d[k];
-    };
-    set("gang:delay_p50_us", pct(0.50));
-    set("gang:delay_p99_us", pct(0.99));
+    set("gang:delay_p50_us", percentile(d, 0.50));
+    set("gang:delay_p99_us", percentile(d, 0.99));
     set("gang:delay_max_us", *std::max_element(d.begin(), d.end()));
 }
 
@@ -335,19 +327,13 @@ void Switcher::write_journal()
         unlink(path.c_str());
         return;
     }
-    std::string tmp = path + ".new", text;
+    std::string text;
     for (auto &[id, j] : jobs_)
         text += std::to_string(id) + "\n";
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    if (fd >= 0)
-        ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp.c_str(), path.c_str()) < 0) {
+    if (!replace_file(path, text, 0600))
         log_.error("gang: cannot journal the switched jobs in %s: %s (a crashed agent's successor could not "
                    "continue them)",
                    path.c_str(), std::strerror(errno));
-        unlink(tmp.c_str());
-    }
 }
 
 void Switcher::scanner() noexcept

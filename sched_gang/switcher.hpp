@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "lib/common/log.hpp"
+#include "lib/common/realtime.hpp"
 #include "lib/prim/engine.hpp"
 #include "sched_gang/protocol.hpp"
 
@@ -132,7 +133,7 @@ private:
     uint32_t failsafe_ms_ = 0;
     std::map<uint32_t, Job> jobs_;
     bool failsafe_active_ = false;
-    bool realtime_ = false;
+    RealtimeWhile realtime_{cfg_.rt_priority};
     uint64_t table_origin_ = 0;
     std::string table_part_; // a table arriving in chunks
     std::chrono::steady_clock::time_point last_strobe_{};

@@ -242,7 +242,7 @@ int main(int argc, char **argv)
     try {
         bcast::Source src = bcast::scan(source);
         auto target = shim::bcast_target(job, step);
-        auto auth = shim::daemon_authenticator(target);
+        auto auth = shim::daemon_authenticator();
         shim::aim(o, target);
         auto send = [&](const bcast::Source &s, const std::string &to, const std::string &what) {
             o.dest = to;
@@ -250,7 +250,7 @@ int main(int argc, char **argv)
             o.progress = [&p](uint64_t d, uint64_t t) { p(d, t); };
             auto t0 = std::chrono::steady_clock::now();
             try {
-                bcast::broadcast(auth, o, s);
+                bcast::broadcast(*auth, o, s);
             } catch (...) {
                 p.end();
                 throw;

@@ -146,16 +146,11 @@ int nodes(const std::vector<std::string> &args)
     } else
         usage("bad arguments to nodes");
     prim::EngineConfig ec;
-    for (auto &n : table) {
-        sockaddr_in sa = n.sa;
-        sa.sin_port = htons(acfg.port);
-        ec.nodes.push_back(sa);
-    }
+    ec.nodes = shim::agent_addresses(table, acfg.port);
     ec.fanout = acfg.fanout;
     event_base *base = event_base_new();
-    net::MungeAuthenticator auth(net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
-                                 {slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
-    auto engine = std::make_unique<prim::Engine>(base, ec, auth, Logger("storm-gang"));
+    auto auth = shim::daemon_authenticator();
+    auto engine = std::make_unique<prim::Engine>(base, ec, *auth, Logger("storm-gang"));
     std::vector<std::shared_ptr<Probe>> probes;
     int outstanding = 0;
     for (uint32_t n : pick)

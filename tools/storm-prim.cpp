@@ -156,11 +156,7 @@ int main(int argc, char **argv)
         usage("node index beyond the node table");
 
     prim::EngineConfig ec;
-    for (auto &n : table) {
-        sockaddr_in sa = n.sa;
-        sa.sin_port = htons(acfg.port);
-        ec.nodes.push_back(sa);
-    }
+    ec.nodes = shim::agent_addresses(table, acfg.port);
     ec.fanout = acfg.fanout;
     if (data_fanout)
         ec.data_fanout = data_fanout;
@@ -169,9 +165,8 @@ int main(int argc, char **argv)
     if (chunk)
         ec.chunk_size = chunk;
     event_base *base = event_base_new();
-    net::MungeAuthenticator auth(net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
-                                 {slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
-    auto engine = std::make_unique<prim::Engine>(base, ec, auth, Logger("storm-prim"));
+    auto auth = shim::daemon_authenticator();
+    auto engine = std::make_unique<prim::Engine>(base, ec, *auth, Logger("storm-prim"));
     auto wait = [&](bool &done) {
         if (!engine->run_until([&] { return done; }, 600s)) {
             std::fprintf(stderr, "storm-prim: no result within 600 s\n");

@@ -24,4 +24,31 @@ inline std::string set_thread_realtime(int priority) noexcept
     return rc == 0 ? std::string() : std::string(std::strerror(rc));
 }
 
+// Keeps the calling thread at SCHED_FIFO `priority` exactly while it is
+// wanted (never with priority 0).  Call want() from that thread only.
+class RealtimeWhile {
+public:
+    explicit RealtimeWhile(unsigned priority) : priority_(priority) {}
+    // Returns "" or, the first time it fails to become real time until it is
+    // no longer wanted, why (the thread then stays as it is).
+    std::string want(bool on) noexcept
+    {
+        on = on && priority_ > 0;
+        if (on == active_ || (on && failed_))
+            return "";
+        failed_ = false;
+        std::string why = set_thread_realtime(on ? static_cast<int>(priority_) : 0);
+        if (why.empty())
+            active_ = on;
+        else if (on)
+            failed_ = true;
+        return on ? why : std::string();
+    }
+    unsigned priority() const noexcept { return priority_; }
+
+private:
+    unsigned priority_;
+    bool active_ = false, failed_ = false;
+};
+
 } // namespace storm

@@ -24,6 +24,16 @@ RangeSet RangeSet::range(uint32_t lo, uint32_t hi)
     return s;
 }
 
+RangeSet RangeSet::of(std::vector<uint32_t> members)
+{
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    RangeSet s;
+    for (uint32_t m : members)
+        s.append(m, m + 1);
+    return s;
+}
+
 RangeSet RangeSet::parse(const std::string &text)
 {
     RangeSet s;

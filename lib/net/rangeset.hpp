@@ -35,6 +35,8 @@ public:
     // [lo, hi); an empty range gives an empty set.
     static RangeSet range(uint32_t lo, uint32_t hi);
     static RangeSet single(uint32_t index) { return range(index, index + 1); }
+    // The set of `members`, in any order, repeats allowed.
+    static RangeSet of(std::vector<uint32_t> members);
     // "0-63,70,72-80" (inclusive ranges, in increasing order).
     static RangeSet parse(const std::string &text);
 

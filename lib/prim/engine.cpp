@@ -297,34 +297,17 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
     hop->finish = std::move(finish);
     uint64_t op = next_op();
     hops_[op] = hop;
-    // A pure initiator, or a node initiating for a set it does not head,
-    // sends the whole set to its first member; a node heading the set
-    // sends the slices below itself.
-    std::vector<RangeSet> slices;
-    if (!set.empty() && set.nth(0) == cfg_.self)
-        slices = net::split_children(set, route.fanout);
-    else if (!set.empty())
-        slices.push_back(set);
-    std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
-    while (!todo.empty()) {
-        RangeSet slice = std::move(todo.back());
-        todo.pop_back();
-        uint32_t root = slice.nth(0);
-        try {
-            auto c = peer(root);
+    each_child(
+        set, route.fanout, false,
+        [&](const RangeSet &slice, const std::shared_ptr<Connection> &c) {
             uint64_t child_op = next_op();
             child_ops_[child_op] = {op, slice};
             hop->waiting++;
             c->send(type, child_op, body(slice), hop->data);
-        } catch (const std::exception &e) {
-            // Unreachable at once: route around it.
-            if (down_until_.count(root) == 0)
-                log_.error("agent %u unreachable (%s): routing around it", root, e.what());
-            hop->answer.add_failure(RangeSet::single(root), std::string("agent unreachable: ") + e.what());
-            for (auto &sub : net::split_children(slice, route.fanout))
-                todo.push_back(std::move(sub));
-        }
-    }
+        },
+        [&](uint32_t root, const std::string &why) {
+            hop->answer.add_failure(RangeSet::single(root), "agent unreachable: " + why);
+        });
     if (hop->waiting == 0) {
         hops_.erase(op);
         hop->finish(hop->answer);
@@ -691,10 +674,29 @@ void Engine::xfer_unacked(const RangeSet &set, const std::string &event, std::st
 void Engine::spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
                     const net::DataRef &data, bool whole)
 {
+    each_child(
+        set, route.fanout, whole,
+        [&](const RangeSet &slice, const std::shared_ptr<Connection> &c) {
+            c->send(MsgType::xfer, next_op(), xfer_head(slice, route, origin, event, 0, data.len, data.len),
+                    data);
+            if (!c->ready())
+                unready_sends_[slice.nth(0)].push_back({slice, route, event, origin, data});
+        },
+        [](uint32_t, const std::string &) {});
+}
+
+void Engine::each_child(
+    const RangeSet &set, unsigned fanout, bool whole,
+    const std::function<void(const RangeSet &, const std::shared_ptr<Connection> &)> &send,
+    const std::function<void(uint32_t, const std::string &)> &unreachable)
+{
+    // A pure initiator, or a node initiating for a set it does not head,
+    // sends the whole set to its first member; a node heading the set
+    // sends the slices below itself.
     std::vector<RangeSet> slices;
-    if (!whole && set.nth(0) == cfg_.self)
-        slices = net::split_children(set, route.fanout);
-    else
+    if (!whole && !set.empty() && set.nth(0) == cfg_.self)
+        slices = net::split_children(set, fanout);
+    else if (!set.empty())
         slices.push_back(set);
     std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
     while (!todo.empty()) {
@@ -702,15 +704,13 @@ void Engine::spread(const RangeSet &set, Route route, const std::string &event, 
         todo.pop_back();
         uint32_t root = slice.nth(0);
         try {
-            auto c = peer(root);
-            c->send(MsgType::xfer, next_op(), xfer_head(slice, route, origin, event, 0, data.len, data.len),
-                    data);
-            if (!c->ready())
-                unready_sends_[root].push_back({slice, route, event, origin, data});
+            send(slice, peer(root));
         } catch (const std::exception &e) {
+            // Unreachable at once: route around it.
             if (down_until_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());
-            for (auto &sub : net::split_children(slice, route.fanout))
+            unreachable(root, e.what());
+            for (auto &sub : net::split_children(slice, fanout))
                 todo.push_back(std::move(sub));
         }
     }

@@ -239,6 +239,15 @@ private:
     void forward(const RangeSet &set, Route route, net::MsgType type,
                  const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
                  net::DataRef data = {});
+    // Calls send(slice, connection) for the root of each slice of `set`
+    // below this node (the whole set, to its first member, when this node
+    // does not head it, or with `whole`).  A root that cannot be reached at
+    // once is routed around: unreachable(root, why), then its slice is
+    // split among its children.
+    void
+    each_child(const RangeSet &set, unsigned fanout, bool whole,
+               const std::function<void(const RangeSet &, const std::shared_ptr<net::Connection> &)> &send,
+               const std::function<void(uint32_t, const std::string &)> &unreachable);
     // Sends an unanswered transfer down the tree below this node (or, with
     // `whole`, to the first member of `set`, which heads it).
     void spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,

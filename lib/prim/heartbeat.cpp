@@ -46,11 +46,16 @@ void HeartbeatMaster::readmit(const RangeSet &nodes)
 {
     for (uint32_t n : nodes.members())
         faulty_.erase(n);
-    RangeSet active;
+    beat_healthy();
+}
+
+void HeartbeatMaster::beat_healthy()
+{
+    std::vector<uint32_t> healthy;
     for (uint32_t n : set_.members())
         if (!faulty_.count(n))
-            active = active.unite(RangeSet::single(n));
-    queue_.set_nodes(active);
+            healthy.push_back(n);
+    queue_.set_nodes(RangeSet::of(healthy));
 }
 
 void HeartbeatMaster::beat()
@@ -122,18 +127,15 @@ void HeartbeatMaster::bisect(const RangeSet &set, const std::string &var, int64_
 
 void HeartbeatMaster::report(const RangeSet &found)
 {
-    RangeSet fresh;
+    std::vector<uint32_t> added;
     for (uint32_t n : found.members())
         if (faulty_.insert(n).second)
-            fresh = fresh.unite(RangeSet::single(n));
-    if (fresh.empty())
+            added.push_back(n);
+    if (added.empty())
         return;
+    RangeSet fresh = RangeSet::of(added);
     // Isolate them: the beats of the others must not wait for them.
-    RangeSet active;
-    for (uint32_t n : set_.members())
-        if (!faulty_.count(n))
-            active = active.unite(RangeSet::single(n));
-    queue_.set_nodes(active);
+    beat_healthy();
     if (fault_)
         fault_(fresh, "does not answer, lags more than " + std::to_string(cfg_.tolerance) +
                           " heartbeats or does not drain its heartbeat queue");

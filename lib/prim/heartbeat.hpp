@@ -54,6 +54,7 @@ private:
     void bisect(const RangeSet &set, const std::string &var, int64_t need, std::shared_ptr<RangeSet> found,
                 std::shared_ptr<int> outstanding);
     void report(const RangeSet &found);
+    void beat_healthy(); // beats go to the set's nodes not found faulty
 
     Engine &engine_;
     event_base *base_;

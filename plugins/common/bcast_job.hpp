@@ -31,7 +31,6 @@ struct BcastTarget {
     std::string head; // the node whose agent heads the broadcast
     sockaddr_in agent{};
     uint32_t agent_index = 0;
-    std::string munge_socket;
 };
 
 // step: a step id, or NO_VAL for the whole allocation.
@@ -72,7 +71,6 @@ inline BcastTarget bcast_target(uint32_t job, uint32_t step, uint32_t het_offset
         }
     if (!found)
         throw bcast::BcastError("node " + t.head + " is not in slurm.conf");
-    t.munge_socket = net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo);
     return t;
 }
 
@@ -94,12 +92,6 @@ inline std::string bcast_dest_dir()
         return "";
     std::string v(d + 8);
     return v.substr(0, v.find(','));
-}
-
-inline net::MungeAuthenticator daemon_authenticator(const BcastTarget &t)
-{
-    return net::MungeAuthenticator(t.munge_socket,
-                                   std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
 }
 
 // The shared libraries `program` loads (ldd), outside the excluded

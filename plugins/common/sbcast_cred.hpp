@@ -90,9 +90,7 @@ public:
                                      " is not in slurm.conf");
             idx.push_back(it->second);
         }
-        std::sort(idx.begin(), idx.end());
-        for (uint32_t i : idx)
-            g.nodes = g.nodes.unite(net::RangeSet::single(i));
+        g.nodes = net::RangeSet::of(idx);
         if (g.nodes.empty())
             throw net::AuthError("sbcast credential of job " + std::to_string(g.job_id) + " names no node");
         return g;

@@ -12,10 +12,14 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <memory>
 #include <netdb.h>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "lib/net/authenticator.hpp"
+#include "lib/net/munge_auth.hpp"
 
 extern "C" {
 #include "src/common/hostlist.h"
@@ -81,6 +85,27 @@ inline std::vector<SlurmNode> slurm_node_table()
             table.push_back({names[k], addrs[k], resolve_ipv4(names[k], addrs[k])});
     }
     return table;
+}
+
+// The node agents' addresses, by index: every node's at the agent port.
+inline std::vector<sockaddr_in> agent_addresses(const std::vector<SlurmNode> &table, uint16_t port)
+{
+    std::vector<sockaddr_in> out;
+    for (const auto &n : table) {
+        sockaddr_in sa = n.sa;
+        sa.sin_port = htons(port);
+        out.push_back(sa);
+    }
+    return out;
+}
+
+// Munge authentication between Slurm's daemons (AuthInfo's socket): the
+// agents trust SlurmUser and SlurmdUser.
+inline std::unique_ptr<net::MungeAuthenticator> daemon_authenticator()
+{
+    return std::make_unique<net::MungeAuthenticator>(
+        net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
+        std::vector<uid_t>{slurm_conf.slurm_user_id, slurm_conf.slurmd_user_id});
 }
 
 } // namespace storm::shim

@@ -148,14 +148,18 @@ void test_xfer_unacked(void **)
     Cluster cl(16, 2);
     for (int k = 0; k < 5; ++k)
         cl.initiator->xfer_unacked(RangeSet::range(0, 16), "strobe", "slot " + std::to_string(k));
-    assert_true(cl.initiator->run_until(
-        [&] {
-            for (auto &a : cl.agents)
-                if (a->test_event("strobe") < 5)
-                    return false;
-            return true;
-        },
-        5000ms));
+    // Every agent from `first` on has had `count` strobes.
+    auto strobed = [&](uint32_t first, uint64_t count) {
+        return cl.initiator->run_until(
+            [&] {
+                for (uint32_t i = first; i < 16; ++i)
+                    if (cl.agents[i]->test_event("strobe") < count)
+                        return false;
+                return true;
+            },
+            5000ms);
+    };
+    assert_true(strobed(0, 5));
     std::string data;
     assert_int_equal(cl.agents[15]->test_event("strobe", &data), 5);
     assert_string_equal(data.c_str(), "slot 4");
@@ -163,28 +167,14 @@ void test_xfer_unacked(void **)
     cl.agents[0].reset();
     cl.initiator->run_until([] { return false; }, 100ms); // their connections close
     cl.initiator->xfer_unacked(RangeSet::range(0, 16), "strobe", "slot 5");
-    assert_true(cl.initiator->run_until(
-        [&] {
-            for (uint32_t i = 2; i < 16; ++i)
-                if (cl.agents[i]->test_event("strobe") < 6)
-                    return false;
-            return true;
-        },
-        5000ms));
+    assert_true(strobed(2, 6));
     // Agents never reached (a fresh initiator): routed around as well.
     EngineConfig ec;
     ec.nodes = cl.table;
     ec.fanout = 2;
     Engine fresh(cl.base, ec, cl.auth, Logger("fresh"));
     fresh.xfer_unacked(RangeSet::range(0, 16), "strobe", "slot 6");
-    assert_true(cl.initiator->run_until(
-        [&] {
-            for (uint32_t i = 2; i < 16; ++i)
-                if (cl.agents[i]->test_event("strobe") < 7)
-                    return false;
-            return true;
-        },
-        5000ms));
+    assert_true(strobed(2, 7));
     // A node initiating for a set it heads applies it itself.
     cl.agents[2]->xfer_unacked(RangeSet::range(2, 16), "own", "x");
     assert_true(cl.initiator->run_until([&] { return cl.agents[9]->test_event("own") == 1; }, 5000ms));

@@ -114,6 +114,9 @@ void test_frame_rejects_bad_headers(void **)
 void test_rangeset_basics(void **)
 {
     RangeSet s = RangeSet::parse("0-63,70,72-80");
+    // From members in any order, with repeats: the same normalised set.
+    assert_true(RangeSet::of({80, 70, 5, 72, 0, 63, 1, 2, 3, 4, 70}) == RangeSet::parse("0-5,63,70,72,80"));
+    assert_true(RangeSet::of({}).empty());
     assert_int_equal(s.size(), 64 + 1 + 9);
     assert_string_equal(s.str().c_str(), "0-63,70,72-80");
     assert_true(s.contains(0) && s.contains(63) && s.contains(70) && s.contains(80));
