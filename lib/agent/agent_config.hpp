@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "lib/common/params.hpp"
+#include "switch_rdma/pool_config.hpp"
 
 namespace storm::agent {
 
@@ -22,6 +23,8 @@ struct AgentConfig {
     // agent, machine manager) while jobs are gang-scheduled; 0 = never RT.
     static constexpr unsigned default_rt_priority = 10;
     unsigned rt_priority = default_rt_priority;
+    // The node's buffer pool and the step contexts (switch_rdma/).
+    rdma::PoolConfig pool;
 
     // Throws ConfigError on a bad value or an unknown key.  `text` may be null.
     static AgentConfig from_switch_parameters(const char *text)
@@ -31,6 +34,7 @@ struct AgentConfig {
         c.port = static_cast<uint16_t>(p.take_uint("storm_agent_port", 1, 65535, default_port));
         c.fanout = static_cast<unsigned>(p.take_uint("storm_fanout", 2, 64, default_fanout));
         c.rt_priority = static_cast<unsigned>(p.take_uint("storm_rt_priority", 0, 99, default_rt_priority));
+        c.pool.take(p);
         p.reject_unknown();
         return c;
     }

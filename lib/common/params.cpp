@@ -137,6 +137,21 @@ bool ParamList::take_bool(const std::string &key, bool def)
     bad_value(key, *it, "yes, no, true, false, 1 or 0");
 }
 
+std::string ParamList::take_choice(const std::string &key, const std::vector<std::string> &choices,
+                                   const std::string &def)
+{
+    Item *it = find(key);
+    if (!it)
+        return def;
+    std::string allowed;
+    for (const auto &c : choices) {
+        if (it->has_value && it->value == c)
+            return c;
+        allowed += (allowed.empty() ? "" : " or ") + c;
+    }
+    bad_value(key, *it, allowed);
+}
+
 void ParamList::reject_unknown() const
 {
     std::string unknown;

@@ -44,6 +44,10 @@ public:
     // Bare flag, or key=yes|no|1|0|true|false.
     bool take_bool(const std::string &key, bool def);
 
+    // One of `choices`; `def` when absent.
+    std::string take_choice(const std::string &key, const std::vector<std::string> &choices,
+                            const std::string &def);
+
     // Throws ConfigError naming every key no take_*() consumed, and the
     // keys that are allowed (those that were asked for).
     void reject_unknown() const;

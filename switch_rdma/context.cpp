@@ -1,0 +1,206 @@
+#include "switch_rdma/context.hpp"
+
+#include <arpa/inet.h>
+#include <set>
+#include <stdexcept>
+
+#include "lib/net/wire.hpp"
+
+namespace storm::rdma {
+
+const char *mode_name(PoolMode m) noexcept { return m == PoolMode::swapped ? "swapped" : "divided"; }
+
+namespace {
+
+// Form: "1;<id>;<job>;<step>;<uid>;<d|s>;<n>;<port>;<ntasks>;<node>/<node>..."
+// with <node> = "<a.b.c.d>=<ranks>", ranks "r" or "lo-hi" items joined by
+// ',' in local order.
+constexpr char kVersion = '1';
+
+class Parser {
+public:
+    explicit Parser(std::string_view t) : t_(t) {}
+    uint32_t number(const char *what)
+    {
+        size_t start = pos_;
+        uint64_t v = 0;
+        while (pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9') {
+            v = v * 10 + static_cast<uint64_t>(t_[pos_] - '0');
+            if (v > UINT32_MAX)
+                fail(std::string(what) + " out of range");
+            ++pos_;
+        }
+        if (start == pos_)
+            fail(std::string("expected ") + what);
+        return static_cast<uint32_t>(v);
+    }
+    void expect(char c)
+    {
+        if (pos_ >= t_.size() || t_[pos_] != c)
+            fail(std::string("expected '") + c + "'");
+        ++pos_;
+    }
+    bool peek(char c) const { return pos_ < t_.size() && t_[pos_] == c; }
+    bool done() const { return pos_ == t_.size(); }
+    char take()
+    {
+        if (done())
+            fail("truncated");
+        return t_[pos_++];
+    }
+    std::string until(char stop)
+    {
+        size_t start = pos_;
+        while (pos_ < t_.size() && t_[pos_] != stop)
+            ++pos_;
+        return std::string(t_.substr(start, pos_ - start));
+    }
+    [[noreturn]] void fail(const std::string &why) const
+    {
+        throw net::DecodeError("communication context, offset " + std::to_string(pos_) + ": " + why);
+    }
+
+private:
+    std::string_view t_;
+    size_t pos_ = 0;
+};
+
+} // namespace
+
+std::pair<uint32_t, uint32_t> Context::locate(uint32_t rank) const
+{
+    for (uint32_t n = 0; n < nodes.size(); ++n)
+        for (uint32_t l = 0; l < nodes[n].ranks.size(); ++l)
+            if (nodes[n].ranks[l] == rank)
+                return {n, l};
+    throw std::out_of_range("rank " + std::to_string(rank) + " is not in context " + std::to_string(id));
+}
+
+std::string Context::encode() const
+{
+    std::string s;
+    s += kVersion;
+    for (uint32_t v : {id, job_id, step_id, uid})
+        s += ';' + std::to_string(v);
+    s += ';';
+    s += static_cast<char>(mode);
+    for (uint32_t v : {divisions, port_base, ntasks})
+        s += ';' + std::to_string(v);
+    s += ';';
+    for (size_t n = 0; n < nodes.size(); ++n) {
+        char a[INET_ADDRSTRLEN];
+        in_addr ia{};
+        ia.s_addr = nodes[n].addr;
+        inet_ntop(AF_INET, &ia, a, sizeof a);
+        if (n)
+            s += '/';
+        s += a;
+        s += '=';
+        const auto &r = nodes[n].ranks;
+        for (size_t i = 0; i < r.size();) {
+            size_t j = i;
+            while (j + 1 < r.size() && r[j + 1] == r[j] + 1)
+                ++j;
+            if (i)
+                s += ',';
+            s += std::to_string(r[i]);
+            if (j > i)
+                s += '-' + std::to_string(r[j]);
+            i = j + 1;
+        }
+    }
+    return s;
+}
+
+Context Context::decode(std::string_view text)
+{
+    Parser p(text);
+    if (p.take() != kVersion)
+        p.fail("unknown version");
+    Context c;
+    p.expect(';');
+    c.id = p.number("context id");
+    p.expect(';');
+    c.job_id = p.number("job id");
+    p.expect(';');
+    c.step_id = p.number("step id");
+    p.expect(';');
+    c.uid = p.number("uid");
+    p.expect(';');
+    char m = p.take();
+    if (m != 'd' && m != 's')
+        p.fail("unknown pool mode");
+    c.mode = static_cast<PoolMode>(m);
+    p.expect(';');
+    c.divisions = p.number("divisions");
+    p.expect(';');
+    c.port_base = p.number("port");
+    p.expect(';');
+    c.ntasks = p.number("task count");
+    p.expect(';');
+    while (!p.done()) {
+        if (!c.nodes.empty())
+            p.expect('/');
+        ContextNode node;
+        std::string addr = p.until('=');
+        in_addr ia{};
+        if (inet_pton(AF_INET, addr.c_str(), &ia) != 1)
+            p.fail("bad node address \"" + addr + "\"");
+        node.addr = ia.s_addr;
+        p.expect('=');
+        do {
+            if (!node.ranks.empty())
+                p.expect(',');
+            uint32_t lo = p.number("rank"), hi = lo;
+            if (p.peek('-')) {
+                p.expect('-');
+                hi = p.number("rank");
+                if (hi < lo)
+                    p.fail("decreasing rank range");
+            }
+            if (hi - lo >= max_local_tasks)
+                p.fail("too many ranks on one node");
+            for (uint32_t r = lo; r <= hi; ++r)
+                node.ranks.push_back(r);
+            if (node.ranks.size() > max_local_tasks)
+                p.fail("too many ranks on one node");
+        } while (p.peek(','));
+        c.nodes.push_back(std::move(node));
+        if (c.nodes.size() > 65536)
+            p.fail("too many nodes");
+    }
+    try {
+        c.validate();
+    } catch (const std::invalid_argument &e) {
+        throw net::DecodeError(e.what());
+    }
+    return c;
+}
+
+void Context::validate() const
+{
+    auto bad = [&](const std::string &why) {
+        throw std::invalid_argument("communication context " + std::to_string(id) + " (step " +
+                                    std::to_string(job_id) + "." + std::to_string(step_id) + "): " + why);
+    };
+    if (nodes.empty())
+        bad("no nodes");
+    if (divisions == 0 || (mode == PoolMode::swapped && divisions != 1))
+        bad("bad division count " + std::to_string(divisions));
+    uint64_t last_port = uint64_t{port_base} + uint64_t{id + 1} * max_local_tasks - 1;
+    if (port_base < 1024 || last_port > 65535)
+        bad("ports " + std::to_string(port_base) + ".." + std::to_string(last_port) + " out of range");
+    std::set<uint32_t> seen;
+    for (const auto &n : nodes) {
+        if (n.ranks.empty() || n.ranks.size() > max_local_tasks)
+            bad("a node with " + std::to_string(n.ranks.size()) + " tasks (1 to " +
+                std::to_string(max_local_tasks) + " allowed)");
+        for (uint32_t r : n.ranks)
+            if (r >= ntasks || !seen.insert(r).second)
+                bad("rank " + std::to_string(r) + " is out of range or listed twice");
+    }
+    if (seen.size() != ntasks)
+        bad(std::to_string(ntasks - seen.size()) + " ranks have no node");
+}
+
+} // namespace storm::rdma

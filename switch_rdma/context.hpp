@@ -1,0 +1,67 @@
+// A job step's communication context (switch/rdma).
+//
+// slurmctld allocates one per step (switch_p_build_jobinfo) and carries it
+// in the step's switch info; slurmstepd opens it on the node agent before
+// the tasks start and closes it when the step ends; each task receives it
+// in its environment (STORM_CTX) and attaches to the node agent with it.
+//
+// Contract:
+//  - `id` is unique among the live contexts of the cluster, in
+//    [0, PoolConfig::context_slots()); it also fixes the tasks' TCP ports:
+//    the task of local index L on a node listens on port_for(L).
+//  - `nodes[i]` lists the step's i-th node: its IPv4 address and the global
+//    ranks of its tasks (SLURM_NODEID i, SLURM_LOCALID = position in ranks).
+//  - encode() gives one line of printable ASCII (an environment value, and
+//    the form packed into the switch info); decode() accepts exactly that
+//    form and throws net::DecodeError naming what is wrong otherwise.
+#pragma once
+
+#include <cstdint>
+#include <netinet/in.h>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace storm::rdma {
+
+// Largest number of a context's tasks on one node (the port block per
+// context).
+constexpr uint32_t max_local_tasks = 64;
+
+enum class PoolMode : uint8_t {
+    divided = 'd', // the node's pool is divided among `divisions` contexts
+    swapped = 's', // the running context owns the whole pool, swapped at gang switches
+};
+const char *mode_name(PoolMode m) noexcept;
+
+struct ContextNode {
+    in_addr_t addr = 0;          // network byte order
+    std::vector<uint32_t> ranks; // global ranks of this node's tasks, in local order
+};
+
+struct Context {
+    uint32_t id = 0;
+    uint32_t job_id = 0;
+    uint32_t step_id = 0;
+    uint32_t uid = 0; // the job's owner: only its processes may attach
+    PoolMode mode = PoolMode::divided;
+    uint32_t divisions = 1; // n of FM's division (divided mode); 1 when swapped
+    uint32_t port_base = 0; // storm_ctx_ports' first port
+    uint32_t ntasks = 0;
+    std::vector<ContextNode> nodes;
+
+    uint16_t port_for(uint32_t local) const noexcept
+    {
+        return static_cast<uint16_t>(port_base + id * max_local_tasks + local);
+    }
+    // Node index and local index of `rank`; throws std::out_of_range.
+    std::pair<uint32_t, uint32_t> locate(uint32_t rank) const;
+
+    std::string encode() const;
+    static Context decode(std::string_view text);
+    // Consistency: every rank in [0, ntasks) exactly once, at most
+    // max_local_tasks per node, ports in range.  Throws std::invalid_argument.
+    void validate() const;
+};
+
+} // namespace storm::rdma

@@ -1,0 +1,225 @@
+#include "switch_rdma/control.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace storm::rdma::control {
+
+namespace {
+
+net::Writer start(Type t)
+{
+    net::Writer w;
+    w.u8(version);
+    w.u8(static_cast<uint8_t>(t));
+    return w;
+}
+
+bool known(uint8_t t)
+{
+    switch (static_cast<Type>(t)) {
+    case Type::open:
+    case Type::close:
+    case Type::attach:
+    case Type::attached:
+    case Type::ok:
+    case Type::error:
+    case Type::halt:
+    case Type::halted:
+    case Type::release:
+    case Type::ready:
+    case Type::failed:
+        return true;
+    }
+    return false;
+}
+
+constexpr size_t max_reason = 4096;
+
+} // namespace
+
+std::string open(const Context &c)
+{
+    auto w = start(Type::open);
+    w.bytes(c.encode());
+    return w.take();
+}
+
+std::string close(uint32_t id, uint32_t job, uint32_t step)
+{
+    auto w = start(Type::close);
+    w.u32(id);
+    w.u32(job);
+    w.u32(step);
+    return w.take();
+}
+
+std::string attach(uint32_t id, uint32_t job, uint32_t step, uint32_t rank)
+{
+    auto w = start(Type::attach);
+    w.u32(id);
+    w.u32(job);
+    w.u32(step);
+    w.u32(rank);
+    return w.take();
+}
+
+std::string attached(const Attached &a)
+{
+    auto w = start(Type::attached);
+    w.u8(static_cast<uint8_t>(a.mode));
+    w.u64(a.offset);
+    w.u64(a.bytes);
+    w.u32(a.packet_size);
+    w.u32(a.send_slots);
+    w.u32(a.recv_slots);
+    w.u32(a.credits);
+    w.u64(a.epoch);
+    w.u8(a.resident ? 1 : 0);
+    return w.take();
+}
+
+std::string ok() { return start(Type::ok).take(); }
+
+std::string error(std::string_view reason)
+{
+    auto w = start(Type::error);
+    w.bytes(reason.substr(0, max_reason));
+    return w.take();
+}
+
+std::string failed(std::string_view reason)
+{
+    auto w = start(Type::failed);
+    w.bytes(reason.substr(0, max_reason));
+    return w.take();
+}
+
+std::string epoch_message(Type t, uint64_t epoch)
+{
+    auto w = start(t);
+    w.u64(epoch);
+    return w.take();
+}
+
+Header header(net::Reader &r)
+{
+    uint8_t v = r.u8();
+    if (v != version)
+        throw net::DecodeError("control message of version " + std::to_string(v) + " (this is " +
+                               std::to_string(version) + ")");
+    uint8_t t = r.u8();
+    if (!known(t))
+        throw net::DecodeError("unknown control message type " + std::to_string(t));
+    return Header{static_cast<Type>(t)};
+}
+
+Context read_open(net::Reader &r)
+{
+    auto text = r.bytes(max_message);
+    r.finish();
+    return Context::decode(text);
+}
+
+Ids read_close(net::Reader &r)
+{
+    Ids i{};
+    i.id = r.u32();
+    i.job = r.u32();
+    i.step = r.u32();
+    r.finish();
+    return i;
+}
+
+Ids read_attach(net::Reader &r)
+{
+    Ids i{};
+    i.id = r.u32();
+    i.job = r.u32();
+    i.step = r.u32();
+    i.rank = r.u32();
+    r.finish();
+    return i;
+}
+
+Attached read_attached(net::Reader &r)
+{
+    Attached a;
+    uint8_t m = r.u8();
+    if (m != static_cast<uint8_t>(PoolMode::divided) && m != static_cast<uint8_t>(PoolMode::swapped))
+        throw net::DecodeError("unknown pool mode " + std::to_string(m));
+    a.mode = static_cast<PoolMode>(m);
+    a.offset = r.u64();
+    a.bytes = r.u64();
+    a.packet_size = r.u32();
+    a.send_slots = r.u32();
+    a.recv_slots = r.u32();
+    a.credits = r.u32();
+    a.epoch = r.u64();
+    a.resident = r.u8() != 0;
+    r.finish();
+    return a;
+}
+
+std::string read_reason(net::Reader &r)
+{
+    std::string s(r.bytes(max_reason));
+    r.finish();
+    return s;
+}
+
+uint64_t read_epoch(net::Reader &r)
+{
+    uint64_t e = r.u64();
+    r.finish();
+    return e;
+}
+
+void request(const std::string &socket_path, const std::string &message, int timeout_ms)
+{
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (socket_path.size() >= sizeof sa.sun_path)
+        throw std::runtime_error("control socket path too long: " + socket_path);
+    std::memcpy(sa.sun_path, socket_path.c_str(), socket_path.size() + 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
+        throw std::runtime_error("cannot reach the node agent at " + socket_path + ": " +
+                                 std::strerror(errno));
+    if (send(fd, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size()))
+        throw std::runtime_error("cannot send to the node agent at " + socket_path + ": " +
+                                 std::strerror(errno));
+    pollfd p{fd, POLLIN, 0};
+    int n;
+    do
+        n = poll(&p, 1, timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n == 0)
+        throw std::runtime_error("the node agent at " + socket_path + " did not answer within " +
+                                 std::to_string(timeout_ms) + " ms");
+    std::string buf(64 * 1024, '\0');
+    ssize_t got = recv(fd, buf.data(), buf.size(), 0);
+    if (got <= 0)
+        throw std::runtime_error("the node agent at " + socket_path +
+                                 " closed the connection without an answer");
+    net::Reader r(buf.data(), static_cast<size_t>(got));
+    Header h = header(r);
+    if (h.type == Type::ok)
+        return;
+    if (h.type == Type::error)
+        throw std::runtime_error(read_reason(r));
+    throw std::runtime_error("unexpected answer from the node agent at " + socket_path);
+}
+
+} // namespace storm::rdma::control
