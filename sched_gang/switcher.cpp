@@ -214,17 +214,25 @@ std::string Switcher::on_strobe(const Strobe &s)
                std::to_string(s.epoch) + ")";
     }
     uint64_t bit = uint64_t(1) << s.slot;
-    // Outgoing jobs first: the two slots' jobs never run at once.
-    for (auto &[id, j] : jobs_)
-        if (!(j.mask & bit) && !j.stopped) {
-            signal_job(id, j, SIGSTOP);
-            j.stopped = true;
+    if (halting_) {
+        // The previous switch waits for its contexts to halt: this strobe
+        // is applied when it finishes (only the latest one).
+        deferred_ = true;
+        deferred_strobe_ = s;
+    } else {
+        std::set<uint32_t> leaving;
+        if (hook_)
+            for (auto &[id, j] : jobs_)
+                if (!(j.mask & bit) && !j.stopped)
+                    leaving.insert(id);
+        if (!leaving.empty() && hook_->halt(leaving, s.seq)) {
+            halting_ = true;
+            halting_bit_ = bit;
+            halting_seq_ = s.seq;
+        } else {
+            finish_switch(bit, s.seq);
         }
-    for (auto &[id, j] : jobs_)
-        if ((j.mask & bit) && j.stopped) {
-            signal_job(id, j, SIGCONT);
-            j.stopped = false;
-        }
+    }
     last_strobe_ = std::chrono::steady_clock::now();
     if (failsafe_active_) {
         failsafe_active_ = false;
@@ -240,6 +248,43 @@ std::string Switcher::on_strobe(const Strobe &s)
     delay_next_ = (delay_next_ + 1) % kDelays;
     ++applied_;
     return "";
+}
+
+void Switcher::finish_switch(uint64_t bit, uint64_t seq)
+{
+    // Outgoing jobs first: the two slots' jobs never run at once.
+    std::set<uint32_t> leaving, running;
+    for (auto &[id, j] : jobs_)
+        if (!(j.mask & bit) && !j.stopped) {
+            signal_job(id, j, SIGSTOP);
+            j.stopped = true;
+            leaving.insert(id);
+        }
+    for (auto &[id, j] : jobs_)
+        if (j.mask & bit)
+            running.insert(id);
+    if (hook_)
+        hook_->swap(leaving, running, seq);
+    for (auto &[id, j] : jobs_)
+        if ((j.mask & bit) && j.stopped) {
+            signal_job(id, j, SIGCONT);
+            j.stopped = false;
+        }
+    if (hook_)
+        hook_->release(running, seq);
+}
+
+void Switcher::halted()
+{
+    if (!halting_)
+        return;
+    halting_ = false;
+    finish_switch(halting_bit_, halting_seq_);
+    if (deferred_) {
+        deferred_ = false;
+        if (deferred_strobe_.epoch == epoch_)
+            on_strobe(deferred_strobe_);
+    }
 }
 
 void Switcher::continue_all(const char *why)

@@ -64,6 +64,25 @@ namespace storm::gang {
 // this node.  Called from the scanner thread; may block briefly and throw.
 using StepLister = std::function<std::map<uint32_t, std::vector<pid_t>>(const std::set<uint32_t> &jobs)>;
 
+// What else happens at a switch, beside the signals: the communication
+// contexts' halt / swap / release (switch_rdma/pool.hpp).  All calls run on
+// the agent's loop thread.
+class SwitchHook {
+public:
+    virtual ~SwitchHook() = default;
+    // The jobs `leaving` (running, about to be stopped) must halt their
+    // communication first.  Returns false when none has anything to halt
+    // (the switch goes on at once), true when the switch must wait until
+    // the hook calls Switcher::halted() (which it must do, at the latest
+    // when its own time limit passes).
+    virtual bool halt(const std::set<uint32_t> &leaving, uint64_t seq) = 0;
+    // With `leaving` stopped and before `running` (the slot's jobs) are
+    // continued: swap the buffers.
+    virtual void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) = 0;
+    // After `running` were continued.
+    virtual void release(const std::set<uint32_t> &running, uint64_t seq) = 0;
+};
+
 struct SwitcherConfig {
     uint32_t self = 0;
     std::string journal_dir;                // "" = no journal
@@ -93,6 +112,12 @@ public:
     // A whole message at once (tests); false for events that are not gang's.
     bool on_signal(const std::string &event, const std::string &data);
 
+    // The halt / swap / release of communication contexts at each switch
+    // (none by default).  The hook must outlive the switcher or be reset.
+    void set_hook(SwitchHook *hook) noexcept { hook_ = hook; }
+    // The hook's answer to halt(): the leaving jobs have halted (or failed).
+    void halted();
+
     // For tests and status.
     uint64_t epoch() const noexcept { return epoch_; }
     uint64_t applied() const noexcept { return applied_; }
@@ -114,6 +139,7 @@ private:
     };
     void on_table(const Table &t);
     std::string on_strobe(const Strobe &s);
+    void finish_switch(uint64_t bit, uint64_t seq);
     void signal_job(uint32_t id, Job &j, int sig);
     void continue_all(const char *why);
     void tick();
@@ -128,6 +154,13 @@ private:
     SwitcherConfig cfg_;
     Logger log_;
     event *tick_ = nullptr;
+    SwitchHook *hook_ = nullptr;
+    // A switch waiting for the hook's halted(): its slot bit and strobe, and
+    // the latest strobe that came meanwhile (applied once it finishes).
+    bool halting_ = false;
+    uint64_t halting_bit_ = 0, halting_seq_ = 0;
+    bool deferred_ = false;
+    Strobe deferred_strobe_{};
 
     uint64_t epoch_ = 0;
     uint32_t failsafe_ms_ = 0;

@@ -322,6 +322,83 @@ void test_switcher_slots(void **)
     reap({p1, p1b, p2, p3});
 }
 
+// The switch hook (communication contexts): halt before the leaving job is
+// stopped, the switch waits for halted(), swap with the leaving job stopped
+// and before the running one continues, release after; strobes arriving
+// meanwhile are applied afterwards (only the latest).
+struct RecordingHook : SwitchHook {
+    std::vector<std::string> calls;
+    bool wait = true;
+    std::function<char(void)> state_of_leaving;
+    bool halt(const std::set<uint32_t> &leaving, uint64_t seq) override
+    {
+        calls.push_back("halt " + join(leaving) + " " + std::to_string(seq));
+        return wait;
+    }
+    void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t) override
+    {
+        calls.push_back("swap " + join(leaving) + " / " + join(running) +
+                        " leaving:" + (state_of_leaving ? std::string(1, state_of_leaving()) : "?"));
+    }
+    void release(const std::set<uint32_t> &running, uint64_t) override
+    {
+        calls.push_back("release " + join(running));
+    }
+    static std::string join(const std::set<uint32_t> &s)
+    {
+        std::string o;
+        for (uint32_t v : s)
+            o += (o.empty() ? "" : ",") + std::to_string(v);
+        return o.empty() ? "-" : o;
+    }
+};
+
+void test_switcher_hook(void **)
+{
+    SwitchBench b;
+    pid_t p1 = sleeper(), p2 = sleeper();
+    b.procs = {{1, {p1}}, {2, {p2}}};
+    auto sw = b.make();
+    RecordingHook hook;
+    sw->set_hook(&hook);
+    RangeSet me = RangeSet::single(0);
+    assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}, {2, 2, me}}).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    // Slot 0: job 2 leaves; the switch waits for the hook.
+    assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 0, 11, realtime_ns()}.encode()));
+    assert_int_equal(hook.calls.size(), 1);
+    assert_string_equal(hook.calls[0].c_str(), "halt 2 11");
+    b.run_until([] { return false; }, 50ms);
+    assert_int_equal(state(p2), 'S'); // not stopped before it halted
+    assert_false(sw->stopped(2));
+    // Two strobes meanwhile: only the latest is applied afterwards.
+    assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 1, 12, realtime_ns()}.encode()));
+    assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 0, 13, realtime_ns()}.encode()));
+    assert_int_equal(hook.calls.size(), 1);
+    hook.state_of_leaving = [&] { return state(p2); };
+    hook.wait = false;
+    sw->halted();
+    // Switch 11: job 2 stopped before the swap, job 1 running; then the
+    // deferred strobe 13 (slot 0 again) has nothing leaving.
+    assert_true(hook.calls.size() >= 3);
+    assert_true(contains(hook.calls[1], "swap 2 / 1 leaving:"));
+    assert_string_equal(hook.calls[2].c_str(), "release 1");
+    assert_true(sw->stopped(2));
+    assert_true(eventually_state(b, p2, 'T'));
+    // Slot 1: job 1 leaves; the hook has nothing to halt: at once.
+    hook.calls.clear();
+    assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 1, 14, realtime_ns()}.encode()));
+    assert_int_equal(hook.calls.size(), 3);
+    assert_string_equal(hook.calls[0].c_str(), "halt 1 14");
+    assert_string_equal(hook.calls[1].c_str(), "swap 1 / 2 leaving:T");
+    assert_string_equal(hook.calls[2].c_str(), "release 2");
+    assert_true(eventually_state(b, p1, 'T'));
+    assert_true(eventually_state(b, p2, 'S'));
+    sw->set_hook(nullptr);
+    sw.reset();
+    reap({p1, p2});
+}
+
 void test_switcher_never_leaves_stopped(void **)
 {
     SwitchBench b;
@@ -493,9 +570,13 @@ int main()
 {
     storm::block_sigpipe();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matrix_packing),     cmocka_unit_test(test_matrix_overflow),
-        cmocka_unit_test(test_protocol),           cmocka_unit_test(test_config),
-        cmocka_unit_test(test_switcher_slots),     cmocka_unit_test(test_switcher_never_leaves_stopped),
+        cmocka_unit_test(test_matrix_packing),
+        cmocka_unit_test(test_matrix_overflow),
+        cmocka_unit_test(test_protocol),
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_switcher_slots),
+        cmocka_unit_test(test_switcher_hook),
+        cmocka_unit_test(test_switcher_never_leaves_stopped),
         cmocka_unit_test(test_manager_end_to_end),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
