@@ -132,6 +132,9 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
     net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
         return list_step_processes(spool, me, jobs);
     };
+    net.pool_socket = spool + "/" + storm::rdma::control::socket_name;
+    net.pool_stats = spool + "/storm-pool.stats";
+    net.pool_trusted = {0, slurm_conf.slurmd_user_id};
     return net;
 }
 

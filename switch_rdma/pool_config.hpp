@@ -10,6 +10,8 @@
 //                             storm_ctx_ports .. + storm_ctx_max*64 - 1)
 //   storm_pool_mode=auto      auto: swapped in gang-scheduled partitions,
 //                             divided elsewhere; divided: divided everywhere
+//   storm_pool_swap=valid     at a switch, copy the valid packets only
+//                             (valid) or the whole window (full)
 //
 // Credits (FM's rule, seed 002 section 3.3), per task, for p tasks:
 //   divided: the pool is split into n = the partition's MPL (OverSubscribe
@@ -35,6 +37,7 @@ struct PoolConfig {
     uint32_t port_base = 40000;
     uint32_t context_max = 64;
     bool force_divided = false;
+    bool swap_full = false;
 
     // Consumes the pool's keys from `p`; throws ConfigError on a bad value.
     void take(ParamList &p)
@@ -46,6 +49,7 @@ struct PoolConfig {
             "storm_ctx_ports", 1024, 65535 - uint64_t{context_max} * max_local_tasks + 1, port_base));
         std::string mode = p.take_choice("storm_pool_mode", {"auto", "divided"}, "auto");
         force_divided = mode == "divided";
+        swap_full = p.take_choice("storm_pool_swap", {"valid", "full"}, "valid") == "full";
     }
 };
 

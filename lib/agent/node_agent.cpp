@@ -57,6 +57,25 @@ void NodeAgent::start()
                     return switcher_->on_chunk(ev, origin, offset, total, data);
                 });
             }
+            if (!network_->pool_socket.empty()) {
+                rdma::PoolSetup ps;
+                ps.socket_path = network_->pool_socket;
+                ps.stats_path = network_->pool_stats;
+                ps.self_addr = network_->nodes.at(network_->self).sin_addr.s_addr;
+                ps.trusted = network_->pool_trusted;
+                ps.config = config_.pool;
+                try {
+                    pool_ = std::make_unique<rdma::Pool>(base_, ps, log_);
+                    pool_->start();
+                    if (switcher_) {
+                        switcher_->set_hook(pool_.get());
+                        pool_->set_switcher(switcher_.get());
+                    }
+                } catch (const std::exception &e) {
+                    pool_.reset();
+                    log_.error("rdma: communication contexts are off on this node: %s", e.what());
+                }
+            }
             engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
                 if (heartbeat_->on_signal(ev))
                     return;
@@ -154,7 +173,10 @@ void NodeAgent::stop() noexcept
         send(Control::stop);
         thread_.join();
     }
+    if (switcher_)
+        switcher_->set_hook(nullptr);
     switcher_.reset(); // continues every job it stopped
+    pool_.reset();     // closes the contexts' windows and channels
     bcast_service_.reset();
     bcast_receiver_.reset(); // removes what open broadcasts staged
     heartbeat_.reset();

@@ -24,7 +24,9 @@
 //    and, given an authorizer, users' broadcasts: it heads those its
 //    clients send and receives everyone's (launch_bcast).  Given a step
 //    lister, it switches gang-scheduled jobs on the machine manager's
-//    strobes (sched_gang/switcher.hpp).
+//    strobes (sched_gang/switcher.hpp).  Given a pool socket, it owns the
+//    node's buffer pool and the steps' communication contexts, halted,
+//    swapped and released at each switch (switch_rdma/pool.hpp).
 #pragma once
 
 #include <atomic>
@@ -42,6 +44,7 @@
 #include "lib/prim/engine.hpp"
 #include "lib/prim/heartbeat.hpp"
 #include "sched_gang/switcher.hpp"
+#include "switch_rdma/pool.hpp"
 
 struct event_base;
 struct event;
@@ -63,6 +66,11 @@ struct AgentNetwork {
     // of the jobs' steps, and where the switched jobs are journaled.
     gang::StepLister step_lister;
     std::string gang_journal_dir;
+    // Communication contexts (switch_rdma), when a socket path is given:
+    // the control socket, the statistics file, and who may open contexts.
+    std::string pool_socket;
+    std::string pool_stats;
+    std::vector<uid_t> pool_trusted;
 };
 
 class NodeAgent {
@@ -97,6 +105,7 @@ private:
     std::unique_ptr<bcast::Receiver> bcast_receiver_;
     std::unique_ptr<bcast::Service> bcast_service_;
     std::unique_ptr<gang::Switcher> switcher_;
+    std::unique_ptr<rdma::Pool> pool_;
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

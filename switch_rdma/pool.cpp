@@ -1,0 +1,725 @@
+#include "switch_rdma/pool.hpp"
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdexcept>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <system_error>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "lib/common/files.hpp"
+#include "lib/common/percentile.hpp"
+#include "switch_rdma/layout.hpp"
+#include "switch_rdma/window.hpp"
+
+namespace storm::rdma {
+
+namespace {
+
+constexpr size_t kStages = 4096;
+
+uint32_t micros_since(std::chrono::steady_clock::time_point t0)
+{
+    auto d =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    return d < 0 ? 0 : d > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(d);
+}
+
+std::string step_name(const Context &c) { return std::to_string(c.job_id) + "." + std::to_string(c.step_id); }
+
+} // namespace
+
+struct Pool::Client {
+    int fd = -1;
+    event *ev = nullptr;
+    uid_t uid = 0;
+    pid_t pid = 0;
+    // Set once the client attached as a task.
+    bool task = false;
+    uint32_t ctx = 0;
+    uint32_t local = 0;
+    uint32_t rank = 0;
+};
+
+struct Pool::Window {
+    Context ctx;
+    uint32_t local_tasks = 0;
+    TaskShare share;
+    int memfd = -1;
+    uint8_t *base = nullptr;
+    uint64_t bytes = 0;
+    bool resident = false;
+    bool failed = false;
+    bool halted = false;              // halted (or never released) and not yet released
+    uint64_t epoch = 0;               // the strobe of its last halt or release
+    std::vector<std::string> backing; // per share, while not resident
+    std::map<uint32_t, int> attached; // local index -> client fd
+    QueueHeader *header(uint32_t local) const
+    {
+        return reinterpret_cast<QueueHeader *>(base + uint64_t{local} * share.bytes);
+    }
+    ~Window()
+    {
+        if (base)
+            munmap(base, bytes);
+        if (memfd >= 0)
+            ::close(memfd);
+    }
+};
+
+void Pool::Stage::add(uint32_t v)
+{
+    if (us.size() < kStages)
+        us.push_back(v);
+    else
+        us[next] = v;
+    next = (next + 1) % kStages;
+}
+
+Pool::Pool(event_base *base, PoolSetup setup, Logger log)
+    : base_(base), setup_(std::move(setup)), log_(std::move(log))
+{
+}
+
+Pool::~Pool()
+{
+    for (auto &[fd, c] : clients_) {
+        if (c->ev)
+            event_free(c->ev);
+        ::close(fd);
+    }
+    clients_.clear();
+    windows_.clear();
+    for (event *e : {accept_ev_, halt_timer_, stats_timer_})
+        if (e)
+            event_free(e);
+    if (listen_fd_ >= 0) {
+        ::close(listen_fd_);
+        unlink(setup_.socket_path.c_str());
+    }
+}
+
+void Pool::start()
+{
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (setup_.socket_path.size() >= sizeof sa.sun_path)
+        throw std::runtime_error("rdma: control socket path too long: " + setup_.socket_path);
+    std::memcpy(sa.sun_path, setup_.socket_path.c_str(), setup_.socket_path.size() + 1);
+    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_fd_ < 0)
+        throw std::system_error(errno, std::generic_category(), "rdma: socket");
+    unlink(setup_.socket_path.c_str()); // a stale socket of an earlier slurmd
+    if (bind(listen_fd_, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
+        throw std::system_error(errno, std::generic_category(), "rdma: bind " + setup_.socket_path);
+    // Tasks run as their users; each peer is checked with SO_PEERCRED.
+    if (chmod(setup_.socket_path.c_str(), 0666) != 0 || listen(listen_fd_, 128) != 0)
+        throw std::system_error(errno, std::generic_category(), "rdma: listen " + setup_.socket_path);
+    accept_ev_ = event_new(base_, listen_fd_, EV_READ | EV_PERSIST, on_accept, this);
+    halt_timer_ = evtimer_new(base_, on_halt_timeout, this);
+    stats_timer_ = event_new(base_, -1, EV_PERSIST, on_stats_timer, this);
+    timeval one{1, 0};
+    if (!accept_ev_ || !halt_timer_ || !stats_timer_ || event_add(accept_ev_, nullptr) != 0 ||
+        event_add(stats_timer_, &one) != 0)
+        throw std::runtime_error("rdma: cannot register the control socket's events");
+    log_.verbose("rdma: pool of %llu bytes, packets of %u bytes, control socket %s",
+                 static_cast<unsigned long long>(setup_.config.pool_size), setup_.config.packet_size,
+                 setup_.socket_path.c_str());
+}
+
+uint64_t Pool::used_bytes() const noexcept
+{
+    uint64_t used = 0;
+    for (const auto &[id, w] : windows_)
+        if (w->ctx.mode == PoolMode::divided || w->resident)
+            used += w->bytes;
+    return used;
+}
+
+int Pool::resident_context() const noexcept { return resident_; }
+
+// ---- control socket ---------------------------------------------------------
+
+void Pool::on_accept(int fd, short, void *arg)
+{
+    auto *self = static_cast<Pool *>(arg);
+    for (;;) {
+        int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                self->log_.error("rdma: accept on %s: %s", self->setup_.socket_path.c_str(),
+                                 std::strerror(errno));
+            return;
+        }
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+            self->log_.error("rdma: cannot read a client's credentials: %s", std::strerror(errno));
+            ::close(c);
+            continue;
+        }
+        auto client = std::make_unique<Client>();
+        client->fd = c;
+        client->uid = cred.uid;
+        client->pid = cred.pid;
+        client->ev = event_new(self->base_, c, EV_READ | EV_PERSIST, on_readable, self);
+        if (!client->ev || event_add(client->ev, nullptr) != 0) {
+            if (client->ev)
+                event_free(client->ev);
+            ::close(c);
+            continue;
+        }
+        self->clients_[c] = std::move(client);
+    }
+}
+
+void Pool::on_readable(int fd, short, void *arg)
+{
+    auto *self = static_cast<Pool *>(arg);
+    auto it = self->clients_.find(fd);
+    if (it != self->clients_.end())
+        self->read_client(*it->second);
+}
+
+void Pool::read_client(Client &c)
+{
+    std::string buf(control::max_message + 1, '\0');
+    char cmsgbuf[CMSG_SPACE(sizeof(int))];
+    iovec iov{buf.data(), buf.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cmsgbuf;
+    mh.msg_controllen = sizeof cmsgbuf;
+    ssize_t n = recvmsg(c.fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    int passed = -1;
+    for (cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+            std::memcpy(&passed, CMSG_DATA(cm), sizeof passed);
+    if (passed >= 0)
+        ::close(passed); // nobody passes descriptors to the agent
+    if (n <= 0) {
+        drop(c.fd, n == 0 ? nullptr : std::strerror(errno));
+        return;
+    }
+    if (mh.msg_flags & MSG_TRUNC) {
+        drop(c.fd, "message too long");
+        return;
+    }
+    buf.resize(static_cast<size_t>(n));
+    handle(c, buf, -1);
+}
+
+bool Pool::reply(Client &c, const std::string &msg, int fd)
+{
+    iovec iov{const_cast<char *>(msg.data()), msg.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    char cmsgbuf[CMSG_SPACE(sizeof(int))];
+    if (fd >= 0) {
+        std::memset(cmsgbuf, 0, sizeof cmsgbuf);
+        mh.msg_control = cmsgbuf;
+        mh.msg_controllen = sizeof cmsgbuf;
+        cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    }
+    ssize_t n;
+    do
+        n = sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n == static_cast<ssize_t>(msg.size());
+}
+
+void Pool::drop(int fd, const char *why)
+{
+    auto it = clients_.find(fd);
+    if (it == clients_.end())
+        return;
+    Client &c = *it->second;
+    if (c.task) {
+        auto w = windows_.find(c.ctx);
+        if (w != windows_.end()) {
+            auto a = w->second->attached.find(c.local);
+            if (a != w->second->attached.end() && a->second == fd)
+                w->second->attached.erase(a);
+            if (why)
+                log_.verbose("rdma: context %u (step %s): rank %u detached: %s", c.ctx,
+                             step_name(w->second->ctx).c_str(), c.rank, why);
+        }
+    } else if (why) {
+        log_.error("rdma: closed a control connection of pid %d (uid %u): %s", c.pid, c.uid, why);
+    }
+    if (c.ev)
+        event_free(c.ev);
+    ::close(fd);
+    clients_.erase(it);
+    bool was_waiting = waiting_halt_.erase(fd) != 0;
+    waiting_ready_.erase(fd);
+    if (was_waiting && waiting_halt_.empty() && halting_)
+        finish_halt();
+}
+
+void Pool::handle(Client &c, const std::string &msg, int)
+{
+    net::Reader r(msg);
+    control::Header h{};
+    try {
+        h = control::header(r);
+        switch (h.type) {
+        case control::Type::open: {
+            Context ctx = control::read_open(r);
+            if (std::find(setup_.trusted.begin(), setup_.trusted.end(), c.uid) == setup_.trusted.end()) {
+                log_.error("rdma: refused to open context %u for pid %d of uid %u: only slurmstepd may",
+                           ctx.id, c.pid, c.uid);
+                reply(c, control::error("only slurmstepd may open a communication context"));
+                return;
+            }
+            open_context(c, ctx);
+            return;
+        }
+        case control::Type::close: {
+            auto ids = control::read_close(r);
+            if (std::find(setup_.trusted.begin(), setup_.trusted.end(), c.uid) == setup_.trusted.end()) {
+                log_.error("rdma: refused to close context %u for pid %d of uid %u: only slurmstepd may",
+                           ids.id, c.pid, c.uid);
+                reply(c, control::error("only slurmstepd may close a communication context"));
+                return;
+            }
+            auto w = windows_.find(ids.id);
+            if (w == windows_.end() || w->second->ctx.job_id != ids.job ||
+                w->second->ctx.step_id != ids.step) {
+                reply(c, control::error("no context " + std::to_string(ids.id) + " of step " +
+                                        std::to_string(ids.job) + "." + std::to_string(ids.step) +
+                                        " is open on this node"));
+                return;
+            }
+            close_context(ids.id, "its step ended");
+            reply(c, control::ok());
+            return;
+        }
+        case control::Type::attach:
+            attach(c, control::read_attach(r));
+            return;
+        case control::Type::halted:
+            if (!c.task)
+                break;
+            on_halted(c, control::read_epoch(r));
+            return;
+        case control::Type::ready:
+            if (!c.task)
+                break;
+            on_ready(c, control::read_epoch(r));
+            return;
+        case control::Type::failed:
+            if (!c.task)
+                break;
+            {
+                std::string why = control::read_reason(r);
+                auto w = windows_.find(c.ctx);
+                if (w != windows_.end())
+                    fail_context(*w->second, "rank " + std::to_string(c.rank) + " reports: " + why);
+            }
+            return;
+        default:
+            break;
+        }
+        drop(c.fd, "unexpected control message");
+    } catch (const std::exception &e) {
+        log_.error("rdma: malformed control message from pid %d (uid %u): %s", c.pid, c.uid, e.what());
+        drop(c.fd, nullptr);
+    }
+}
+
+// ---- contexts ---------------------------------------------------------------
+
+void Pool::open_context(Client &c, const Context &ctx)
+{
+    std::string step = step_name(ctx);
+    auto refuse = [&](const std::string &why) {
+        log_.error("rdma: cannot open context %u of step %s: %s", ctx.id, step.c_str(), why.c_str());
+        reply(c, control::error(why));
+    };
+    auto old = windows_.find(ctx.id);
+    if (old != windows_.end()) {
+        if (old->second->ctx.job_id == ctx.job_id && old->second->ctx.step_id == ctx.step_id) {
+            reply(c, control::ok()); // slurmstepd asked again
+            return;
+        }
+        // slurmctld reuses an id only after the step holding it ended; a
+        // close that never came (slurmstepd killed) leaves it here.
+        log_.info("rdma: context %u reused by step %s: closing step %s's", ctx.id, step.c_str(),
+                  step_name(old->second->ctx).c_str());
+        close_context(ctx.id, "its id was given to a new step");
+    }
+    const ContextNode *me = nullptr;
+    for (const auto &n : ctx.nodes)
+        if (n.addr == setup_.self_addr)
+            me = &n;
+    if (!me) {
+        char a[INET_ADDRSTRLEN] = "?";
+        in_addr ia{};
+        ia.s_addr = setup_.self_addr;
+        inet_ntop(AF_INET, &ia, a, sizeof a);
+        return refuse(std::string("this node (") + a + ") is not among the context's nodes");
+    }
+    auto w = std::make_unique<Window>();
+    w->ctx = ctx;
+    w->local_tasks = static_cast<uint32_t>(me->ranks.size());
+    w->share = task_share(setup_.config, ctx.mode, ctx.divisions, w->local_tasks, ctx.ntasks);
+    if (w->share.credits == 0)
+        return refuse("the pool of " + std::to_string(setup_.config.pool_size) +
+                      " bytes leaves no credit for " + std::to_string(ctx.ntasks) + " senders (" +
+                      mode_name(ctx.mode) + " mode, " + std::to_string(ctx.divisions) + " divisions, " +
+                      std::to_string(w->local_tasks) + " tasks on this node): raise storm_pool_size");
+    w->bytes = uint64_t{w->local_tasks} * w->share.bytes;
+    if (ctx.mode == PoolMode::divided && used_bytes() + w->bytes > setup_.config.pool_size)
+        return refuse("the pool is full: " + std::to_string(used_bytes()) + " of its " +
+                      std::to_string(setup_.config.pool_size) + " bytes are in use, this context needs " +
+                      std::to_string(w->bytes));
+    w->memfd = static_cast<int>(
+        syscall(SYS_memfd_create, ("storm-ctx-" + std::to_string(ctx.id)).c_str(), MFD_CLOEXEC));
+    if (w->memfd < 0 || ftruncate(w->memfd, static_cast<off_t>(w->bytes)) != 0)
+        return refuse(std::string("cannot create its window: ") + std::strerror(errno));
+    void *p = mmap(nullptr, w->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, w->memfd, 0);
+    if (p == MAP_FAILED)
+        return refuse(std::string("cannot map its window: ") + std::strerror(errno));
+    w->base = static_cast<uint8_t *>(p);
+    for (uint32_t l = 0; l < w->local_tasks; ++l)
+        init_share(w->header(l), w->share.bytes, setup_.config.packet_size, w->share.send_slots,
+                   w->share.recv_slots, w->share.credits, me->ranks[l], ctx.ntasks, false);
+    w->backing.resize(w->local_tasks);
+    Window &ref = *w;
+    windows_[ctx.id] = std::move(w);
+    if (ctx.mode == PoolMode::divided ||
+        (resident_ < 0 && used_bytes() + ref.bytes <= setup_.config.pool_size)) {
+        set_resident(ref, true);
+    } else {
+        save_out(ref); // waits in its backing store for its first switch in
+        ref.halted = true;
+    }
+    if (mlock(ref.base, ref.bytes) != 0 && ref.resident)
+        log_.verbose("rdma: context %u: cannot pin its window: %s", ctx.id, std::strerror(errno));
+    log_.info(
+        "rdma: opened context %u of step %s (uid %u): %s, %u local tasks of %u, %llu bytes, %u send and "
+        "%u receive packets and %u credits per task%s",
+        ctx.id, step.c_str(), ctx.uid, mode_name(ctx.mode), ref.local_tasks, ctx.ntasks,
+        static_cast<unsigned long long>(ref.bytes), ref.share.send_slots, ref.share.recv_slots,
+        ref.share.credits, ref.resident ? "" : "; waits for the pool");
+    stats_dirty_ = true;
+    reply(c, control::ok());
+}
+
+void Pool::close_context(uint32_t id, const char *why)
+{
+    auto it = windows_.find(id);
+    if (it == windows_.end())
+        return;
+    Window &w = *it->second;
+    std::vector<int> fds;
+    for (auto &[l, fd] : w.attached)
+        fds.push_back(fd);
+    w.attached.clear();
+    log_.verbose("rdma: closed context %u of step %s: %s", id, step_name(w.ctx).c_str(), why);
+    if (resident_ == static_cast<int>(id))
+        resident_ = -1;
+    windows_.erase(it);
+    for (int fd : fds)
+        drop(fd, nullptr);
+    stats_dirty_ = true;
+}
+
+void Pool::attach(Client &c, const control::Ids &ids)
+{
+    auto refuse = [&](const std::string &why) {
+        log_.error("rdma: refused to attach pid %d (uid %u) to context %u as rank %u: %s", c.pid, c.uid,
+                   ids.id, ids.rank, why.c_str());
+        reply(c, control::error(why));
+        drop(c.fd, nullptr);
+    };
+    if (c.task)
+        return refuse("this connection is already attached");
+    auto it = windows_.find(ids.id);
+    if (it == windows_.end() || it->second->ctx.job_id != ids.job || it->second->ctx.step_id != ids.step)
+        return refuse("no context " + std::to_string(ids.id) + " of step " + std::to_string(ids.job) + "." +
+                      std::to_string(ids.step) + " is open on this node");
+    Window &w = *it->second;
+    if (c.uid != w.ctx.uid && c.uid != 0)
+        return refuse("the context belongs to uid " + std::to_string(w.ctx.uid));
+    if (w.failed)
+        return refuse("the context has failed");
+    uint32_t local = UINT32_MAX;
+    for (const auto &n : w.ctx.nodes)
+        if (n.addr == setup_.self_addr)
+            for (uint32_t l = 0; l < n.ranks.size(); ++l)
+                if (n.ranks[l] == ids.rank)
+                    local = l;
+    if (local == UINT32_MAX)
+        return refuse("rank " + std::to_string(ids.rank) + " has no task on this node");
+    if (w.attached.count(local))
+        return refuse("rank " + std::to_string(ids.rank) + " is already attached");
+    control::Attached a;
+    a.mode = w.ctx.mode;
+    a.offset = uint64_t{local} * w.share.bytes;
+    a.bytes = w.share.bytes;
+    a.packet_size = setup_.config.packet_size;
+    a.send_slots = w.share.send_slots;
+    a.recv_slots = w.share.recv_slots;
+    a.credits = w.share.credits;
+    a.epoch = w.epoch;
+    a.resident = w.resident && !w.halted;
+    if (!reply(c, control::attached(a), w.memfd))
+        return refuse(std::string("cannot answer: ") + std::strerror(errno));
+    c.task = true;
+    c.ctx = ids.id;
+    c.local = local;
+    c.rank = ids.rank;
+    w.attached[local] = c.fd;
+    log_.verbose("rdma: rank %u (pid %d) attached to context %u of step %s", ids.rank, c.pid, ids.id,
+                 step_name(w.ctx).c_str());
+}
+
+void Pool::fail_context(Window &w, const std::string &why)
+{
+    if (w.failed)
+        return;
+    w.failed = true;
+    ++failures_;
+    stats_dirty_ = true;
+    log_.error("rdma: context %u of step %s failed: %s", w.ctx.id, step_name(w.ctx).c_str(), why.c_str());
+    // Its tasks see their control channel close: their calls fail with it.
+    std::vector<int> fds;
+    for (auto &[l, fd] : w.attached)
+        fds.push_back(fd);
+    w.attached.clear();
+    for (int fd : fds)
+        drop(fd, nullptr);
+}
+
+// ---- the switch -------------------------------------------------------------
+
+bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
+{
+    if (halting_)
+        return true; // the switcher waits for the switch in progress
+    waiting_halt_.clear();
+    for (auto &[id, w] : windows_) {
+        if (w->ctx.mode != PoolMode::swapped || !w->resident || w->failed || w->halted ||
+            !leaving.count(w->ctx.job_id))
+            continue;
+        w->epoch = seq;
+        w->halted = true;
+        for (auto &[l, fd] : w->attached) {
+            auto c = clients_.find(fd);
+            if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::halt, seq)))
+                waiting_halt_.insert(fd);
+        }
+    }
+    if (waiting_halt_.empty())
+        return false;
+    halting_ = true;
+    halt_start_ = std::chrono::steady_clock::now();
+    timeval tv{static_cast<time_t>(setup_.halt_timeout.count() / 1000),
+               static_cast<suseconds_t>(setup_.halt_timeout.count() % 1000 * 1000)};
+    evtimer_add(halt_timer_, &tv);
+    return true;
+}
+
+void Pool::on_halted(Client &c, uint64_t epoch)
+{
+    auto w = windows_.find(c.ctx);
+    if (w == windows_.end() || epoch != w->second->epoch) {
+        log_.verbose("rdma: context %u: rank %u halted for switch %llu, not the current one", c.ctx, c.rank,
+                     static_cast<unsigned long long>(epoch));
+        return;
+    }
+    if (waiting_halt_.erase(c.fd) && waiting_halt_.empty() && halting_)
+        finish_halt();
+}
+
+void Pool::on_halt_timeout(int, short, void *arg)
+{
+    auto *self = static_cast<Pool *>(arg);
+    std::set<uint32_t> late;
+    for (int fd : self->waiting_halt_) {
+        auto c = self->clients_.find(fd);
+        if (c != self->clients_.end())
+            late.insert(c->second->ctx);
+    }
+    self->waiting_halt_.clear();
+    for (uint32_t id : late) {
+        auto w = self->windows_.find(id);
+        if (w != self->windows_.end())
+            self->fail_context(*w->second, "its tasks did not halt within " +
+                                               std::to_string(self->setup_.halt_timeout.count()) +
+                                               " ms (a peer node missed the switch or died)");
+    }
+    if (self->halting_)
+        self->finish_halt();
+}
+
+void Pool::finish_halt()
+{
+    halting_ = false;
+    evtimer_del(halt_timer_);
+    halt_us_.add(micros_since(halt_start_));
+    stats_dirty_ = true;
+    if (switcher_)
+        switcher_->halted();
+}
+
+void Pool::set_resident(Window &w, bool on)
+{
+    w.resident = on;
+    if (on) {
+        if (w.ctx.mode == PoolMode::swapped)
+            resident_ = static_cast<int>(w.ctx.id);
+        for (uint32_t l = 0; l < w.local_tasks; ++l) {
+            auto *q = w.header(l);
+            q->resident.store(1, std::memory_order_release);
+            syscall(SYS_futex, &q->resident, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+        }
+    } else if (resident_ == static_cast<int>(w.ctx.id)) {
+        resident_ = -1;
+    }
+}
+
+void Pool::save_out(Window &w)
+{
+    size_t packets = 0;
+    for (uint32_t l = 0; l < w.local_tasks; ++l) {
+        try {
+            packets += save_share(w.header(l), w.share.bytes, setup_.config.packet_size, w.share.send_slots,
+                                  w.share.recv_slots, !setup_.config.swap_full, w.backing[l]);
+        } catch (const std::exception &e) {
+            w.backing[l].clear();
+            fail_context(w, std::string("cannot save its queues: ") + e.what());
+        }
+    }
+    packets_saved_ += packets;
+    // The window's pages go back: the pool is the next context's.
+    if (fallocate(w.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(w.bytes)) != 0)
+        std::memset(w.base, 0, w.bytes);
+    set_resident(w, false);
+}
+
+bool Pool::load_in(Window &w)
+{
+    if (w.failed || used_bytes() + w.bytes > setup_.config.pool_size)
+        return false;
+    for (uint32_t l = 0; l < w.local_tasks; ++l)
+        if (!w.backing[l].empty())
+            restore_share(w.header(l), w.share.bytes, w.backing[l]);
+    for (auto &b : w.backing)
+        std::string().swap(b);
+    set_resident(w, true);
+    return true;
+}
+
+void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t)
+{
+    auto t0 = std::chrono::steady_clock::now();
+    bool swapped = false;
+    for (auto &[id, w] : windows_)
+        if (w->ctx.mode == PoolMode::swapped && w->resident && leaving.count(w->ctx.job_id)) {
+            save_out(*w);
+            swapped = true;
+        }
+    if (resident_ < 0)
+        for (auto &[id, w] : windows_)
+            if (w->ctx.mode == PoolMode::swapped && !w->resident && !w->failed &&
+                running.count(w->ctx.job_id) && load_in(*w)) {
+                swapped = true;
+                break;
+            }
+    if (swapped) {
+        ++swaps_;
+        swap_us_.add(micros_since(t0));
+        stats_dirty_ = true;
+    }
+    ++switches_;
+}
+
+void Pool::release(const std::set<uint32_t> &running, uint64_t seq)
+{
+    bool any = false;
+    for (auto &[id, w] : windows_) {
+        if (w->ctx.mode != PoolMode::swapped || !w->resident || !w->halted || w->failed ||
+            !running.count(w->ctx.job_id))
+            continue;
+        w->halted = false;
+        w->epoch = seq;
+        for (auto &[l, fd] : w->attached) {
+            auto c = clients_.find(fd);
+            if (c != clients_.end() &&
+                reply(*c->second, control::epoch_message(control::Type::release, seq))) {
+                waiting_ready_.insert(fd);
+                any = true;
+            }
+        }
+    }
+    if (any)
+        release_start_ = std::chrono::steady_clock::now();
+}
+
+void Pool::on_ready(Client &c, uint64_t)
+{
+    if (waiting_ready_.erase(c.fd) && waiting_ready_.empty()) {
+        release_us_.add(micros_since(release_start_));
+        stats_dirty_ = true;
+    }
+}
+
+// ---- statistics -------------------------------------------------------------
+
+void Pool::on_stats_timer(int, short, void *arg)
+{
+    auto *self = static_cast<Pool *>(arg);
+    if (self->stats_dirty_)
+        self->write_stats();
+}
+
+void Pool::write_stats()
+{
+    stats_dirty_ = false;
+    if (setup_.stats_path.empty())
+        return;
+    std::string s;
+    auto line = [&](const char *k, uint64_t v) { s += std::string(k) + " " + std::to_string(v) + "\n"; };
+    line("contexts", windows_.size());
+    s += "resident " + (resident_ < 0 ? std::string("none") : std::to_string(resident_)) + "\n";
+    line("used_bytes", used_bytes());
+    line("pool_bytes", setup_.config.pool_size);
+    line("switches", switches_);
+    line("swaps", swaps_);
+    line("packets_saved", packets_saved_);
+    line("failures", failures_);
+    for (auto [name, st] : {std::pair<const char *, Stage *>{"halt", &halt_us_},
+                            {"swap", &swap_us_},
+                            {"release", &release_us_}}) {
+        std::vector<uint32_t> v = st->us;
+        line((std::string(name) + "_count").c_str(), v.size());
+        line((std::string(name) + "_p50_us").c_str(), v.empty() ? 0 : percentile(v, 0.5));
+        line((std::string(name) + "_p99_us").c_str(), v.empty() ? 0 : percentile(v, 0.99));
+    }
+    if (!replace_file(setup_.stats_path, s, 0644))
+        log_.verbose("rdma: cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
+}
+
+} // namespace storm::rdma

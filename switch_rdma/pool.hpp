@@ -1,0 +1,145 @@
+// The node's buffer pool: the node agent's side of communication contexts.
+//
+// It owns, on the agent's loop thread:
+//  - the control socket (control.hpp) where slurmstepd opens and closes
+//    the step's context and the tasks attach to it;
+//  - each open context's window: a memfd holding one share per local task
+//    (layout.hpp), mapped and locked (pinned) by the agent, whose queue
+//    headers it initialises, and handed to the tasks at attach;
+//  - the accounting of the pool (storm_pool_size bytes per node): divided
+//    windows (B/n each) must fit beside each other and the resident
+//    swapped window; a swapped window holds the whole pool while resident;
+//  - the halt / swap / release protocol at each gang switch, as the gang
+//    switcher's SwitchHook:
+//      halt:    the tasks of the leaving job's resident swapped context are
+//               asked to halt; the switch waits until every one answers
+//               halted (each collected every peer's halt mark: nothing of
+//               the context is in flight towards this node), or until
+//               `halt_timeout`, after which the late ones' context fails;
+//      swap:    with the leaving job stopped, its shares' headers and valid
+//               packets (or whole shares, storm_pool_swap=full) are copied
+//               to the context's backing store and the window's pages
+//               released; the running job's swapped context (if the pool is
+//               free) is copied back in and marked resident;
+//      release: the tasks of the context swapped in are told to release:
+//               they exchange ready marks with their peers and inject
+//               again; the agent records when every one answered ready.
+//
+// A context fails, and its tasks' control channels are closed (their calls
+// then fail with the reason), when a task does not halt in time, reports
+// failure (a peer died), or its queue indices are corrupt.  A failed
+// context never blocks a switch again.
+//
+// Statistics (stage times of the last 4096 switches, packets saved) are
+// written every second to `stats_path` (replace_file), one "key value"
+// per line, for storm-gang and the benchmarks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <netinet/in.h>
+#include <set>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "lib/common/log.hpp"
+#include "sched_gang/switcher.hpp"
+#include "switch_rdma/context.hpp"
+#include "switch_rdma/control.hpp"
+#include "switch_rdma/pool_config.hpp"
+
+struct event_base;
+struct event;
+
+namespace storm::rdma {
+
+struct PoolSetup {
+    std::string socket_path;    // <SlurmdSpoolDir>/storm-pool.sock
+    std::string stats_path;     // <SlurmdSpoolDir>/storm-pool.stats ("" = none)
+    in_addr_t self_addr = 0;    // this node's address (network order), as contexts list it
+    std::vector<uid_t> trusted; // may open and close contexts (root, SlurmdUser)
+    PoolConfig config;
+    std::chrono::milliseconds halt_timeout{2000};
+};
+
+class Pool : public gang::SwitchHook {
+public:
+    Pool(event_base *base, PoolSetup setup, Logger log);
+    ~Pool() override;
+    Pool(const Pool &) = delete;
+    Pool &operator=(const Pool &) = delete;
+
+    // Binds the control socket (replacing a stale one); throws
+    // std::system_error / std::runtime_error.
+    void start();
+    // The switcher whose halted() the pool calls (may be null).
+    void set_switcher(gang::Switcher *s) noexcept { switcher_ = s; }
+
+    bool halt(const std::set<uint32_t> &leaving, uint64_t seq) override;
+    void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) override;
+    void release(const std::set<uint32_t> &running, uint64_t seq) override;
+
+    // For tests and status.
+    size_t contexts() const noexcept { return windows_.size(); }
+    uint64_t used_bytes() const noexcept;
+    int resident_context() const noexcept; // -1: none
+
+private:
+    struct Client;
+    struct Window;
+    struct Stage {
+        std::vector<uint32_t> us;
+        size_t next = 0;
+        void add(uint32_t v);
+    };
+
+    static void on_accept(int fd, short, void *arg);
+    static void on_readable(int fd, short, void *arg);
+    static void on_halt_timeout(int, short, void *arg);
+    static void on_stats_timer(int, short, void *arg);
+    void read_client(Client &c);
+    void handle(Client &c, const std::string &msg, int passed_fd);
+    void drop(int fd, const char *why);
+    bool reply(Client &c, const std::string &msg, int fd = -1);
+
+    void open_context(Client &c, const Context &ctx);
+    void close_context(uint32_t id, const char *why);
+    void attach(Client &c, const control::Ids &ids);
+    void fail_context(Window &w, const std::string &why);
+    void on_halted(Client &c, uint64_t epoch);
+    void on_ready(Client &c, uint64_t epoch);
+    void finish_halt();
+
+    void save_out(Window &w);
+    bool load_in(Window &w);
+    void set_resident(Window &w, bool on);
+    void write_stats();
+
+    event_base *base_;
+    PoolSetup setup_;
+    Logger log_;
+    gang::Switcher *switcher_ = nullptr;
+    int listen_fd_ = -1;
+    event *accept_ev_ = nullptr;
+    event *halt_timer_ = nullptr;
+    event *stats_timer_ = nullptr;
+    std::map<int, std::unique_ptr<Client>> clients_;      // by fd
+    std::map<uint32_t, std::unique_ptr<Window>> windows_; // by context id
+    int resident_ = -1;                                   // the swapped context holding the pool
+
+    // The switch in progress.
+    bool halting_ = false;
+    std::set<int> waiting_halt_; // clients' fds
+    std::chrono::steady_clock::time_point halt_start_{};
+    std::set<int> waiting_ready_;
+    std::chrono::steady_clock::time_point release_start_{};
+
+    Stage halt_us_, swap_us_, release_us_;
+    uint64_t switches_ = 0, swaps_ = 0, packets_saved_ = 0, failures_ = 0;
+    bool stats_dirty_ = true;
+};
+
+} // namespace storm::rdma

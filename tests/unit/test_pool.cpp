@@ -1,0 +1,419 @@
+// The node's buffer pool (switch_rdma/pool.hpp) against fake slurmstepd and
+// fake tasks on its real control socket: who may open, close and attach;
+// the pool's accounting and credits; halt / swap / release with queue
+// contents saved and restored exactly; a corrupt queue index or a task
+// that never halts fails its context without blocking the switch.
+#include "tests/unit/cmocka.hpp"
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "switch_rdma/control.hpp"
+#include "switch_rdma/layout.hpp"
+#include "switch_rdma/pool.hpp"
+#include "tests/unit/helpers.hpp"
+
+using namespace storm;
+using namespace storm::rdma;
+using namespace std::chrono_literals;
+using test_helpers::contains;
+
+namespace {
+
+in_addr_t addr(const char *a)
+{
+    in_addr ia{};
+    inet_pton(AF_INET, a, &ia);
+    return ia.s_addr;
+}
+
+Context context(uint32_t id, uint32_t job, PoolMode mode, uint32_t divisions, uint32_t ntasks, uint32_t local)
+{
+    Context c;
+    c.id = id;
+    c.job_id = job;
+    c.step_id = 0;
+    c.uid = 0;
+    c.mode = mode;
+    c.divisions = divisions;
+    c.port_base = 40000;
+    c.ntasks = ntasks;
+    ContextNode me{addr("10.9.0.1"), {}}, other{addr("10.9.0.2"), {}};
+    for (uint32_t r = 0; r < ntasks; ++r)
+        (r < local ? me : other).ranks.push_back(r);
+    c.nodes.push_back(me);
+    if (!other.ranks.empty())
+        c.nodes.push_back(other);
+    return c;
+}
+
+struct Bench {
+    event_base *base = event_base_new();
+    std::string dir;
+    std::unique_ptr<Pool> pool;
+    Bench(std::vector<uid_t> trusted = {0}, uint64_t pool_size = 1 << 20)
+    {
+        char tmpl[] = "/tmp/storm-pool-test.XXXXXX";
+        dir = mkdtemp(tmpl);
+        chmod(dir.c_str(), 0755); // fake tasks of other uids reach the socket
+        PoolSetup s;
+        s.socket_path = dir + "/storm-pool.sock";
+        s.stats_path = dir + "/storm-pool.stats";
+        s.self_addr = addr("10.9.0.1");
+        s.trusted = std::move(trusted);
+        s.config.pool_size = pool_size;
+        s.config.packet_size = 1024;
+        s.halt_timeout = 300ms;
+        pool = std::make_unique<Pool>(base, s, Logger("pool"));
+        pool->start();
+    }
+    ~Bench()
+    {
+        pool.reset();
+        event_base_free(base);
+        std::system(("rm -rf " + dir).c_str());
+    }
+    std::string sock() const { return dir + "/storm-pool.sock"; }
+    // Runs the loop while a child process or thread talks to the pool.
+    void spin(std::chrono::milliseconds t = 20ms)
+    {
+        timeval tv{0, static_cast<suseconds_t>(t.count() * 1000)};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    }
+    // control::request from a forked child (the pool answers on this loop).
+    std::string request(const std::string &msg, uid_t as = 0)
+    {
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(p[0]);
+            if (as && setuid(as) != 0)
+                _exit(2);
+            std::string out = "ok";
+            try {
+                control::request(sock(), msg, 3000);
+            } catch (const std::exception &e) {
+                out = e.what();
+            }
+            if (write(p[1], out.data(), out.size()) < 0)
+                _exit(3);
+            _exit(0);
+        }
+        close(p[1]);
+        int st = 0;
+        for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) == 0; ++i)
+            spin(10ms);
+        char buf[4096];
+        ssize_t n = read(p[0], buf, sizeof buf);
+        close(p[0]);
+        return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "(no answer)";
+    }
+};
+
+// A fake task: its control channel, and its share once attached.
+struct Task {
+    int fd = -1;
+    control::Attached a;
+    uint8_t *map = nullptr;
+    size_t map_len = 0;
+    std::string error;
+    ~Task()
+    {
+        if (map)
+            munmap(map, map_len);
+        if (fd >= 0)
+            close(fd);
+    }
+    QueueHeader *q() const { return reinterpret_cast<QueueHeader *>(map + a.offset); }
+    // Sends attach and lets the pool answer.
+    bool attach(Bench &b, uint32_t id, uint32_t job, uint32_t rank)
+    {
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::strcpy(sa.sun_path, b.sock().c_str());
+        if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
+            return false;
+        std::string m = control::attach(id, job, 0, rank);
+        if (send(fd, m.data(), m.size(), 0) != static_cast<ssize_t>(m.size()))
+            return false;
+        b.spin();
+        char buf[4096], cbuf[CMSG_SPACE(sizeof(int))];
+        iovec iov{buf, sizeof buf};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof cbuf;
+        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
+        if (n <= 0)
+            return false;
+        net::Reader r(buf, static_cast<size_t>(n));
+        auto h = control::header(r);
+        if (h.type == control::Type::error) {
+            error = control::read_reason(r);
+            return false;
+        }
+        a = control::read_attached(r);
+        int mfd = -1;
+        for (cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+            if (cm->cmsg_type == SCM_RIGHTS)
+                std::memcpy(&mfd, CMSG_DATA(cm), sizeof mfd);
+        if (mfd < 0)
+            return false;
+        map_len = static_cast<size_t>(a.offset + a.bytes);
+        void *p = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+        close(mfd);
+        if (p == MAP_FAILED)
+            return false;
+        map = static_cast<uint8_t *>(p);
+        return true;
+    }
+    // The next control message: its type and epoch ("" if none).
+    std::string next(Bench &b)
+    {
+        b.spin();
+        char buf[4096];
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0)
+            return "closed";
+        if (n < 0)
+            return "";
+        net::Reader r(buf, static_cast<size_t>(n));
+        auto h = control::header(r);
+        return std::string(1, static_cast<char>(h.type)) + std::to_string(control::read_epoch(r));
+    }
+    void say(Bench &b, control::Type t, uint64_t e)
+    {
+        std::string m = control::epoch_message(t, e);
+        assert_int_equal(send(fd, m.data(), m.size(), 0), static_cast<ssize_t>(m.size()));
+        b.spin();
+    }
+};
+
+std::string stats(Bench &b)
+{
+    b.spin(1100ms);
+    FILE *f = std::fopen((b.dir + "/storm-pool.stats").c_str(), "r");
+    if (!f)
+        return "";
+    char buf[4096];
+    size_t n = std::fread(buf, 1, sizeof buf, f);
+    std::fclose(f);
+    return std::string(buf, n);
+}
+
+void test_open_close_rules(void **)
+{
+    Bench b({0});
+    Context c = context(3, 100, PoolMode::divided, 2, 2, 1);
+    // Only slurmstepd's uids open and close.
+    assert_true(contains(b.request(control::open(c), 65534), "only slurmstepd may open"));
+    assert_int_equal(b.pool->contexts(), 0);
+    assert_string_equal(b.request(control::open(c)).c_str(), "ok");
+    assert_int_equal(b.pool->contexts(), 1);
+    assert_int_equal(b.pool->used_bytes(), (1 << 20) / 2);
+    assert_string_equal(b.request(control::open(c)).c_str(), "ok"); // again: idempotent
+    // A node not in the context.
+    Context away = c;
+    away.id = 4;
+    away.nodes.erase(away.nodes.begin());
+    away.nodes[0].ranks = {0, 1};
+    assert_true(contains(b.request(control::open(away)), "is not among the context's nodes"));
+    // The pool is full: n=2 leaves room for one more half.
+    Context c5 = context(5, 101, PoolMode::divided, 2, 2, 1),
+            c6 = context(6, 102, PoolMode::divided, 2, 2, 1);
+    assert_string_equal(b.request(control::open(c5)).c_str(), "ok");
+    assert_true(contains(b.request(control::open(c6)), "the pool is full"));
+    // Too many senders for the credits: 8 divisions, 64 tasks.
+    Context big = context(7, 103, PoolMode::divided, 8, 64, 1);
+    assert_true(contains(b.request(control::open(big)), "leaves no credit for 64 senders"));
+    // Close: unknown, wrong uid, then right.
+    assert_true(contains(b.request(control::close(9, 100, 0)), "no context 9"));
+    assert_true(contains(b.request(control::close(3, 100, 0), 65534), "only slurmstepd may close"));
+    assert_string_equal(b.request(control::close(3, 100, 0)).c_str(), "ok");
+    assert_int_equal(b.pool->contexts(), 1);
+    // A malformed message closes that connection and nothing else.
+    assert_true(contains(b.request(std::string("\x01Zjunk", 6)), "closed the connection"));
+    assert_true(contains(b.request("\x07"), "closed the connection"));
+    assert_int_equal(b.pool->contexts(), 1);
+}
+
+void test_attach_rules(void **)
+{
+    Bench b;
+    Context c = context(1, 200, PoolMode::divided, 1, 4, 2);
+    assert_string_equal(b.request(control::open(c)).c_str(), "ok");
+    Task t0, t0again, t3, wrong;
+    assert_true(t0.attach(b, 1, 200, 0));
+    assert_true(t0.a.resident);
+    assert_int_equal(t0.a.mode, PoolMode::divided);
+    assert_int_equal(t0.q()->magic, queue_magic);
+    assert_int_equal(t0.q()->rank, 0);
+    assert_int_equal(t0.q()->resident.load(), 1);
+    // credits = recv slots / (n * p) with n = 1, p = 4
+    assert_int_equal(t0.a.credits, t0.a.recv_slots / 4);
+    assert_false(t0again.attach(b, 1, 200, 0));
+    assert_true(contains(t0again.error, "already attached"));
+    assert_false(t3.attach(b, 1, 200, 3));
+    assert_true(contains(t3.error, "has no task on this node"));
+    assert_false(wrong.attach(b, 1, 201, 1));
+    assert_true(contains(wrong.error, "no context 1 of step 201.0"));
+    // A task that leaves frees its rank.
+    close(t0.fd);
+    t0.fd = -1;
+    b.spin();
+    Task t0b;
+    assert_true(t0b.attach(b, 1, 200, 0));
+}
+
+// Writes `k` recognisable packets into the share's send and receive rings.
+void fill(QueueHeader *q, uint32_t k, uint8_t mark)
+{
+    for (uint32_t i = 0; i < k; ++i) {
+        std::memset(send_slot(q, q->send_tail + i), mark + i, q->packet_size);
+        std::memset(recv_slot(q, q->recv_tail + i), mark + 100 + i, q->packet_size);
+    }
+    q->send_tail += k;
+    q->recv_tail += k;
+}
+bool holds(QueueHeader *q, uint32_t k, uint8_t mark)
+{
+    if (q->send_tail - q->send_head != k || q->recv_tail - q->recv_head != k)
+        return false;
+    for (uint32_t i = 0; i < k; ++i)
+        if (send_slot(q, q->send_head + i)[7] != static_cast<uint8_t>(mark + i) ||
+            recv_slot(q, q->recv_head + i)[7] != static_cast<uint8_t>(mark + 100 + i))
+            return false;
+    return true;
+}
+
+void test_swap(void **)
+{
+    Bench b;
+    Context ca = context(1, 300, PoolMode::swapped, 1, 2, 1),
+            cb = context(2, 301, PoolMode::swapped, 1, 2, 1);
+    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
+    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
+    assert_int_equal(b.pool->resident_context(), 1); // the first holds the pool
+    Task a, bt;
+    assert_true(a.attach(b, 1, 300, 0));
+    assert_true(bt.attach(b, 2, 301, 0));
+    assert_true(a.a.resident);
+    assert_false(bt.a.resident);                  // starts halted, waits for release
+    assert_int_equal(bt.q()->resident.load(), 0); // its pages are not in the pool
+    // credits = recv slots / p: the whole pool for 2 senders
+    assert_int_equal(a.a.credits, a.a.recv_slots / 2);
+    assert_true(a.a.bytes > (1 << 20) - 4096);
+    fill(a.q(), 5, 10);
+    // Job 300 leaves: halt, and the switch waits until it answers.
+    assert_true(b.pool->halt({300}, 7));
+    assert_string_equal(a.next(b).c_str(), "H7");
+    assert_string_equal(bt.next(b).c_str(), "");
+    a.say(b, control::Type::halted, 7);
+    b.pool->swap({300}, {301}, 7);
+    assert_int_equal(b.pool->resident_context(), 2);
+    assert_int_equal(a.q()->resident.load(), 0);
+    assert_int_equal(a.q()->magic, 0); // its pages were given back
+    assert_int_equal(bt.q()->resident.load(), 1);
+    assert_int_equal(bt.q()->magic, queue_magic);
+    b.pool->release({301}, 7);
+    assert_string_equal(bt.next(b).c_str(), "G7");
+    bt.say(b, control::Type::ready, 7);
+    fill(bt.q(), 3, 50);
+    // Back: job 301 leaves, 300 comes back with its packets exactly.
+    assert_true(b.pool->halt({301}, 8));
+    assert_string_equal(bt.next(b).c_str(), "H8");
+    bt.say(b, control::Type::halted, 8);
+    b.pool->swap({301}, {300}, 8);
+    b.pool->release({300}, 8);
+    assert_string_equal(a.next(b).c_str(), "G8");
+    assert_int_equal(a.q()->resident.load(), 1);
+    assert_true(holds(a.q(), 5, 10));
+    a.say(b, control::Type::ready, 8);
+    std::string st = stats(b);
+    assert_true(contains(st, "swaps 2\n"));
+    assert_true(contains(st, "halt_count 2\n"));
+    assert_true(contains(st, "release_count 2\n"));
+    assert_true(contains(st, "failures 0\n"));
+    // Valid packets only: 5 send (+1 being written) + 5 recv, 3 (+1) + 3.
+    assert_true(contains(st, "packets_saved 19\n"));
+    // Bt's comes back too.
+    assert_true(b.pool->halt({300}, 9));
+    a.say(b, control::Type::halted, 9);
+    b.pool->swap({300}, {301}, 9);
+    assert_true(holds(bt.q(), 3, 50));
+}
+
+void test_failures(void **)
+{
+    Bench b;
+    Context ca = context(1, 400, PoolMode::swapped, 1, 2, 1),
+            cb = context(2, 401, PoolMode::swapped, 1, 2, 1);
+    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
+    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
+    Task a, bt;
+    assert_true(a.attach(b, 1, 400, 0));
+    assert_true(bt.attach(b, 2, 401, 0));
+    // A task that never answers halt: the switch goes on after the time
+    // limit, and its context fails (its channel closes).
+    auto t0 = std::chrono::steady_clock::now();
+    assert_true(b.pool->halt({400}, 3));
+    for (int i = 0; i < 50 && a.next(b) != "closed"; ++i)
+        ;
+    assert_true(std::chrono::steady_clock::now() - t0 < 2s);
+    b.pool->swap({400}, {401}, 3);
+    assert_int_equal(b.pool->resident_context(), 2);
+    b.pool->release({401}, 3);
+    assert_string_equal(bt.next(b).c_str(), "G3");
+    // A failed context never blocks a switch again.
+    assert_false(b.pool->halt({400}, 4));
+    // A corrupt queue index: the context fails, its packets are not copied,
+    // and the pool goes on.
+    bt.q()->send_tail = bt.q()->send_head + 1000000;
+    assert_true(b.pool->halt({401}, 5));
+    assert_string_equal(bt.next(b).c_str(), "H5");
+    bt.say(b, control::Type::halted, 5);
+    b.pool->swap({401}, {400}, 5);
+    assert_string_equal(bt.next(b).c_str(), "closed");
+    assert_int_equal(b.pool->resident_context(), -1); // 400 failed: nobody comes in
+    std::string st = stats(b);
+    assert_true(contains(st, "failures 2\n"));
+    // A task reporting failure fails its context.
+    Context cc = context(3, 402, PoolMode::divided, 1, 2, 1);
+    assert_string_equal(b.request(control::open(cc)).c_str(), "ok");
+    Task c;
+    assert_true(c.attach(b, 3, 402, 0));
+    std::string m = control::failed("rank 1 closed its connection");
+    assert_int_equal(send(c.fd, m.data(), m.size(), 0), static_cast<ssize_t>(m.size()));
+    assert_string_equal(c.next(b).c_str(), "closed");
+    Task c2;
+    assert_false(c2.attach(b, 3, 402, 0));
+    assert_true(contains(c2.error, "the context has failed"));
+}
+
+} // namespace
+
+int main()
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_close_rules),
+        cmocka_unit_test(test_attach_rules),
+        cmocka_unit_test(test_swap),
+        cmocka_unit_test(test_failures),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
