@@ -82,6 +82,10 @@ struct SchedContext {
     std::unique_ptr<storm::gang::MachineManager> manager;
     std::map<std::string, uint32_t> index; // node name -> Storm's index
     std::vector<std::string> gang_parts;
+    // Swapped communication contexts (switch_rdma, storm_pool_mode=auto):
+    // the node's pool goes to one job at a time, so a job holds whole
+    // nodes in the matrix, and two jobs of a node never share a slot.
+    bool whole_nodes = false;
     std::mutex mu;
     std::condition_variable cv;
     bool quit = false;
@@ -117,6 +121,7 @@ void SchedContext::start_manager(const storm::gang::GangConfig &c)
         index[table[i].name] = static_cast<uint32_t>(i);
     }
     mc.fanout = agent.fanout;
+    whole_nodes = !agent.pool.force_divided;
     mc.rt_priority = agent.rt_priority;
     mc.timing = timing(c);
     if (slurm_conf.state_save_location)
@@ -128,8 +133,10 @@ void SchedContext::start_manager(const storm::gang::GangConfig &c)
 }
 
 // The cells of a job: (Storm's node index << 20 | core) for each core
-// Slurm allocated it; its nodes as a set of Storm's indices.
-bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, storm::gang::JobShape &shape)
+// Slurm allocated it, or (node << 20) for each node with `whole_nodes`;
+// its nodes as a set of Storm's indices.
+bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, bool whole_nodes,
+               storm::gang::JobShape &shape)
 {
     job_resources_t *jr = job->job_resrcs;
     if (!jr || !jr->node_bitmap || !jr->sock_core_rep_count)
@@ -146,6 +153,11 @@ bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, 
         auto idx = node && node->name ? index.find(node->name) : index.end();
         if (idx != index.end()) {
             nodes.push_back(idx->second);
+            if (whole_nodes) {
+                shape.cells.push_back(uint64_t(idx->second) << 20);
+                ++host;
+                continue;
+            }
             uint16_t sockets = jr->sockets_per_node[k], cps = jr->cores_per_socket[k];
             for (uint16_t so = 0; so < sockets; ++so)
                 for (uint16_t co = 0; co < cps; ++co)
@@ -180,7 +192,7 @@ storm::gang::Snapshot SchedContext::snapshot()
             continue;
         }
         storm::gang::JobShape shape;
-        if (IS_JOB_RUNNING(job) && !IS_JOB_COMPLETING(job) && job_shape(job, index, shape))
+        if (IS_JOB_RUNNING(job) && !IS_JOB_COMPLETING(job) && job_shape(job, index, whole_nodes, shape))
             s.running.push_back(std::move(shape));
     }
     list_iterator_destroy(it);
