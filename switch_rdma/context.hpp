@@ -7,7 +7,7 @@
 //
 // Contract:
 //  - `id` is unique among the live contexts of the cluster, in
-//    [0, PoolConfig::context_slots()); it also fixes the tasks' TCP ports:
+//    [0, PoolConfig::context_max); it also fixes the tasks' TCP ports:
 //    the task of local index L on a node listens on port_for(L).
 //  - `nodes[i]` lists the step's i-th node: its IPv4 address and the global
 //    ranks of its tasks (SLURM_NODEID i, SLURM_LOCALID = position in ranks).
