@@ -24,6 +24,10 @@
 
 namespace storm::rdma {
 
+// The task environment variable that carries encode() (slurmstepd sets it
+// in switch_p_job_attach).
+constexpr const char *context_env = "STORM_CTX";
+
 // Largest number of a context's tasks on one node (the port block per
 // context).
 constexpr uint32_t max_local_tasks = 64;

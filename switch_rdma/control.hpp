@@ -41,6 +41,9 @@ namespace storm::rdma::control {
 
 constexpr uint8_t version = 1;
 constexpr const char *socket_name = "storm-pool.sock";
+// The task environment variable with the socket's full path (set by
+// slurmstepd beside STORM_CTX, context.hpp).
+constexpr const char *socket_env = "STORM_POOL_SOCKET";
 constexpr size_t max_message = 1 << 20; // a context of thousands of nodes fits
 
 enum class Type : uint8_t {
