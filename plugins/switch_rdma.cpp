@@ -26,8 +26,10 @@
 //    and calls its init().  Slurm has no node-init hook, so init() is where
 //    the node agent (lib/agent) starts: only when the process is slurmd and
 //    SwitchType=switch/rdma.  fini() stops it.
-// Batch, extern and interactive steps get no jobinfo from Slurm (nor do
-// srun's steps without an allocation: build_jobinfo without a step record).
+// Batch, extern and interactive steps get no jobinfo from Slurm; srun's
+// steps outside an allocation (build_jobinfo in srun, without a step
+// record) and steps without tasks get a jobinfo without a context, and
+// slurmstepd then does nothing for them.
 //
 // Restart: switch_p_libstate_save writes the table (slurmctld calls it when
 // it shuts down), switch_p_libstate_restore reads it back before the job
