@@ -7,7 +7,7 @@
 //
 // Contract:
 //  - `id` is unique among the live contexts of the cluster, in
-//    [0, PoolConfig::context_slots()); it also fixes the tasks' TCP ports:
+//    [0, PoolConfig::context_max); it also fixes the tasks' TCP ports:
 //    the task of local index L on a node listens on port_for(L).
 //  - `nodes[i]` lists the step's i-th node: its IPv4 address and the global
 //    ranks of its tasks (SLURM_NODEID i, SLURM_LOCALID = position in ranks).
@@ -23,6 +23,10 @@
 #include <vector>
 
 namespace storm::rdma {
+
+// The task environment variable that carries encode() (slurmstepd sets it
+// in switch_p_job_attach).
+constexpr const char *context_env = "STORM_CTX";
 
 // Largest number of a context's tasks on one node (the port block per
 // context).

@@ -195,8 +195,7 @@ void request(const std::string &socket_path, const std::string &message, int tim
         ~Closer() { ::close(fd); }
     } closer{fd};
     if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
-        throw std::runtime_error("cannot reach the node agent at " + socket_path + ": " +
-                                 std::strerror(errno));
+        throw AgentUnreachable("cannot reach the node agent at " + socket_path + ": " + std::strerror(errno));
     if (send(fd, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size()))
         throw std::runtime_error("cannot send to the node agent at " + socket_path + ": " +
                                  std::strerror(errno));

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -40,6 +41,9 @@ namespace storm::rdma::control {
 
 constexpr uint8_t version = 1;
 constexpr const char *socket_name = "storm-pool.sock";
+// The task environment variable with the socket's full path (set by
+// slurmstepd beside STORM_CTX, context.hpp).
+constexpr const char *socket_env = "STORM_POOL_SOCKET";
 constexpr size_t max_message = 1 << 20; // a context of thousands of nodes fits
 
 enum class Type : uint8_t {
@@ -94,9 +98,18 @@ Attached read_attached(net::Reader &r);
 std::string read_reason(net::Reader &r); // error, failed
 uint64_t read_epoch(net::Reader &r);
 
+// request() could not connect to the agent's socket (no socket, or no
+// agent listening on it): the node agent is not running.  A
+// std::runtime_error, so callers that catch that see it too.
+class AgentUnreachable : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 // Client side (slurmstepd, and tests): one request, one answer, on a new
 // connection to `socket_path`; throws std::runtime_error with the agent's
-// reason (or why it could not be reached) unless the answer is ok.
+// reason (or why it could not be reached: AgentUnreachable when it could
+// not connect) unless the answer is ok.
 void request(const std::string &socket_path, const std::string &message, int timeout_ms = 10000);
 
 } // namespace storm::rdma::control

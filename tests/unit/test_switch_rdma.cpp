@@ -1,0 +1,492 @@
+// The switch/rdma shim (plugins/switch_rdma.cpp) as Slurm drives it, without
+// a cluster: the built plugin is loaded into this process, which plays
+// slurmctld (slurm_prog_name, the job records, find_job_record) and
+// slurmstepd (slurmd's `conf` with a spool directory where a fake node
+// agent listens), with Slurm's own pack buffers and environment arrays
+// from libslurmfull.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream> // before cmocka, whose fail() macro breaks <ios>
+#include <map>
+#include <sstream>
+#include <string>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "switch_rdma/control.hpp"
+#include "tests/unit/helpers.hpp"
+
+extern "C" {
+#include "src/common/slurm_xlator.h" // first: Slurm's names in libslurmfull
+#include "src/common/env.h"
+#include "src/common/pack.h"
+#include "src/common/read_config.h"
+#include "src/common/xmalloc.h"
+#include "src/slurmctld/slurmctld.h"
+#include "src/slurmd/slurmd/slurmd.h"
+#include "src/slurmd/slurmstepd/slurmstepd_job.h"
+}
+#undef error // log.h's macros would rewrite control::error and cmocka's names
+#undef info
+#undef debug
+#undef verbose
+#include "tests/unit/cmocka.hpp"
+
+using test_helpers::contains;
+namespace control = storm::rdma::control;
+
+// What slurmctld and slurmd export to the plugin (this executable is linked
+// with --export-dynamic).
+std::map<uint32_t, job_record_t *> g_jobs;
+extern "C" {
+slurmd_conf_t *conf = nullptr;
+job_record_t *find_job_record(uint32_t job_id)
+{
+    auto it = g_jobs.find(job_id);
+    return it == g_jobs.end() ? nullptr : it->second;
+}
+}
+
+namespace {
+
+struct Plugin {
+    void *h = nullptr;
+    int (*init)(void);
+    int (*fini)(void);
+    int (*libstate_save)(char *);
+    int (*libstate_restore)(char *, bool);
+    int (*libstate_clear)(void);
+    int (*alloc)(void **, uint32_t, uint32_t);
+    int (*build)(void *, slurm_step_layout_t *, step_record_t *);
+    int (*duplicate)(void *, void **);
+    void (*free_)(void *);
+    int (*pack)(void *, buf_t *, uint16_t);
+    int (*unpack)(void **, buf_t *, uint16_t);
+    int (*get)(void *, int, void *);
+    int (*job_init)(stepd_step_rec_t *);
+    int (*attach)(void *, char ***, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t);
+    int (*postfini)(stepd_step_rec_t *);
+    int (*step_complete)(void *, char *);
+    int (*step_allocated)(void *, char *);
+    void (*job_complete)(uint32_t);
+
+    template <class F> void sym(F &f, const char *name)
+    {
+        f = reinterpret_cast<F>(dlsym(h, name));
+        if (!f)
+            std::fprintf(stderr, "missing %s\n", name);
+        assert_non_null(reinterpret_cast<void *>(f));
+    }
+    void load()
+    {
+        h = dlopen(STORM_SWITCH_SO, RTLD_LAZY | RTLD_LOCAL);
+        if (!h)
+            std::fprintf(stderr, "%s\n", dlerror());
+        assert_non_null(h);
+        sym(init, "init");
+        sym(fini, "fini");
+        sym(libstate_save, "switch_p_libstate_save");
+        sym(libstate_restore, "switch_p_libstate_restore");
+        sym(libstate_clear, "switch_p_libstate_clear");
+        sym(alloc, "switch_p_alloc_jobinfo");
+        sym(build, "switch_p_build_jobinfo");
+        sym(duplicate, "switch_p_duplicate_jobinfo");
+        sym(free_, "switch_p_free_jobinfo");
+        sym(pack, "switch_p_pack_jobinfo");
+        sym(unpack, "switch_p_unpack_jobinfo");
+        sym(get, "switch_p_get_jobinfo");
+        sym(job_init, "switch_p_job_init");
+        sym(attach, "switch_p_job_attach");
+        sym(postfini, "switch_p_job_postfini");
+        sym(step_complete, "switch_p_job_step_complete");
+        sym(step_allocated, "switch_p_job_step_allocated");
+        sym(job_complete, "switch_p_job_complete");
+    }
+} P;
+
+std::string g_dir; // StateSaveLocation and SlurmdSpoolDir
+
+// A step of job `job` with `per_node[i]` tasks on node i, ranks dealt
+// round robin over the nodes.
+struct Step {
+    job_record_t job{};
+    part_record_t part{};
+    step_record_t step{};
+    slurm_step_layout_t layout{};
+    std::vector<uint16_t> tasks;
+    std::vector<std::vector<uint32_t>> tids;
+    std::vector<uint32_t *> tid_ptrs;
+    std::string nodes;
+    Step(uint32_t job_id, uint32_t step_id, std::vector<uint16_t> per_node, uint16_t max_share = 1)
+    {
+        job.job_id = job_id;
+        job.user_id = 1000;
+        job.job_state = JOB_RUNNING;
+        part.max_share = max_share;
+        job.part_ptr = &part;
+        step.job_ptr = &job;
+        step.step_id.job_id = job_id;
+        step.step_id.step_id = step_id;
+        tasks = per_node;
+        tids.resize(per_node.size());
+        uint32_t rank = 0, left = 0;
+        for (auto t : per_node)
+            left += t;
+        layout.task_cnt = left;
+        while (left)
+            for (size_t n = 0; n < per_node.size(); ++n)
+                if (tids[n].size() < per_node[n]) {
+                    tids[n].push_back(rank++);
+                    --left;
+                }
+        for (auto &t : tids)
+            tid_ptrs.push_back(t.data());
+        for (size_t n = 0; n < per_node.size(); ++n)
+            nodes += std::string(n ? "," : "") + "localhost";
+        layout.node_cnt = static_cast<uint32_t>(per_node.size());
+        layout.node_list = const_cast<char *>(nodes.c_str());
+        layout.tasks = tasks.data();
+        layout.tids = tid_ptrs.data();
+        g_jobs[job_id] = &job;
+    }
+    ~Step() { g_jobs.erase(job.job_id); }
+};
+
+// Builds a jobinfo for `s`; returns build's result, the jobinfo in *out.
+int build(Step &s, void **out)
+{
+    assert_int_equal(P.alloc(out, s.job.job_id, s.step.step_id.step_id), SLURM_SUCCESS);
+    errno = 0;
+    return P.build(*out, &s.layout, &s.step);
+}
+
+// The STORM_CTX a task of this jobinfo gets ("" if none).
+std::string ctx_env(void *info)
+{
+    char **env = env_array_create();
+    assert_int_equal(P.attach(info, &env, 0, 0, 1, 1, 0), SLURM_SUCCESS);
+    const char *v = getenvp(env, "STORM_CTX");
+    std::string out = v ? v : "";
+    const char *sock = getenvp(env, "STORM_POOL_SOCKET");
+    if (v) {
+        assert_non_null(sock);
+        assert_string_equal(sock, (g_dir + "/storm-pool.sock").c_str());
+    } else {
+        assert_null(sock);
+    }
+    env_array_free(env);
+    return out;
+}
+
+// Makes the packed bytes of `buf` readable from the start, as a receiver
+// sees them (its size is what was packed).
+void reread(buf_t *buf)
+{
+    buf->size = get_buf_offset(buf);
+    set_buf_offset(buf, 0);
+}
+
+std::string read_text(const std::string &path)
+{
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+int setup(void **)
+{
+    char t[] = "/tmp/storm-switch-XXXXXX";
+    assert_non_null(mkdtemp(t));
+    g_dir = t;
+    slurm_prog_name = xstrdup("slurmctld"); // before any running_in_*()
+    slurm_conf.switch_type = xstrdup("switch/rdma");
+    slurm_conf.switch_param = xstrdup("storm_ctx_max=2,storm_pool_size=67108864");
+    slurm_conf.schedtype = xstrdup("sched/gang");
+    conf = static_cast<slurmd_conf_t *>(xmalloc(sizeof(slurmd_conf_t)));
+    conf->spooldir = xstrdup(g_dir.c_str());
+    P.load();
+    assert_int_equal(P.init(), SLURM_SUCCESS);
+    return 0;
+}
+
+int teardown(void **)
+{
+    P.fini();
+    std::string cmd = "rm -rf '" + g_dir + "'";
+    return system(cmd.c_str()) == 0 ? 0 : -1;
+}
+
+void test_build_pack_attach(void **)
+{
+    P.libstate_clear();
+    Step s(100, 0, {2, 1}, SHARED_FORCE | 4); // FORCE:4 under sched/gang: swapped
+    void *info = nullptr;
+    assert_int_equal(build(s, &info), SLURM_SUCCESS);
+    std::string text = ctx_env(info);
+    assert_string_equal(text.c_str(), "1;0;100;0;1000;s;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
+
+    // Through Slurm's buffers, as srun, slurmd and slurmstepd see it.
+    buf_t *buf = init_buf(1024);
+    assert_int_equal(P.pack(info, buf, SLURM_PROTOCOL_VERSION), SLURM_SUCCESS);
+    reread(buf);
+    void *copy = nullptr;
+    assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_SUCCESS);
+    assert_string_equal(ctx_env(copy).c_str(), text.c_str());
+    free_buf(buf);
+    void *dup = nullptr;
+    assert_int_equal(P.duplicate(copy, &dup), SLURM_SUCCESS);
+    assert_string_equal(ctx_env(dup).c_str(), text.c_str());
+    P.free_(dup);
+    P.free_(copy);
+    // No keys.
+    int x;
+    assert_int_equal(P.get(info, 1, &x), SLURM_ERROR);
+    assert_int_equal(slurm_get_errno(), EINVAL);
+
+    // Without a context (NULL jobinfo, as Slurm packs for none) and
+    // malformed input.
+    buf = init_buf(1024);
+    assert_int_equal(P.pack(nullptr, buf, SLURM_PROTOCOL_VERSION), SLURM_SUCCESS);
+    reread(buf);
+    assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_SUCCESS);
+    assert_string_equal(ctx_env(copy).c_str(), "");
+    P.free_(copy);
+    free_buf(buf);
+    buf = init_buf(1024);
+    pack16(2, buf); // a later version
+    packnull(buf);
+    reread(buf);
+    assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_ERROR);
+    assert_null(copy);
+    free_buf(buf);
+    buf = init_buf(1024);
+    pack16(1, buf);
+    char bad_mode[] = "1;0;100;0;1000;q;1;40000;1;127.0.0.1=0";
+    packstr(bad_mode, buf);
+    reread(buf);
+    assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_ERROR);
+    free_buf(buf);
+    buf = init_buf(1024);
+    pack16(1, buf); // truncated
+    reread(buf);
+    assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_ERROR);
+    free_buf(buf);
+
+    assert_int_equal(P.step_complete(info, s.layout.node_list), SLURM_SUCCESS);
+    P.free_(info);
+}
+
+void test_modes_and_refusals(void **)
+{
+    P.libstate_clear();
+    // Without FORCE, or with FORCE:1: divided, n=1.
+    Step a(200, 0, {1}), b(201, 3, {1}, SHARED_FORCE | 1);
+    void *ia = nullptr, *ib = nullptr, *ic = nullptr, *id = nullptr;
+    assert_int_equal(build(a, &ia), SLURM_SUCCESS);
+    assert_string_equal(ctx_env(ia).c_str(), "1;0;200;0;1000;d;1;40000;1;127.0.0.1=0");
+    assert_int_equal(build(b, &ib), SLURM_SUCCESS);
+    assert_string_equal(ctx_env(ib).c_str(), "1;1;201;3;1000;d;1;40000;1;127.0.0.1=0");
+    // storm_ctx_max=2: the third waits (srun retries on INTERCONNECT_BUSY).
+    Step c(202, 0, {1});
+    assert_int_equal(build(c, &ic), SLURM_ERROR);
+    assert_int_equal(errno, ESLURM_INTERCONNECT_BUSY);
+    assert_string_equal(ctx_env(ic).c_str(), "");
+    P.step_complete(ic, c.layout.node_list); // what delete_step_record does
+    P.free_(ic);
+    // The first ends: its id is the lowest free one again.
+    P.step_complete(ia, a.layout.node_list);
+    P.free_(ia);
+    assert_int_equal(build(c, &ic), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(ic), "1;0;202;0;"));
+    P.free_(ic); // c keeps id 0 until its job ends
+    P.job_complete(202);
+    // 65 tasks on a node: refused for good.
+    Step d(203, 0, {65});
+    assert_int_equal(build(d, &id), SLURM_ERROR);
+    assert_int_equal(errno, ESLURM_INTERCONNECT_FAILURE);
+    P.free_(id);
+    // The id freed by job 202 is free.
+    Step e(204, 0, {64});
+    void *ie = nullptr;
+    assert_int_equal(build(e, &ie), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(ie), "1;0;204;0;1000;d;1;"));
+    // FORCE:8 without sched/gang: divided n=8, and 64 tasks on a node
+    // leave no credit.
+    slurm_conf.schedtype = xstrdup("sched/backfill");
+    Step f(205, 0, {64}, SHARED_FORCE | 8), g(206, 0, {1}, SHARED_FORCE | 8);
+    void *if_ = nullptr, *ig = nullptr;
+    P.job_complete(204);
+    assert_int_equal(build(f, &if_), SLURM_ERROR);
+    assert_int_equal(errno, ESLURM_INTERCONNECT_FAILURE);
+    P.free_(if_);
+    assert_int_equal(build(g, &ig), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(ig), "1;0;206;0;1000;d;8;"));
+    P.free_(ig);
+    P.job_complete(206);
+    xfree(slurm_conf.schedtype);
+    slurm_conf.schedtype = xstrdup("sched/gang");
+    P.free_(ie);
+    P.free_(ib);
+    P.job_complete(201);
+}
+
+void test_restart(void **)
+{
+    P.libstate_clear();
+    Step a(300, 0, {1}), b(301, 0, {1});
+    void *ia = nullptr, *ib = nullptr;
+    assert_int_equal(build(a, &ia), SLURM_SUCCESS);
+    assert_int_equal(build(b, &ib), SLURM_SUCCESS);
+    assert_int_equal(P.libstate_save(const_cast<char *>(g_dir.c_str())), SLURM_SUCCESS);
+    std::string file = g_dir + "/switch_rdma_contexts";
+    assert_string_equal(read_text(file).c_str(), "storm-contexts 1\n0 300 0\n1 301 0\n");
+
+    // slurmctld restarts; job 300 ended meanwhile, 301 lives (re-marked
+    // from the job state), and no file entry may be handed out before.
+    P.libstate_clear();
+    assert_int_equal(P.libstate_restore(const_cast<char *>(g_dir.c_str()), true), SLURM_SUCCESS);
+    assert_int_equal(P.step_allocated(ib, b.layout.node_list), SLURM_SUCCESS);
+    g_jobs.erase(300);
+    Step c(302, 0, {1});
+    void *ic = nullptr;
+    assert_int_equal(build(c, &ic), SLURM_SUCCESS); // sweeps 300's entry, takes id 0
+    assert_true(contains(ctx_env(ic), "1;0;302;0;"));
+    P.free_(ic);
+
+    // A stale file: it has job 400's step on id 1, the job state has 301
+    // there.  A missing file: the re-marks alone.
+    std::ofstream(file) << "storm-contexts 1\n1 400 0\n";
+    P.libstate_restore(const_cast<char *>(g_dir.c_str()), true);
+    P.step_allocated(ib, b.layout.node_list);
+    Step d(303, 0, {1});
+    void *id = nullptr;
+    assert_int_equal(build(d, &id), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(id), "1;0;303;0;"));
+    P.free_(id);
+    Step e(304, 0, {1});
+    void *ie = nullptr;
+    assert_int_equal(build(e, &ie), SLURM_ERROR); // 0 (303) and 1 (301) held
+    P.free_(ie);
+
+    // A malformed file: logged, kept as .bad, the re-marks still hold.
+    std::ofstream(file) << "storm-contexts 1\n0 1\n";
+    assert_int_equal(P.libstate_restore(const_cast<char *>(g_dir.c_str()), true), SLURM_SUCCESS);
+    struct stat st;
+    assert_int_equal(stat((file + ".bad").c_str(), &st), 0);
+    assert_int_equal(stat(file.c_str(), &st), -1);
+    P.step_allocated(ib, b.layout.node_list);
+    Step f(305, 0, {1});
+    void *if_ = nullptr;
+    assert_int_equal(build(f, &if_), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(if_), "1;0;305;0;"));
+    P.free_(if_);
+    // slurmctld -c: nothing recovered.
+    assert_int_equal(P.libstate_restore(const_cast<char *>(g_dir.c_str()), false), SLURM_SUCCESS);
+    P.free_(ia);
+    P.free_(ib);
+    P.libstate_clear();
+}
+
+// A node agent that answers each request with `answer`, `count` times.
+struct FakeAgent {
+    std::string path = g_dir + "/" + control::socket_name;
+    int fd = -1;
+    std::thread th;
+    std::vector<std::string> got;
+    FakeAgent(const std::string &answer, int count)
+    {
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+        assert_int_equal(bind(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+        assert_int_equal(listen(fd, 4), 0);
+        th = std::thread([this, answer, count] {
+            for (int i = 0; i < count; ++i) {
+                int c = accept(fd, nullptr, nullptr);
+                if (c < 0)
+                    return;
+                char buf[65536];
+                ssize_t n = recv(c, buf, sizeof buf, 0);
+                got.emplace_back(buf, n > 0 ? static_cast<size_t>(n) : 0);
+                send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+                close(c);
+            }
+        });
+    }
+    ~FakeAgent()
+    {
+        if (th.joinable())
+            th.join();
+        close(fd);
+        unlink(path.c_str());
+    }
+};
+
+void test_stepd_open_close(void **)
+{
+    P.libstate_clear();
+    Step s(500, 2, {1, 1});
+    void *info = nullptr;
+    assert_int_equal(build(s, &info), SLURM_SUCCESS);
+    stepd_step_rec_t job{};
+    dynamic_plugin_data_t dyn{info, 0};
+    job.switch_job = &dyn;
+    job.step_id.job_id = 500;
+    job.step_id.step_id = 2;
+
+    // No agent: the step fails.
+    assert_int_equal(P.job_init(&job), SLURM_ERROR);
+    assert_int_equal(P.postfini(&job), SLURM_SUCCESS); // nothing opened, nothing sent
+
+    {
+        FakeAgent agent(control::ok(), 2);
+        assert_int_equal(P.job_init(&job), SLURM_SUCCESS);
+        assert_int_equal(P.postfini(&job), SLURM_SUCCESS);
+        agent.th.join();
+        assert_int_equal(agent.got.size(), 2);
+        storm::net::Reader r(agent.got[0]);
+        assert_true(control::header(r).type == control::Type::open);
+        auto ctx = control::read_open(r);
+        assert_int_equal(ctx.job_id, 500);
+        assert_int_equal(ctx.step_id, 2);
+        assert_int_equal(ctx.nodes.size(), 2);
+        assert_true(agent.got[1] == control::close(ctx.id, 500, 2));
+    }
+    {
+        FakeAgent agent(control::error("no room in the pool"), 1);
+        assert_int_equal(P.job_init(&job), SLURM_ERROR);
+        agent.th.join();
+        assert_int_equal(P.postfini(&job), SLURM_SUCCESS);
+    }
+    // A step without a context: nothing to open.
+    void *none = nullptr;
+    assert_int_equal(P.alloc(&none, 1, 1), SLURM_SUCCESS);
+    dyn.data = none;
+    assert_int_equal(P.job_init(&job), SLURM_SUCCESS);
+    dyn.data = nullptr;
+    assert_int_equal(P.job_init(&job), SLURM_SUCCESS);
+    P.free_(none);
+    P.free_(info);
+    P.job_complete(500);
+}
+
+} // namespace
+
+int main()
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_build_pack_attach),
+        cmocka_unit_test(test_modes_and_refusals),
+        cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_stepd_open_close),
+    };
+    return cmocka_run_group_tests_name("switch_rdma", tests, setup, teardown);
+}
