@@ -425,6 +425,12 @@ void Endpoint::fail(const std::string &reason) noexcept
         fail_reason_ = reason;
         failed_.store(true);
     }
+    // Tell the agent at once (it stops waiting for this task's answers):
+    // the application may exit as soon as its call returns -1.
+    if (ctl_fd_ >= 0) {
+        std::string m = control::failed(reason);
+        (void)!::send(ctl_fd_, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     wake_app();
 }
 

@@ -129,6 +129,7 @@ private:
     void answer(Flush::Answer a);
     void control_send(const std::string &m);
     void peer_closed(uint32_t p, const std::string &why);
+    void abort_peers(const std::string &reason) noexcept;
     void check_timeouts();
     void finalize_steps();
 
@@ -189,7 +190,6 @@ private:
     bool bye_sent_ = false, fin_sent_ = false;
     std::chrono::steady_clock::time_point wait_since_, fin_deadline_;
     bool fin_deadline_set_ = false;
-    bool fail_reported_ = false;
 };
 
 } // namespace storm::rdma::msg

@@ -15,10 +15,13 @@
 //   bye    Frame{'B'}: no more data from me (finalize)
 //   fin    Frame{'F'}: my last refills are out; I close once every peer's
 //          fin came
+//   abort  Frame{'X', value=length} + that many bytes: the sender's context
+//          failed, for this reason (its peers fail too, naming it)
 // Fields are in the senders' byte order: the Hello's `order` field rejects a
 // peer of another byte order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace storm::rdma::msg {
@@ -45,7 +48,10 @@ enum FrameType : uint8_t {
     frame_ready = 'Y',
     frame_bye = 'B',
     frame_fin = 'F',
+    frame_abort = 'X',
 };
+
+constexpr size_t max_abort_reason = 4096;
 
 struct Frame {
     uint8_t type;

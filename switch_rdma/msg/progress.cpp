@@ -30,6 +30,7 @@ void Endpoint::progress_main() noexcept
         try {
             progress_step();
         } catch (const std::exception &e) {
+            abort_peers(e.what());
             fail(e.what());
         }
         if (done_.load() || failed_.load())
@@ -58,17 +59,6 @@ void Endpoint::progress_main() noexcept
             uint64_t v;
             (void)!::read(prog_efd_, &v, sizeof v);
         }
-    }
-    // Tell the agent why, once (it stops waiting for this task's answers).
-    if (failed_.load() && !fail_reported_) {
-        fail_reported_ = true;
-        std::string reason;
-        {
-            std::lock_guard<std::mutex> l(fail_mu_);
-            reason = fail_reason_;
-        }
-        std::string m = control::failed(reason);
-        (void)!::send(ctl_fd_, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     done_.store(true);
     wake_app();
@@ -199,6 +189,7 @@ void Endpoint::read_peer(uint32_t p)
 {
     Peer &peer = peers_[p];
     char buf[64 * 1024];
+    bool eof = false; // handled after what came before it
     for (int round = 0; round < 16; ++round) {
         ssize_t n = ::recv(peer.fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n < 0) {
@@ -208,10 +199,8 @@ void Endpoint::read_peer(uint32_t p)
             return;
         }
         if (n == 0) {
-            if (!peer.in.empty())
-                throw std::runtime_error(rank_text(p) + " closed its connection in the middle of a frame");
-            peer_closed(p, "closed its connection");
-            return;
+            eof = true;
+            break;
         }
         peer.in.append(buf, static_cast<size_t>(n));
         if (static_cast<size_t>(n) < sizeof buf)
@@ -234,6 +223,14 @@ void Endpoint::read_peer(uint32_t p)
             deliver(p, f, h, peer.in.data() + off + sizeof f + sizeof h);
             off += sizeof f + sizeof h + h.len;
             continue;
+        }
+        if (f.type == frame_abort) {
+            if (f.value > max_abort_reason)
+                throw std::runtime_error(rank_text(p) + " sent an abort of " + std::to_string(f.value) +
+                                         " bytes");
+            if (peer.in.size() - off < sizeof f + f.value)
+                break;
+            throw std::runtime_error(rank_text(p) + " failed: " + peer.in.substr(off + sizeof f, f.value));
         }
         off += sizeof f;
         if (f.refill || f.type == frame_refill)
@@ -260,6 +257,40 @@ void Endpoint::read_peer(uint32_t p)
         }
     }
     peer.in.erase(0, off);
+    if (eof) {
+        if (!peer.in.empty())
+            throw std::runtime_error(rank_text(p) + " closed its connection in the middle of a frame");
+        peer_closed(p, "closed its connection");
+    }
+}
+
+void Endpoint::abort_peers(const std::string &reason) noexcept
+{
+    // Best effort, briefly: the peers learn why rather than just an EOF.
+    std::string why = reason.substr(0, max_abort_reason);
+    auto deadline = Clock::now() + std::chrono::milliseconds(200);
+    for (uint32_t p = 0; p < ntasks_; ++p) {
+        Peer &peer = peers_[p];
+        if (p == rank_ || peer.closed || peer.fd < 0)
+            continue;
+        try {
+            queue_frame(p, frame_abort, why.size());
+            peer.out += why;
+            while (peer.out.size() > peer.out_off && Clock::now() < deadline) {
+                ssize_t n = ::send(peer.fd, peer.out.data() + peer.out_off, peer.out.size() - peer.out_off,
+                                   MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n > 0) {
+                    peer.out_off += static_cast<size_t>(n);
+                    continue;
+                }
+                if (n < 0 && errno != EAGAIN && errno != EINTR)
+                    break;
+                pollfd pf{peer.fd, POLLOUT, 0};
+                poll(&pf, 1, 10);
+            }
+        } catch (...) {
+        }
+    }
 }
 
 void Endpoint::deliver(uint32_t p, const Frame &f, const PacketHeader &h, const char *data)
