@@ -684,6 +684,50 @@ void test_api_errors(void **)
     munmap(sh, sizeof *sh);
 }
 
+// The programs built on the library (tests/integration/msg_alltoall,
+// contrib/bench/msg_bw) run as tasks under this agent, through switches.
+std::string built(const char *rel)
+{
+    const char *b = getenv("STORM_BUILDDIR");
+    std::string path = std::string(b ? b : ".") + "/" + rel;
+    return access(path.c_str(), X_OK) == 0 ? path : "";
+}
+
+void run_program(uint32_t ntasks, uint32_t id, const std::vector<std::string> &argv)
+{
+    Agent agent(ntasks, id, 16 * 1024 * ntasks, 1024);
+    for (uint32_t r = 0; r < ntasks; ++r)
+        agent.spawn(r, [&argv] {
+            std::vector<char *> a;
+            for (auto &s : argv)
+                a.push_back(const_cast<char *>(s.c_str()));
+            a.push_back(nullptr);
+            execv(a[0], a.data());
+            return 127;
+        });
+    agent.serve_attach(ntasks);
+    std::mt19937 rng(id);
+    auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (!agent.reap()) {
+        assert_true(Clock::now() < deadline);
+        assert_true(agent.cycle(rng));
+        usleep(rng() % 3000);
+    }
+    print_message("%s: %llu switches\n", argv[0].c_str(), static_cast<unsigned long long>(agent.epoch));
+    for (uint32_t r = 0; r < ntasks; ++r)
+        if (!exited_ok(agent.status(r)))
+            fail_msg("%s: rank %u exited with status %d", argv[0].c_str(), r, agent.status(r));
+}
+
+void test_programs(void **)
+{
+    std::string alltoall = built("tests/integration/msg_alltoall"), bw = built("contrib/bench/msg_bw");
+    if (alltoall.empty() || bw.empty())
+        skip();
+    run_program(4, 7, {alltoall, "300", "6000"});
+    run_program(2, 8, {bw, "-n", "300", "64", "4096", "65536"});
+}
+
 } // namespace
 
 int main()
@@ -692,10 +736,9 @@ int main()
     if (const char *f = getenv("TEST_FILTER"))
         cmocka_set_test_filter(f);
     const CMUnitTest tests[] = {
-        cmocka_unit_test(test_api_errors),
-        cmocka_unit_test(test_alltoall_3_tasks),
-        cmocka_unit_test(test_alltoall_4_tasks),
-        cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_api_errors),       cmocka_unit_test(test_alltoall_3_tasks),
+        cmocka_unit_test(test_alltoall_4_tasks), cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_programs),
     };
     return cmocka_run_group_tests_name("msg_loopback", tests, nullptr, nullptr);
 }
