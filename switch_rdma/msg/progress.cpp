@@ -69,13 +69,11 @@ bool Endpoint::progress_has_work()
     for (uint32_t p = 0; p < ntasks_; ++p)
         if (consumed_[p].load(std::memory_order_acquire) != consumed_seen_[p])
             return true;
-    if (finalizing_.load() && !bye_sent_)
-        return true;
     if (!flush_->may_inject())
         return false;
     uint64_t head = q_->send_head.load(std::memory_order_relaxed);
     if (q_->send_tail.load(std::memory_order_seq_cst) == head)
-        return false;
+        return finalizing_.load() && !bye_sent_; // the bye can go
     PacketHeader h;
     std::memcpy(&h, send_slot_at(head), sizeof h);
     return h.dst < ntasks_ && credits_->can_send(h.dst) &&

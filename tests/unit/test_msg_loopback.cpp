@@ -99,7 +99,8 @@ public:
         ctx.uid = getuid();
         ctx.mode = PoolMode::swapped;
         ctx.divisions = 1;
-        ctx.port_base = 20000 + static_cast<uint32_t>(getpid() % 500) * 64;
+        ctx.port_base =
+            45000 + static_cast<uint32_t>(getpid() % 300) * 64; // above storm_ctx_ports' default block
         ctx.ntasks = ntasks;
         ContextNode n;
         n.addr = htonl(INADDR_LOOPBACK);
@@ -195,7 +196,7 @@ public:
             a.recv_slots = share.recv_slots;
             a.credits = share.credits;
             a.epoch = epoch;
-            a.resident = true;
+            a.resident = attach_resident;
             std::string m = control::attached(a);
             iovec iov{m.data(), m.size()};
             alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
@@ -387,6 +388,7 @@ public:
     Context ctx;
     TaskShare share;
     uint64_t epoch = 0;
+    bool attach_resident = true;
 
 private:
     uint32_t ntasks_;
@@ -684,6 +686,52 @@ void test_api_errors(void **)
     munmap(sh, sizeof *sh);
 }
 
+// A task attached while its context is swapped out (resident 0, halted at
+// the agent's epoch) waits in storm_msg_init until the context is released.
+void test_attach_swapped_out(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 9, 16 * 1024 * 2, 1024);
+        agent.epoch = 4;
+        agent.attach_resident = false;
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.q(r)->resident = 0;
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.spawn(r, [sh, r] {
+                if (storm_msg_init() != 0) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                char b[16] = "hello";
+                int peer = 1 - static_cast<int>(r);
+                if (storm_msg_send(peer, 1, b, 6) != 0 ||
+                    storm_msg_recv(peer, 1, b, sizeof b, nullptr, nullptr) != 6 ||
+                    storm_msg_finalize() != 0) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                report(sh->r[r], 0, "");
+                return 0;
+            });
+        agent.serve_attach(2);
+        usleep(100000);
+        for (uint32_t r = 0; r < 2; ++r)
+            assert_int_equal(sh->r[r].status, -1); // still waiting in init
+        for (uint32_t r = 0; r < 2; ++r) {
+            agent.q(r)->resident.store(1);
+            syscall(SYS_futex, &agent.q(r)->resident, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+        }
+        assert_true(agent.round(control::Type::release, control::Type::ready, 4));
+        assert_true(agent.wait_all(20));
+        for (uint32_t r = 0; r < 2; ++r)
+            if (sh->r[r].status != 0)
+                fail_msg("rank %u: %s", r, sh->r[r].error);
+        assert_int_equal(sh->r[0].stats.releases, 1);
+    }
+    munmap(sh, sizeof *sh);
+}
+
 // The programs built on the library (tests/integration/msg_alltoall,
 // contrib/bench/msg_bw) run as tasks under this agent, through switches.
 std::string built(const char *rel)
@@ -736,9 +784,9 @@ int main()
     if (const char *f = getenv("TEST_FILTER"))
         cmocka_set_test_filter(f);
     const CMUnitTest tests[] = {
-        cmocka_unit_test(test_api_errors),       cmocka_unit_test(test_alltoall_3_tasks),
-        cmocka_unit_test(test_alltoall_4_tasks), cmocka_unit_test(test_task_killed),
-        cmocka_unit_test(test_programs),
+        cmocka_unit_test(test_api_errors),         cmocka_unit_test(test_alltoall_3_tasks),
+        cmocka_unit_test(test_alltoall_4_tasks),   cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_attach_swapped_out), cmocka_unit_test(test_programs),
     };
     return cmocka_run_group_tests_name("msg_loopback", tests, nullptr, nullptr);
 }
