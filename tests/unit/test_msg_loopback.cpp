@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <functional>
 #include <linux/futex.h>
@@ -28,6 +29,7 @@
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/layout.hpp"
+#include "switch_rdma/msg/frames.hpp"
 #include "switch_rdma/msg/storm_msg.h"
 #include "switch_rdma/pool_config.hpp"
 #include "switch_rdma/window.hpp"
@@ -143,7 +145,8 @@ public:
     QueueHeader *q(uint32_t r) { return reinterpret_cast<QueueHeader *>(window_ + share.bytes * r); }
 
     // Forks task `rank` running f (its exit status is f's result).
-    void spawn(uint32_t rank, const std::function<int()> &f, const std::string &ctx_text = "")
+    void spawn(uint32_t rank, const std::function<int()> &f, const std::string &ctx_text = "",
+               const char *timeout = "5")
     {
         pid_t pid = fork();
         assert_true(pid >= 0);
@@ -152,7 +155,7 @@ public:
             setenv("STORM_CTX", (ctx_text.empty() ? ctx.encode() : ctx_text).c_str(), 1);
             setenv("STORM_POOL_SOCKET", path_.c_str(), 1);
             setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
-            setenv("STORM_MSG_TIMEOUT", "5", 1);
+            setenv("STORM_MSG_TIMEOUT", timeout, 1);
             _exit(f());
         }
         tasks_[rank].pid = pid;
@@ -686,6 +689,94 @@ void test_api_errors(void **)
     munmap(sh, sizeof *sh);
 }
 
+// A task that waits for a peer's mark longer than STORM_MSG_TIMEOUT fails,
+// naming the peer, tells the agent, and its peer fails with it.
+void test_mark_timeout(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 10, 16 * 1024 * 2, 1024);
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.spawn(
+                r,
+                [sh, r] {
+                    if (storm_msg_init() != 0)
+                        return 2;
+                    char b[8];
+                    ssize_t n = storm_msg_recv(STORM_MSG_ANY, STORM_MSG_ANY, b, sizeof b, nullptr, nullptr);
+                    report(sh->r[r], n < 0 ? 1 : 0, storm_msg_error());
+                    return n < 0 ? 1 : 0;
+                },
+                "", "2");
+        agent.serve_attach(2);
+        // Only rank 0 is halted: rank 1 never sends its halt mark.
+        std::string m = control::epoch_message(control::Type::halt, 1);
+        assert_true(send(agent.task(0).conn, m.data(), m.size(), MSG_NOSIGNAL) > 0);
+        assert_true(agent.wait_all(15));
+        agent.collect_failed();
+        print_message("rank 0: %s\nrank 1: %s\n", sh->r[0].error, sh->r[1].error);
+        assert_true(contains(agent.task(0).failed, "rank 1's halt mark for epoch 1 did not come within 2 s"));
+        assert_true(contains(sh->r[0].error, "rank 1's halt mark for epoch 1"));
+        assert_true(contains(sh->r[1].error, "rank 0 failed: rank 1's halt mark"));
+        assert_int_equal(sh->r[0].stats.halts, 1);
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// A connection from another context is closed by the accepting task, which
+// still takes its real peer afterwards.
+void test_wrong_context_refused(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 11, 16 * 1024 * 2, 1024);
+        auto task = [sh](uint32_t r) {
+            return [sh, r] {
+                if (storm_msg_init() != 0) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                int rc = storm_msg_barrier() == 0 && storm_msg_finalize() == 0 ? 0 : 1;
+                report(sh->r[r], rc, storm_msg_error());
+                return rc;
+            };
+        };
+        agent.spawn(0, task(0));
+        agent.serve_attach(1);
+        // Rank 0 listens now (it attached, then listened, then waits for
+        // rank 1): knock with a hello of context 99.
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sa.sin_port = htons(agent.ctx.port_for(0));
+        int fd = -1;
+        for (int i = 0; i < 200; ++i) {
+            fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0)
+                break;
+            close(fd);
+            fd = -1;
+            usleep(10000);
+        }
+        assert_true(fd >= 0);
+        storm::rdma::msg::Hello h{
+            storm::rdma::msg::hello_magic, storm::rdma::msg::byte_order, 99, agent.ctx.job_id, 0, 1, 0, 1024};
+        assert_int_equal(send(fd, &h, sizeof h, MSG_NOSIGNAL), sizeof h);
+        char c;
+        pollfd p{fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 5000), 1);
+        assert_int_equal(recv(fd, &c, 1, 0), 0); // closed, no answer
+        close(fd);
+        agent.spawn(1, task(1));
+        agent.serve_attach(1);
+        assert_true(agent.wait_all(20));
+        for (uint32_t r = 0; r < 2; ++r)
+            if (sh->r[r].status != 0)
+                fail_msg("rank %u: %s", r, sh->r[r].error);
+    }
+    munmap(sh, sizeof *sh);
+}
+
 // A task attached while its context is swapped out (resident 0, halted at
 // the agent's epoch) waits in storm_msg_init until the context is released.
 void test_attach_swapped_out(void **)
@@ -786,6 +877,7 @@ int main()
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_api_errors),         cmocka_unit_test(test_alltoall_3_tasks),
         cmocka_unit_test(test_alltoall_4_tasks),   cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_mark_timeout),       cmocka_unit_test(test_wrong_context_refused),
         cmocka_unit_test(test_attach_swapped_out), cmocka_unit_test(test_programs),
     };
     return cmocka_run_group_tests_name("msg_loopback", tests, nullptr, nullptr);
