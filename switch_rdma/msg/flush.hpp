@@ -104,6 +104,13 @@ public:
     Phase phase() const noexcept { return phase_; }
     uint64_t epoch() const noexcept { return epoch_; }
     bool may_inject() const noexcept { return phase_ == Phase::running; }
+    // p's halt mark arrived and its ready mark not yet: data from p now is
+    // a protocol error (p stopped injecting before its halt mark).
+    bool peer_halted(uint32_t p) const
+    {
+        const auto &m = peers_.at(p);
+        return !m.gone && m.halt > m.ready;
+    }
     // Waiting for peers' marks (a timeout applies).
     bool waiting() const noexcept { return phase_ == Phase::halting || phase_ == Phase::releasing; }
     // The first peer whose mark the current phase waits for, or -1.

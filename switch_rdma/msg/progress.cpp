@@ -300,8 +300,8 @@ void Endpoint::deliver(uint32_t p, const Frame &f, const PacketHeader &h, const 
                                  " to rank " + std::to_string(h.dst));
     if (peers_[p].bye)
         throw std::runtime_error(rank_text(p) + " sent data after its bye");
-    if (!flush_->may_inject() && flush_->phase() == Flush::Phase::halted)
-        throw std::runtime_error(rank_text(p) + " sent data while the context is halted");
+    if (flush_->peer_halted(p))
+        throw std::runtime_error(rank_text(p) + " sent data between its halt and ready marks");
     if (!resident())
         throw std::runtime_error(rank_text(p) + " sent data while the context is swapped out");
     credits_->arrived(p); // throws on a packet without credit

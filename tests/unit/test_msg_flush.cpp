@@ -90,8 +90,11 @@ void test_later_epoch_early(void **)
     f.arrived_halt(0, 1);
     assert_true(f.arrived_halt(2, 1) == Answer::halted);
     // Peers 0 and 2 got their release first: ready(1) then halt(2).
+    assert_true(f.peer_halted(0));
     assert_true(f.arrived_ready(0, 1) == Answer::none);
+    assert_false(f.peer_halted(0)); // it may send data again
     assert_true(f.arrived_halt(0, 2) == Answer::none);
+    assert_true(f.peer_halted(0));
     assert_true(f.arrived_ready(2, 1) == Answer::none);
     assert_true(f.phase() == Phase::halted);
     assert_true(f.local_release(1) == Answer::ready);

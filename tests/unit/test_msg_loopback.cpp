@@ -83,7 +83,7 @@ struct Task {
 
 class Agent {
 public:
-    Agent(uint32_t ntasks, uint32_t id, uint64_t pool_size, uint32_t packet_size)
+    Agent(uint32_t ntasks, uint32_t id, uint64_t pool_size, uint32_t packet_size, uint32_t nodes = 1)
         : ntasks_(ntasks), tasks_(ntasks)
     {
         char tmpl[] = "/tmp/storm-msg-XXXXXX";
@@ -104,11 +104,15 @@ public:
         ctx.port_base =
             45000 + static_cast<uint32_t>(getpid() % 300) * 64; // above storm_ctx_ports' default block
         ctx.ntasks = ntasks;
-        ContextNode n;
-        n.addr = htonl(INADDR_LOOPBACK);
-        for (uint32_t r = 0; r < ntasks; ++r)
-            n.ranks.push_back(r);
-        ctx.nodes.push_back(n);
+        // `nodes` "nodes" 127.0.0.1, 127.0.0.2...: rank r on node r % nodes
+        // (the same local index, hence port, on different addresses).
+        for (uint32_t i = 0; i < nodes; ++i) {
+            ContextNode n;
+            n.addr = htonl(INADDR_LOOPBACK + i);
+            for (uint32_t r = i; r < ntasks; r += nodes)
+                n.ranks.push_back(r);
+            ctx.nodes.push_back(n);
+        }
         ctx.validate();
         PoolConfig pc;
         pc.pool_size = pool_size;
@@ -513,14 +517,14 @@ int alltoall_task(Shared *sh)
 
 // ---- the tests ---------------------------------------------------------------
 
-void run_alltoall(uint32_t ntasks, uint32_t id, int switches)
+void run_alltoall(uint32_t ntasks, uint32_t id, int switches, uint32_t nodes)
 {
     Shared *sh = shared_block();
     sh->stop_after = switches;
     {
         // A small pool: few credits and a short send queue, so that the
         // tasks stall on credits and the queues are not empty at switches.
-        Agent agent(ntasks, id, 16 * 1024 * ntasks, 1024);
+        Agent agent(ntasks, id, 16 * 1024 * ntasks, 1024, nodes);
         assert_true(agent.share.credits >= 1);
         for (uint32_t r = 0; r < ntasks; ++r)
             agent.spawn(r, [sh] { return alltoall_task(sh); });
@@ -539,8 +543,8 @@ void run_alltoall(uint32_t ntasks, uint32_t id, int switches)
             sh->switches = agent.epoch;
             usleep(rng() % 1000);
         }
-        print_message("%u tasks, %llu switches, %llu rounds, %u credits\n", ntasks,
-                      static_cast<unsigned long long>(agent.epoch),
+        print_message("%s: %u tasks, %llu switches, %llu rounds, %u credits\n", agent.ctx.encode().c_str(),
+                      ntasks, static_cast<unsigned long long>(agent.epoch),
                       static_cast<unsigned long long>(sh->r[0].rounds), agent.share.credits);
         uint64_t stalls = 0, waits = 0;
         for (uint32_t r = 0; r < ntasks; ++r) {
@@ -566,8 +570,9 @@ void run_alltoall(uint32_t ntasks, uint32_t id, int switches)
     munmap(sh, sizeof *sh);
 }
 
-void test_alltoall_3_tasks(void **) { run_alltoall(3, 1, 200); }
-void test_alltoall_4_tasks(void **) { run_alltoall(4, 2, 300); }
+void test_alltoall_3_tasks(void **) { run_alltoall(3, 1, 200, 1); }
+// Two nodes (127.0.0.1, 127.0.0.2) of two tasks.
+void test_alltoall_4_tasks(void **) { run_alltoall(4, 2, 300, 2); }
 
 // A task killed in the middle: the others fail cleanly (no hang) with the
 // dead rank named, and tell the agent.
