@@ -679,6 +679,30 @@ void test_api_errors(void **)
         assert_true(contains(sh->r[1].error, "stays queued"));
     }
     {
+        // A header that is not the one announced; an unreachable agent.
+        Agent agent(2, 12, 16 * 1024 * 2, 1024);
+        agent.q(1)->rank = 7;
+        agent.spawn(1, [sh] {
+            int rc = storm_msg_init();
+            report(sh->r[1], rc == 0 ? 0 : 1, storm_msg_error());
+            return 0;
+        });
+        agent.serve_attach(1);
+        assert_true(agent.wait_all(10));
+        assert_true(contains(sh->r[1].error,
+                             "the queue header does not match the attach answer: rank is 7, expected 1"));
+        setenv("STORM_CTX", agent.ctx.encode().c_str(), 1);
+        setenv("STORM_POOL_SOCKET", "/nonexistent/storm-pool.sock", 1);
+        setenv("SLURM_PROCID", "0", 1);
+        assert_int_equal(storm_msg_init(), -1);
+        assert_true(
+            contains(storm_msg_error(), "cannot reach the node agent at /nonexistent/storm-pool.sock"));
+        setenv("SLURM_PROCID", "2", 1);
+        assert_int_equal(storm_msg_init(), -1);
+        assert_true(contains(storm_msg_error(), "SLURM_PROCID \"2\" is not a rank of the context's 2 tasks"));
+        unsetenv("STORM_CTX");
+    }
+    {
         // Two tasks in a pool too small for any credit.
         Agent agent(2, 6, 64 * 1024 * 2, 1024);
         agent.share.credits = 0;
