@@ -806,6 +806,43 @@ void test_wrong_context_refused(void **)
     munmap(sh, sizeof *sh);
 }
 
+// A context of one task: messages to itself, a barrier, switches, finalize.
+void test_single_task(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(1, 13, 16 * 1024, 1024);
+        agent.spawn(0, [sh] {
+            if (storm_msg_init() != 0 || storm_msg_size() != 1 || storm_msg_rank() != 0)
+                return 1;
+            std::string big(10000, 'q');
+            for (int i = 0; i < 100; ++i) {
+                if (storm_msg_send(0, i, big.data(), big.size()) != 0)
+                    return 2;
+                int s, t;
+                if (storm_msg_recv(STORM_MSG_ANY, i, big.data(), big.size(), &s, &t) != 10000 || s != 0 ||
+                    t != i)
+                    return 3;
+                if (storm_msg_barrier() != 0)
+                    return 4;
+                usleep(1000);
+            }
+            if (storm_msg_finalize() != 0)
+                return 5;
+            report(sh->r[0], 0, "");
+            return 0;
+        });
+        agent.serve_attach(1);
+        std::mt19937 rng(13);
+        while (!agent.reap())
+            assert_true(agent.cycle(rng));
+        assert_true(exited_ok(agent.status(0)));
+        assert_int_equal(sh->r[0].stats.packets_sent, 0);
+        assert_int_equal(sh->r[0].stats.messages_received, 100);
+    }
+    munmap(sh, sizeof *sh);
+}
+
 // A task attached while its context is swapped out (resident 0, halted at
 // the agent's epoch) waits in storm_msg_init until the context is released.
 void test_attach_swapped_out(void **)
@@ -904,10 +941,11 @@ int main()
     if (const char *f = getenv("TEST_FILTER"))
         cmocka_set_test_filter(f);
     const CMUnitTest tests[] = {
-        cmocka_unit_test(test_api_errors),         cmocka_unit_test(test_alltoall_3_tasks),
-        cmocka_unit_test(test_alltoall_4_tasks),   cmocka_unit_test(test_task_killed),
-        cmocka_unit_test(test_mark_timeout),       cmocka_unit_test(test_wrong_context_refused),
-        cmocka_unit_test(test_attach_swapped_out), cmocka_unit_test(test_programs),
+        cmocka_unit_test(test_api_errors),       cmocka_unit_test(test_alltoall_3_tasks),
+        cmocka_unit_test(test_alltoall_4_tasks), cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_mark_timeout),     cmocka_unit_test(test_wrong_context_refused),
+        cmocka_unit_test(test_single_task),      cmocka_unit_test(test_attach_swapped_out),
+        cmocka_unit_test(test_programs),
     };
     return cmocka_run_group_tests_name("msg_loopback", tests, nullptr, nullptr);
 }
