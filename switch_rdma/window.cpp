@@ -63,15 +63,18 @@ size_t save_share(const void *share, uint64_t bytes, uint32_t packet_size, uint3
     std::string who = "rank " + std::to_string(q->rank) + "'s queues: ";
     auto corrupt = [&](const std::string &why) { throw CorruptQueue(who + why); };
     if (q->magic != queue_magic || q->version != queue_version)
-        corrupt("bad magic or version (" + std::to_string(q->magic) + ", " + std::to_string(q->version) + ")");
+        corrupt("bad magic or version (" + std::to_string(q->magic) + ", " + std::to_string(q->version) +
+                ")");
     if (q->packet_size != packet_size || q->send_slots != send_slots || q->recv_slots != recv_slots)
         corrupt("sizes " + std::to_string(q->packet_size) + "/" + std::to_string(q->send_slots) + "/" +
                 std::to_string(q->recv_slots) + " instead of " + std::to_string(packet_size) + "/" +
                 std::to_string(send_slots) + "/" + std::to_string(recv_slots));
     if (share_bytes_needed(packet_size, send_slots, recv_slots) > bytes)
         corrupt("a share of " + std::to_string(bytes) + " bytes cannot hold its slots");
-    uint64_t sh = q->send_head.load(std::memory_order_acquire), st = q->send_tail.load(std::memory_order_acquire);
-    uint64_t rh = q->recv_head.load(std::memory_order_acquire), rt = q->recv_tail.load(std::memory_order_acquire);
+    uint64_t sh = q->send_head.load(std::memory_order_acquire),
+             st = q->send_tail.load(std::memory_order_acquire);
+    uint64_t rh = q->recv_head.load(std::memory_order_acquire),
+             rt = q->recv_tail.load(std::memory_order_acquire);
     if (st < sh || st - sh > send_slots)
         corrupt("impossible " + pair_text("send", sh, st, send_slots));
     if (rt < rh || rt - rh > recv_slots)
@@ -120,8 +123,8 @@ void restore_share(void *share, uint64_t bytes, const std::string &store)
     if (h.magic != store_magic)
         throw std::invalid_argument("not a saved share (bad magic)");
     if (h.bytes != bytes)
-        throw std::invalid_argument("saved share of " + std::to_string(h.bytes) + " bytes restored into one of " +
-                                    std::to_string(bytes));
+        throw std::invalid_argument("saved share of " + std::to_string(h.bytes) +
+                                    " bytes restored into one of " + std::to_string(bytes));
     const char *p = store.data() + sizeof h;
     auto *base = static_cast<uint8_t *>(share);
     if (!h.valid_only) {

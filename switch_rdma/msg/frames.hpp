@@ -1,0 +1,64 @@
+// What tasks of a context send each other over their TCP connections (the
+// "network" of libstormmsg; the progress threads are the NICs).
+//
+// Connection set-up: rank i connects to every rank j < i (j's node address,
+// port ctx.port_for(j's local index)) and sends a Hello; j checks it (its
+// own context, job, step, itself as destination, a rank above its own not
+// connected yet) and answers a HelloAck, or closes the connection.
+// Then a stream of frames, each a Frame, in both directions:
+//   data   Frame{'D', refill} + PacketHeader + header.len bytes: one packet
+//          (needs a credit); `refill` piggybacks consumed packets of the
+//          receiver's
+//   refill Frame{'R', refill}: credits returned
+//   halt   Frame{'H', value=epoch}, ready Frame{'Y', value=epoch}: the
+//          switch marks (no credit: counted, never stored)
+//   bye    Frame{'B'}: no more data from me (finalize)
+//   fin    Frame{'F'}: my last refills are out; I close once every peer's
+//          fin came
+//   abort  Frame{'X', value=length} + that many bytes: the sender's context
+//          failed, for this reason (its peers fail too, naming it)
+// Fields are in the senders' byte order: the Hello's `order` field rejects a
+// peer of another byte order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace storm::rdma::msg {
+
+constexpr uint32_t hello_magic = 0x53544d48; // "STMH"
+constexpr uint32_t byte_order = 0x01020304;
+
+struct Hello {
+    uint32_t magic;
+    uint32_t order;
+    uint32_t id, job, step;
+    uint32_t src, dst;
+    uint32_t packet_size;
+};
+struct HelloAck {
+    uint32_t magic;
+    uint32_t ok;
+};
+
+enum FrameType : uint8_t {
+    frame_data = 'D',
+    frame_refill = 'R',
+    frame_halt = 'H',
+    frame_ready = 'Y',
+    frame_bye = 'B',
+    frame_fin = 'F',
+    frame_abort = 'X',
+};
+
+constexpr size_t max_abort_reason = 4096;
+
+struct Frame {
+    uint8_t type;
+    uint8_t pad[3];
+    uint32_t refill;
+    uint64_t value;
+};
+static_assert(sizeof(Frame) == 16, "frames are packed by hand");
+
+} // namespace storm::rdma::msg

@@ -1,0 +1,951 @@
+// libstormmsg end to end on one machine: the test plays the node agent (a
+// SOCK_SEQPACKET control socket in a temporary directory, a memfd window
+// initialised by init_share, halt / release cycles with the window saved,
+// released and restored in between while the tasks are stopped) for 3-4
+// forked tasks talking over 127.0.0.1.
+#include "tests/unit/cmocka.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <functional>
+#include <linux/futex.h>
+#include <map>
+#include <poll.h>
+#include <random>
+#include <string>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "lib/net/wire.hpp"
+#include "switch_rdma/context.hpp"
+#include "switch_rdma/control.hpp"
+#include "switch_rdma/layout.hpp"
+#include "switch_rdma/msg/frames.hpp"
+#include "switch_rdma/msg/storm_msg.h"
+#include "switch_rdma/pool_config.hpp"
+#include "switch_rdma/window.hpp"
+#include "tests/unit/helpers.hpp"
+
+using namespace storm::rdma;
+using test_helpers::contains;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// What a forked task reports (shared anonymous memory).
+struct Result {
+    int status; // 0 ok, 1 failed, -1 not finished
+    char error[512];
+    uint64_t messages;
+    uint64_t rounds;
+    struct storm_msg_stats stats;
+};
+struct Shared {
+    std::atomic<uint64_t> switches;
+    std::atomic<int> stop_after; // switches after which rank 0 ends the traffic
+    Result r[8];
+};
+
+Shared *shared_block()
+{
+    void *p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    auto *s = new (p) Shared{};
+    for (auto &r : s->r)
+        r.status = -1;
+    return s;
+}
+
+void report(Result &r, int status, const std::string &err)
+{
+    r.status = status;
+    std::snprintf(r.error, sizeof r.error, "%s", err.c_str());
+    storm_msg_stats(&r.stats);
+}
+
+// ---- the fake node agent -----------------------------------------------------
+
+struct Task {
+    pid_t pid = -1;
+    int conn = -1; // control channel, once attached
+    bool alive = true, attached = false;
+    std::string failed;
+};
+
+class Agent {
+public:
+    Agent(uint32_t ntasks, uint32_t id, uint64_t pool_size, uint32_t packet_size, uint32_t nodes = 1)
+        : ntasks_(ntasks), tasks_(ntasks)
+    {
+        char tmpl[] = "/tmp/storm-msg-XXXXXX";
+        dir_ = mkdtemp(tmpl);
+        path_ = dir_ + "/" + control::socket_name;
+        lfd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::strcpy(sa.sun_path, path_.c_str());
+        assert_int_equal(bind(lfd_, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+        assert_int_equal(listen(lfd_, 64), 0);
+        ctx.id = id;
+        ctx.job_id = 1000 + id;
+        ctx.step_id = 0;
+        ctx.uid = getuid();
+        ctx.mode = PoolMode::swapped;
+        ctx.divisions = 1;
+        ctx.port_base =
+            45000 + static_cast<uint32_t>(getpid() % 300) * 64; // above storm_ctx_ports' default block
+        ctx.ntasks = ntasks;
+        // `nodes` "nodes" 127.0.0.1, 127.0.0.2...: rank r on node r % nodes
+        // (the same local index, hence port, on different addresses).
+        for (uint32_t i = 0; i < nodes; ++i) {
+            ContextNode n;
+            n.addr = htonl(INADDR_LOOPBACK + i);
+            for (uint32_t r = i; r < ntasks; r += nodes)
+                n.ranks.push_back(r);
+            ctx.nodes.push_back(n);
+        }
+        ctx.validate();
+        PoolConfig pc;
+        pc.pool_size = pool_size;
+        pc.packet_size = packet_size;
+        share = task_share(pc, PoolMode::swapped, 1, ntasks, ntasks);
+        memfd_ = static_cast<int>(syscall(SYS_memfd_create, "storm-window", 0));
+        assert_true(memfd_ >= 0);
+        assert_int_equal(ftruncate(memfd_, static_cast<off_t>(share.bytes * ntasks)), 0);
+        void *m = mmap(nullptr, share.bytes * ntasks, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
+        assert_true(m != MAP_FAILED);
+        window_ = static_cast<uint8_t *>(m);
+        for (uint32_t r = 0; r < ntasks; ++r)
+            init_share(q(r), share.bytes, packet_size, share.send_slots, share.recv_slots, share.credits, r,
+                       ntasks, true);
+        packet_size_ = packet_size;
+    }
+    ~Agent()
+    {
+        for (auto &t : tasks_)
+            if (t.alive && t.pid > 0) {
+                kill(t.pid, SIGKILL);
+                waitpid(t.pid, nullptr, 0);
+            }
+        for (auto &t : tasks_)
+            if (t.conn >= 0)
+                close(t.conn);
+        munmap(window_, share.bytes * ntasks_);
+        close(memfd_);
+        close(lfd_);
+        unlink(path_.c_str());
+        rmdir(dir_.c_str());
+    }
+
+    QueueHeader *q(uint32_t r) { return reinterpret_cast<QueueHeader *>(window_ + share.bytes * r); }
+
+    // Forks task `rank` running f (its exit status is f's result).
+    void spawn(uint32_t rank, const std::function<int()> &f, const std::string &ctx_text = "",
+               const char *timeout = "5")
+    {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            close(lfd_);
+            setenv("STORM_CTX", (ctx_text.empty() ? ctx.encode() : ctx_text).c_str(), 1);
+            setenv("STORM_POOL_SOCKET", path_.c_str(), 1);
+            setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
+            setenv("STORM_MSG_TIMEOUT", timeout, 1);
+            _exit(f());
+        }
+        tasks_[rank].pid = pid;
+    }
+
+    // Answers attach requests until `n` tasks attached (or the deadline).
+    void serve_attach(uint32_t n, const std::string &refuse = "")
+    {
+        auto deadline = Clock::now() + std::chrono::seconds(20);
+        uint32_t done = 0;
+        while (done < n) {
+            assert_true(Clock::now() < deadline);
+            pollfd p{lfd_, POLLIN, 0};
+            if (poll(&p, 1, 100) <= 0)
+                continue;
+            int c = accept4(lfd_, nullptr, nullptr, SOCK_CLOEXEC);
+            assert_true(c >= 0);
+            pollfd pc{c, POLLIN, 0};
+            assert_int_equal(poll(&pc, 1, 10000), 1);
+            char buf[4096];
+            ssize_t got = recv(c, buf, sizeof buf, 0);
+            assert_true(got > 0);
+            storm::net::Reader rd(buf, static_cast<size_t>(got));
+            assert_true(control::header(rd).type == control::Type::attach);
+            auto ids = control::read_attach(rd);
+            assert_int_equal(ids.id, ctx.id);
+            assert_true(ids.rank < ntasks_);
+            ++done;
+            if (!refuse.empty()) {
+                std::string m = control::error(refuse);
+                send(c, m.data(), m.size(), MSG_NOSIGNAL);
+                close(c);
+                continue;
+            }
+            control::Attached a;
+            a.mode = PoolMode::swapped;
+            a.offset = share.bytes * ids.rank;
+            a.bytes = share.bytes;
+            a.packet_size = packet_size_;
+            a.send_slots = share.send_slots;
+            a.recv_slots = share.recv_slots;
+            a.credits = share.credits;
+            a.epoch = epoch;
+            a.resident = attach_resident;
+            std::string m = control::attached(a);
+            iovec iov{m.data(), m.size()};
+            alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+            msghdr mh{};
+            mh.msg_iov = &iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = cbuf;
+            mh.msg_controllen = sizeof cbuf;
+            cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int));
+            std::memcpy(CMSG_DATA(cm), &memfd_, sizeof(int));
+            assert_true(sendmsg(c, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(m.size()));
+            tasks_[ids.rank].conn = c;
+            tasks_[ids.rank].attached = true;
+        }
+    }
+
+    // Sends `t` (halt or release) for `e` to every attached task and waits
+    // for `answer` from each; a task that closes its channel detaches, one
+    // that answers failed{} is recorded.  False if a task failed or did not
+    // answer within 15 s.
+    bool round(control::Type t, control::Type answer, uint64_t e)
+    {
+        std::string m = control::epoch_message(t, e);
+        std::vector<bool> waiting(ntasks_, false);
+        for (uint32_t r = 0; r < ntasks_; ++r)
+            if (tasks_[r].conn >= 0) {
+                if (send(tasks_[r].conn, m.data(), m.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(m.size()))
+                    waiting[r] = true;
+                else
+                    detach(r);
+            }
+        auto deadline = Clock::now() + std::chrono::seconds(15);
+        bool ok = true;
+        for (;;) {
+            std::vector<pollfd> fds;
+            std::vector<uint32_t> who;
+            for (uint32_t r = 0; r < ntasks_; ++r)
+                if (waiting[r] && tasks_[r].conn >= 0) {
+                    fds.push_back({tasks_[r].conn, POLLIN, 0});
+                    who.push_back(r);
+                }
+            if (fds.empty())
+                return ok;
+            if (Clock::now() > deadline)
+                return false;
+            if (poll(fds.data(), fds.size(), 100) <= 0)
+                continue;
+            for (size_t i = 0; i < fds.size(); ++i) {
+                if (!fds[i].revents)
+                    continue;
+                uint32_t r = who[i];
+                char buf[8192];
+                ssize_t got = recv(tasks_[r].conn, buf, sizeof buf, MSG_DONTWAIT);
+                if (got <= 0) {
+                    detach(r);
+                    waiting[r] = false;
+                    continue;
+                }
+                storm::net::Reader rd(buf, static_cast<size_t>(got));
+                auto h = control::header(rd);
+                if (h.type == control::Type::failed) {
+                    tasks_[r].failed = control::read_reason(rd);
+                    waiting[r] = false;
+                    ok = false;
+                } else {
+                    assert_true(h.type == answer);
+                    assert_int_equal(control::read_epoch(rd), e);
+                    waiting[r] = false;
+                }
+            }
+        }
+    }
+
+    // One gang switch out and in: halt, stop the tasks, save / release /
+    // restore every share, continue them, release.
+    bool cycle(std::mt19937 &rng)
+    {
+        ++epoch;
+        if (!round(control::Type::halt, control::Type::halted, epoch))
+            return false;
+        std::vector<uint32_t> stopped;
+        for (uint32_t r = 0; r < ntasks_; ++r)
+            if (tasks_[r].alive && kill(tasks_[r].pid, SIGSTOP) == 0) {
+                int st;
+                if (waitpid(tasks_[r].pid, &st, WUNTRACED) == tasks_[r].pid && WIFSTOPPED(st))
+                    stopped.push_back(r);
+                else
+                    exited(r, st);
+            }
+        bool valid_only = rng() % 2;
+        for (uint32_t r = 0; r < ntasks_; ++r) {
+            QueueHeader *h = q(r);
+            h->resident.store(0);
+            std::string store;
+            save_share(h, share.bytes, packet_size_, share.send_slots, share.recv_slots, valid_only, store);
+            if (rng() % 2)
+                std::memset(static_cast<void *>(h), 0, share.bytes);
+            else
+                assert_int_equal(fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                           static_cast<off_t>(share.bytes * r),
+                                           static_cast<off_t>(share.bytes)),
+                                 0);
+            assert_int_equal(h->magic, 0); // released: reads as zero
+            restore_share(h, share.bytes, store);
+            assert_int_equal(h->resident.load(), 0);
+        }
+        for (uint32_t r : stopped)
+            kill(tasks_[r].pid, SIGCONT);
+        if (rng() % 4 == 0)
+            usleep(2000); // the tasks run while swapped out: they must wait
+        for (uint32_t r = 0; r < ntasks_; ++r) {
+            q(r)->resident.store(1);
+            syscall(SYS_futex, &q(r)->resident, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+        }
+        return round(control::Type::release, control::Type::ready, epoch);
+    }
+
+    void detach(uint32_t r)
+    {
+        if (tasks_[r].conn >= 0)
+            close(tasks_[r].conn);
+        tasks_[r].conn = -1;
+    }
+    void exited(uint32_t r, int st)
+    {
+        tasks_[r].alive = false;
+        status_[r] = st;
+    }
+    // Reaps the tasks that exited; true once all did.
+    bool reap()
+    {
+        bool all = true;
+        for (uint32_t r = 0; r < ntasks_; ++r) {
+            if (!tasks_[r].alive || tasks_[r].pid < 0)
+                continue;
+            int st;
+            pid_t p = waitpid(tasks_[r].pid, &st, WNOHANG);
+            if (p == tasks_[r].pid && (WIFEXITED(st) || WIFSIGNALED(st)))
+                exited(r, st);
+            else
+                all = false;
+        }
+        return all;
+    }
+    // Waits for every task to exit (kills them after `seconds`); false if
+    // one had to be killed.
+    bool wait_all(int seconds)
+    {
+        auto deadline = Clock::now() + std::chrono::seconds(seconds);
+        while (!reap()) {
+            if (Clock::now() > deadline) {
+                for (auto &t : tasks_)
+                    if (t.alive)
+                        kill(t.pid, SIGKILL);
+                reap();
+                return false;
+            }
+            usleep(10000);
+        }
+        return true;
+    }
+    // Drains failed{} messages the tasks sent on their channels.
+    void collect_failed()
+    {
+        for (uint32_t r = 0; r < ntasks_; ++r) {
+            char buf[8192];
+            while (tasks_[r].conn >= 0) {
+                ssize_t got = recv(tasks_[r].conn, buf, sizeof buf, MSG_DONTWAIT);
+                if (got <= 0) {
+                    detach(r);
+                    break;
+                }
+                storm::net::Reader rd(buf, static_cast<size_t>(got));
+                if (control::header(rd).type == control::Type::failed)
+                    tasks_[r].failed = control::read_reason(rd);
+            }
+        }
+    }
+    int status(uint32_t r) const
+    {
+        auto it = status_.find(r);
+        return it == status_.end() ? -1 : it->second;
+    }
+    Task &task(uint32_t r) { return tasks_[r]; }
+
+    Context ctx;
+    TaskShare share;
+    uint64_t epoch = 0;
+    bool attach_resident = true;
+
+private:
+    uint32_t ntasks_;
+    std::vector<Task> tasks_;
+    std::map<uint32_t, int> status_;
+    std::string dir_, path_;
+    int lfd_ = -1, memfd_ = -1;
+    uint8_t *window_ = nullptr;
+    uint32_t packet_size_ = 0;
+};
+
+bool exited_ok(int st) { return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0; }
+
+// ---- the tasks ---------------------------------------------------------------
+
+constexpr int data_tag = 3;
+
+size_t msg_size(uint32_t src, uint32_t dst, uint64_t round)
+{
+    // 0 .. about three packets of 1 KiB, some exactly on packet boundaries.
+    static const size_t sizes[] = {
+        0, 1, 24, 100, 1000, 1024 - 32, 1024 - 32 + 1, 2048, 3000, 3 * (1024 - 32)};
+    return 24 + sizes[(src * 3 + dst * 5 + round) % 10];
+}
+
+struct Payload {
+    uint32_t src, dst;
+    uint64_t round;
+    uint32_t stop;
+    uint32_t pad;
+};
+
+// All-to-all rounds: each round every task sends one message to every peer
+// and receives one from every peer (in order, exactly once, intact); rank 0
+// ends the traffic once the agent did `stop_after` switches.
+int alltoall_task(Shared *sh)
+{
+    int rank = -1;
+    auto failed = [&](const char *what) {
+        report(sh->r[rank < 0 ? 7 : rank], 1, std::string(what) + ": " + storm_msg_error());
+        return 1;
+    };
+    if (storm_msg_init() != 0)
+        return failed("init");
+    rank = storm_msg_rank();
+    int n = storm_msg_size();
+    std::vector<uint64_t> next(static_cast<size_t>(n), 0);
+    std::vector<uint8_t> buf(8192);
+    bool stop = false;
+    uint64_t round = 0, received = 0;
+    while (!stop) {
+        uint32_t stop_flag = rank == 0 && sh->switches.load() >= static_cast<uint64_t>(sh->stop_after.load());
+        for (int d = 1; d < n; ++d) {
+            uint32_t dst = static_cast<uint32_t>((rank + d) % n);
+            size_t len = msg_size(static_cast<uint32_t>(rank), dst, round);
+            Payload p{static_cast<uint32_t>(rank), dst, round, stop_flag, 0};
+            std::memcpy(buf.data(), &p, sizeof p);
+            for (size_t i = sizeof p; i < len; ++i)
+                buf[i] = static_cast<uint8_t>(rank + round + i);
+            if (storm_msg_send(static_cast<int>(dst), data_tag + static_cast<int>(round % 2), buf.data(),
+                               len) != 0)
+                return failed("send");
+        }
+        if (stop_flag)
+            stop = true;
+        for (int k = 1; k < n; ++k) {
+            // Odd rounds by source, even ones from any source (a peer is at
+            // most one round ahead: the rounds' tags alternate).
+            int want = round % 2 ? (rank + n - k) % n : STORM_MSG_ANY;
+            int want_tag = data_tag + static_cast<int>(round % 2);
+            int src = -1, tag = -1;
+            ssize_t got = storm_msg_recv(want, round % 4 == 1 ? STORM_MSG_ANY : want_tag, buf.data(),
+                                         buf.size(), &src, &tag);
+            if (got < 0)
+                return failed("recv");
+            Payload p;
+            std::memcpy(&p, buf.data(), sizeof p);
+            char why[256] = "";
+            if (tag != want_tag || src == rank || p.src != static_cast<uint32_t>(src) ||
+                p.dst != static_cast<uint32_t>(rank))
+                std::snprintf(why, sizeof why, "message from %d tag %d claims %u -> %u", src, tag, p.src,
+                              p.dst);
+            else if (p.round != next[static_cast<size_t>(src)])
+                std::snprintf(why, sizeof why, "from rank %d: round %llu, expected %llu", src,
+                              static_cast<unsigned long long>(p.round),
+                              static_cast<unsigned long long>(next[static_cast<size_t>(src)]));
+            else if (static_cast<size_t>(got) != msg_size(p.src, p.dst, p.round))
+                std::snprintf(why, sizeof why, "from rank %d: %zd bytes", src, got);
+            else
+                for (size_t i = sizeof p; i < static_cast<size_t>(got) && !*why; ++i)
+                    if (buf[i] != static_cast<uint8_t>(p.src + p.round + i))
+                        std::snprintf(why, sizeof why, "from rank %d round %llu: byte %zu corrupt", src,
+                                      static_cast<unsigned long long>(p.round), i);
+            if (*why) {
+                report(sh->r[rank], 1, why);
+                return 1;
+            }
+            ++next[static_cast<size_t>(src)];
+            ++received;
+            if (src == 0 && p.stop)
+                stop = true;
+        }
+        ++round;
+    }
+    if (storm_msg_barrier() != 0)
+        return failed("barrier");
+    int s, t;
+    if (storm_msg_probe(STORM_MSG_ANY, STORM_MSG_ANY, &s, &t) >= 0) {
+        report(sh->r[rank], 1, "a message too many from rank " + std::to_string(s));
+        return 1;
+    }
+    if (storm_msg_finalize() != 0)
+        return failed("finalize");
+    sh->r[rank].messages = received;
+    sh->r[rank].rounds = round;
+    report(sh->r[rank], 0, "");
+    return 0;
+}
+
+// ---- the tests ---------------------------------------------------------------
+
+void run_alltoall(uint32_t ntasks, uint32_t id, int switches, uint32_t nodes)
+{
+    Shared *sh = shared_block();
+    sh->stop_after = switches;
+    {
+        // A small pool: few credits and a short send queue, so that the
+        // tasks stall on credits and the queues are not empty at switches.
+        Agent agent(ntasks, id, 16 * 1024 * ntasks, 1024, nodes);
+        assert_true(agent.share.credits >= 1);
+        for (uint32_t r = 0; r < ntasks; ++r)
+            agent.spawn(r, [sh] { return alltoall_task(sh); });
+        agent.serve_attach(ntasks);
+        std::mt19937 rng(id);
+        auto deadline = Clock::now() +
+                        std::chrono::seconds(getenv("TEST_DEADLINE") ? atoi(getenv("TEST_DEADLINE")) : 120);
+        while (!agent.reap()) {
+            assert_true(Clock::now() < deadline);
+            if (!agent.cycle(rng)) {
+                for (uint32_t r = 0; r < ntasks; ++r)
+                    if (!agent.task(r).failed.empty())
+                        print_message("rank %u failed: %s\n", r, agent.task(r).failed.c_str());
+                fail_msg("a switch failed at epoch %llu", static_cast<unsigned long long>(agent.epoch));
+            }
+            sh->switches = agent.epoch;
+            usleep(rng() % 1000);
+        }
+        print_message("%s: %u tasks, %llu switches, %llu rounds, %u credits\n", agent.ctx.encode().c_str(),
+                      ntasks, static_cast<unsigned long long>(agent.epoch),
+                      static_cast<unsigned long long>(sh->r[0].rounds), agent.share.credits);
+        uint64_t stalls = 0, waits = 0;
+        for (uint32_t r = 0; r < ntasks; ++r) {
+            if (!exited_ok(agent.status(r)) || sh->r[r].status != 0)
+                fail_msg("rank %u: status %d: %s", r, agent.status(r), sh->r[r].error);
+            const Result &res = sh->r[r];
+            assert_int_equal(res.messages, res.rounds * (ntasks - 1));
+            assert_int_equal(res.rounds, sh->r[0].rounds);
+            assert_int_equal(res.stats.credits_missing, 0); // credits back to initial
+            assert_int_equal(res.stats.credits, agent.share.credits);
+            assert_true(res.stats.halts >= static_cast<uint64_t>(switches) / 2);
+            assert_true(res.stats.packets_sent > 0 && res.stats.packets_received > 0);
+            stalls += res.stats.credit_stalls;
+            waits += res.stats.resident_waits;
+            QueueHeader *h = agent.q(r);
+            assert_true(h->send_head.load() == h->send_tail.load());
+            assert_true(h->recv_head.load() == h->recv_tail.load());
+        }
+        print_message("credit stalls %llu, resident waits %llu\n", static_cast<unsigned long long>(stalls),
+                      static_cast<unsigned long long>(waits));
+        assert_true(agent.epoch >= static_cast<uint64_t>(switches));
+    }
+    munmap(sh, sizeof *sh);
+}
+
+void test_alltoall_3_tasks(void **) { run_alltoall(3, 1, 200, 1); }
+// Two nodes (127.0.0.1, 127.0.0.2) of two tasks.
+void test_alltoall_4_tasks(void **) { run_alltoall(4, 2, 300, 2); }
+
+// A task killed in the middle: the others fail cleanly (no hang) with the
+// dead rank named, and tell the agent.
+void test_task_killed(void **)
+{
+    Shared *sh = shared_block();
+    sh->stop_after = 1 << 30; // never
+    {
+        Agent agent(4, 3, 64 * 1024 * 4, 1024);
+        for (uint32_t r = 0; r < 4; ++r)
+            agent.spawn(r, [sh] { return alltoall_task(sh); });
+        agent.serve_attach(4);
+        std::mt19937 rng(3);
+        for (int i = 0; i < 20; ++i) {
+            assert_true(agent.cycle(rng));
+            usleep(2000);
+        }
+        kill(agent.task(2).pid, SIGKILL);
+        assert_true(agent.wait_all(20)); // nobody hangs
+        agent.collect_failed();
+        for (uint32_t r : {0u, 1u, 3u}) {
+            assert_int_equal(sh->r[r].status, 1);
+            assert_true(WIFEXITED(agent.status(r)) && WEXITSTATUS(agent.status(r)) == 1);
+            print_message("rank %u: %s\n", r, sh->r[r].error);
+            assert_true(contains(sh->r[r].error, "rank 2"));
+            assert_true(contains(agent.task(r).failed, "rank 2"));
+        }
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// The API's refusals: no context, an agent refusing the attach, a message
+// longer than the buffer (kept, received again), bad arguments.
+void test_api_errors(void **)
+{
+    unsetenv("STORM_CTX");
+    assert_int_equal(storm_msg_init(), -1);
+    assert_true(contains(storm_msg_error(), "STORM_CTX is not set (is SwitchType=switch/rdma?)"));
+    assert_int_equal(storm_msg_rank(), -1);
+    assert_int_equal(storm_msg_send(0, 0, "", 0), -1);
+
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 4, 64 * 1024 * 2, 1024);
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.spawn(r, [sh, r] {
+                int rc = storm_msg_init();
+                report(sh->r[r], rc == 0 ? 0 : 1, storm_msg_error());
+                return rc == 0 ? 0 : 1;
+            });
+        agent.serve_attach(2, "context 4 is not open on this node");
+        assert_true(agent.wait_all(10));
+        for (uint32_t r = 0; r < 2; ++r)
+            assert_true(contains(sh->r[r].error, "refused the attach of rank " + std::to_string(r) +
+                                                     " to context 4: context 4 is not open on this node"));
+    }
+    {
+        Agent agent(2, 5, 64 * 1024 * 2, 1024);
+        agent.spawn(0, [sh] {
+            if (storm_msg_init() != 0)
+                return 1;
+            std::string big(5000, 'x');
+            for (size_t i = 0; i < big.size(); ++i)
+                big[i] = static_cast<char>(i * 13);
+            if (storm_msg_send(1, 9, big.data(), big.size()) != 0 || storm_msg_send(1, 4, "a", 1) != 0 ||
+                storm_msg_send(0, 2, "self", 4) != 0)
+                return 2;
+            char self[8];
+            int s, t;
+            if (storm_msg_recv(0, 2, self, sizeof self, &s, &t) != 4 || s != 0 || t != 2)
+                return 3;
+            if (storm_msg_send(1, -3, "", 0) != -1 || storm_msg_send(7, 0, "", 0) != -1)
+                return 4;
+            return storm_msg_finalize() == 0 ? 0 : 5;
+        });
+        agent.spawn(1, [sh] {
+            if (storm_msg_init() != 0)
+                return 1;
+            char small[100];
+            int s = -1, t = -1;
+            // Tag 4's message is received first although tag 9's came before.
+            if (storm_msg_recv(0, 4, small, sizeof small, &s, &t) != 1 || t != 4)
+                return 2;
+            if (storm_msg_recv(STORM_MSG_ANY, STORM_MSG_ANY, small, sizeof small, &s, &t) != -1 ||
+                errno != EMSGSIZE)
+                return 3;
+            report(sh->r[1], 0, storm_msg_error());
+            if (storm_msg_probe(0, 9, &s, &t) != 5000)
+                return 4;
+            std::string big(5000, '\0');
+            if (storm_msg_recv(0, 9, big.data(), big.size(), &s, &t) != 5000)
+                return 5;
+            for (size_t i = 0; i < big.size(); ++i)
+                if (big[i] != static_cast<char>(i * 13))
+                    return 6;
+            return storm_msg_finalize() == 0 ? 0 : 7;
+        });
+        agent.serve_attach(2);
+        assert_true(agent.wait_all(20));
+        assert_true(exited_ok(agent.status(0)));
+        if (!exited_ok(agent.status(1)))
+            fail_msg("rank 1 exited %d", WEXITSTATUS(agent.status(1)));
+        assert_true(contains(sh->r[1].error, "message of 5000 bytes from rank 0 with tag 9"));
+        assert_true(contains(sh->r[1].error, "stays queued"));
+    }
+    {
+        // A header that is not the one announced; an unreachable agent.
+        Agent agent(2, 12, 16 * 1024 * 2, 1024);
+        agent.q(1)->rank = 7;
+        agent.spawn(1, [sh] {
+            int rc = storm_msg_init();
+            report(sh->r[1], rc == 0 ? 0 : 1, storm_msg_error());
+            return 0;
+        });
+        agent.serve_attach(1);
+        assert_true(agent.wait_all(10));
+        assert_true(contains(sh->r[1].error,
+                             "the queue header does not match the attach answer: rank is 7, expected 1"));
+        setenv("STORM_CTX", agent.ctx.encode().c_str(), 1);
+        setenv("STORM_POOL_SOCKET", "/nonexistent/storm-pool.sock", 1);
+        setenv("SLURM_PROCID", "0", 1);
+        assert_int_equal(storm_msg_init(), -1);
+        assert_true(
+            contains(storm_msg_error(), "cannot reach the node agent at /nonexistent/storm-pool.sock"));
+        setenv("SLURM_PROCID", "2", 1);
+        assert_int_equal(storm_msg_init(), -1);
+        assert_true(contains(storm_msg_error(), "SLURM_PROCID \"2\" is not a rank of the context's 2 tasks"));
+        unsetenv("STORM_CTX");
+    }
+    {
+        // Two tasks in a pool too small for any credit.
+        Agent agent(2, 6, 64 * 1024 * 2, 1024);
+        agent.share.credits = 0;
+        agent.spawn(1, [sh] {
+            int rc = storm_msg_init();
+            report(sh->r[1], rc == 0 ? 0 : 1, storm_msg_error());
+            return 0;
+        });
+        agent.serve_attach(1);
+        assert_true(agent.wait_all(10));
+        assert_true(contains(sh->r[1].error, "the pool is too small for 2 tasks"));
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// A task that waits for a peer's mark longer than STORM_MSG_TIMEOUT fails,
+// naming the peer, tells the agent, and its peer fails with it.
+void test_mark_timeout(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 10, 16 * 1024 * 2, 1024);
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.spawn(
+                r,
+                [sh, r] {
+                    if (storm_msg_init() != 0)
+                        return 2;
+                    char b[8];
+                    ssize_t n = storm_msg_recv(STORM_MSG_ANY, STORM_MSG_ANY, b, sizeof b, nullptr, nullptr);
+                    report(sh->r[r], n < 0 ? 1 : 0, storm_msg_error());
+                    return n < 0 ? 1 : 0;
+                },
+                "", "2");
+        agent.serve_attach(2);
+        // Only rank 0 is halted: rank 1 never sends its halt mark.
+        std::string m = control::epoch_message(control::Type::halt, 1);
+        assert_true(send(agent.task(0).conn, m.data(), m.size(), MSG_NOSIGNAL) > 0);
+        assert_true(agent.wait_all(15));
+        agent.collect_failed();
+        print_message("rank 0: %s\nrank 1: %s\n", sh->r[0].error, sh->r[1].error);
+        assert_true(contains(agent.task(0).failed, "rank 1's halt mark for epoch 1 did not come within 2 s"));
+        assert_true(contains(sh->r[0].error, "rank 1's halt mark for epoch 1"));
+        assert_true(contains(sh->r[1].error, "rank 0 failed: rank 1's halt mark"));
+        assert_int_equal(sh->r[0].stats.halts, 1);
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// A connection from another context is closed by the accepting task, which
+// still takes its real peer afterwards.
+void test_wrong_context_refused(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 11, 16 * 1024 * 2, 1024);
+        auto task = [sh](uint32_t r) {
+            return [sh, r] {
+                if (storm_msg_init() != 0) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                int rc = storm_msg_barrier() == 0 && storm_msg_finalize() == 0 ? 0 : 1;
+                report(sh->r[r], rc, storm_msg_error());
+                return rc;
+            };
+        };
+        agent.spawn(0, task(0));
+        agent.serve_attach(1);
+        // Rank 0 listens now (it attached, then listened, then waits for
+        // rank 1): knock with a hello of context 99.
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sa.sin_port = htons(agent.ctx.port_for(0));
+        int fd = -1;
+        for (int i = 0; i < 200; ++i) {
+            fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0)
+                break;
+            close(fd);
+            fd = -1;
+            usleep(10000);
+        }
+        assert_true(fd >= 0);
+        storm::rdma::msg::Hello h{
+            storm::rdma::msg::hello_magic, storm::rdma::msg::byte_order, 99, agent.ctx.job_id, 0, 1, 0, 1024};
+        assert_int_equal(send(fd, &h, sizeof h, MSG_NOSIGNAL), sizeof h);
+        char c;
+        pollfd p{fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 5000), 1);
+        assert_int_equal(recv(fd, &c, 1, 0), 0); // closed, no answer
+        close(fd);
+        agent.spawn(1, task(1));
+        agent.serve_attach(1);
+        assert_true(agent.wait_all(20));
+        for (uint32_t r = 0; r < 2; ++r)
+            if (sh->r[r].status != 0)
+                fail_msg("rank %u: %s", r, sh->r[r].error);
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// A context of one task: messages to itself, a barrier, switches, finalize.
+void test_single_task(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(1, 13, 16 * 1024, 1024);
+        agent.spawn(0, [sh] {
+            if (storm_msg_init() != 0 || storm_msg_size() != 1 || storm_msg_rank() != 0)
+                return 1;
+            std::string big(10000, 'q');
+            for (int i = 0; i < 100; ++i) {
+                if (storm_msg_send(0, i, big.data(), big.size()) != 0)
+                    return 2;
+                int s, t;
+                if (storm_msg_recv(STORM_MSG_ANY, i, big.data(), big.size(), &s, &t) != 10000 || s != 0 ||
+                    t != i)
+                    return 3;
+                if (storm_msg_barrier() != 0)
+                    return 4;
+                usleep(1000);
+            }
+            if (storm_msg_finalize() != 0)
+                return 5;
+            report(sh->r[0], 0, "");
+            return 0;
+        });
+        agent.serve_attach(1);
+        std::mt19937 rng(13);
+        while (!agent.reap())
+            assert_true(agent.cycle(rng));
+        assert_true(exited_ok(agent.status(0)));
+        assert_int_equal(sh->r[0].stats.packets_sent, 0);
+        assert_int_equal(sh->r[0].stats.messages_received, 100);
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// A task attached while its context is swapped out (resident 0, halted at
+// the agent's epoch) waits in storm_msg_init until the context is released.
+void test_attach_swapped_out(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 9, 16 * 1024 * 2, 1024);
+        agent.epoch = 4;
+        agent.attach_resident = false;
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.q(r)->resident = 0;
+        for (uint32_t r = 0; r < 2; ++r)
+            agent.spawn(r, [sh, r] {
+                if (storm_msg_init() != 0) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                char b[16] = "hello";
+                int peer = 1 - static_cast<int>(r);
+                if (storm_msg_send(peer, 1, b, 6) != 0 ||
+                    storm_msg_recv(peer, 1, b, sizeof b, nullptr, nullptr) != 6 ||
+                    storm_msg_finalize() != 0) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                report(sh->r[r], 0, "");
+                return 0;
+            });
+        agent.serve_attach(2);
+        usleep(100000);
+        for (uint32_t r = 0; r < 2; ++r)
+            assert_int_equal(sh->r[r].status, -1); // still waiting in init
+        for (uint32_t r = 0; r < 2; ++r) {
+            agent.q(r)->resident.store(1);
+            syscall(SYS_futex, &agent.q(r)->resident, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+        }
+        assert_true(agent.round(control::Type::release, control::Type::ready, 4));
+        assert_true(agent.wait_all(20));
+        for (uint32_t r = 0; r < 2; ++r)
+            if (sh->r[r].status != 0)
+                fail_msg("rank %u: %s", r, sh->r[r].error);
+        assert_int_equal(sh->r[0].stats.releases, 1);
+    }
+    munmap(sh, sizeof *sh);
+}
+
+// The programs built on the library (tests/integration/msg_alltoall,
+// contrib/bench/msg_bw) run as tasks under this agent, through switches.
+std::string built(const char *rel)
+{
+    const char *b = getenv("STORM_BUILDDIR");
+    std::string path = std::string(b ? b : ".") + "/" + rel;
+    return access(path.c_str(), X_OK) == 0 ? path : "";
+}
+
+void run_program(uint32_t ntasks, uint32_t id, const std::vector<std::string> &argv)
+{
+    Agent agent(ntasks, id, 16 * 1024 * ntasks, 1024);
+    for (uint32_t r = 0; r < ntasks; ++r)
+        agent.spawn(r, [&argv] {
+            std::vector<char *> a;
+            for (auto &s : argv)
+                a.push_back(const_cast<char *>(s.c_str()));
+            a.push_back(nullptr);
+            execv(a[0], a.data());
+            return 127;
+        });
+    agent.serve_attach(ntasks);
+    std::mt19937 rng(id);
+    auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (!agent.reap()) {
+        assert_true(Clock::now() < deadline);
+        assert_true(agent.cycle(rng));
+        usleep(rng() % 3000);
+    }
+    print_message("%s: %llu switches\n", argv[0].c_str(), static_cast<unsigned long long>(agent.epoch));
+    for (uint32_t r = 0; r < ntasks; ++r)
+        if (!exited_ok(agent.status(r)))
+            fail_msg("%s: rank %u exited with status %d", argv[0].c_str(), r, agent.status(r));
+}
+
+void test_programs(void **)
+{
+    std::string alltoall = built("tests/integration/msg_alltoall"), bw = built("contrib/bench/msg_bw");
+    if (alltoall.empty() || bw.empty())
+        skip();
+    run_program(4, 7, {alltoall, "300", "6000"});
+    run_program(2, 8, {bw, "-n", "300", "64", "4096", "65536"});
+}
+
+} // namespace
+
+int main()
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (const char *f = getenv("TEST_FILTER"))
+        cmocka_set_test_filter(f);
+    const CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_errors),       cmocka_unit_test(test_alltoall_3_tasks),
+        cmocka_unit_test(test_alltoall_4_tasks), cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_mark_timeout),     cmocka_unit_test(test_wrong_context_refused),
+        cmocka_unit_test(test_single_task),      cmocka_unit_test(test_attach_swapped_out),
+        cmocka_unit_test(test_programs),
+    };
+    return cmocka_run_group_tests_name("msg_loopback", tests, nullptr, nullptr);
+}
