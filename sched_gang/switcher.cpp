@@ -206,7 +206,7 @@ void Switcher::on_table(const Table &t)
     engine_.set_variable("gang:jobs", static_cast<int64_t>(jobs_.size()));
 }
 
-std::string Switcher::on_strobe(const Strobe &s)
+std::string Switcher::on_strobe(const Strobe &s, bool replay)
 {
     if (s.epoch != epoch_) {
         ++ignored_;
@@ -216,9 +216,8 @@ std::string Switcher::on_strobe(const Strobe &s)
     uint64_t bit = uint64_t(1) << s.slot;
     if (halting_) {
         // The previous switch waits for its contexts to halt: this strobe
-        // is applied when it finishes (only the latest one).
-        deferred_ = true;
-        deferred_strobe_ = s;
+        // is applied when it finishes, in order.
+        deferred_.push_back(s);
     } else {
         std::set<uint32_t> leaving;
         if (hook_)
@@ -233,6 +232,8 @@ std::string Switcher::on_strobe(const Strobe &s)
             finish_switch(bit, s.seq);
         }
     }
+    if (replay)
+        return ""; // counted when it came
     last_strobe_ = std::chrono::steady_clock::now();
     if (failsafe_active_) {
         failsafe_active_ = false;
@@ -280,10 +281,11 @@ void Switcher::halted()
         return;
     halting_ = false;
     finish_switch(halting_bit_, halting_seq_);
-    if (deferred_) {
-        deferred_ = false;
-        if (deferred_strobe_.epoch == epoch_)
-            on_strobe(deferred_strobe_);
+    while (!halting_ && !deferred_.empty()) {
+        Strobe s = deferred_.front();
+        deferred_.pop_front();
+        if (s.epoch == epoch_)
+            on_strobe(s, true);
     }
 }
 

@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -138,7 +139,7 @@ private:
         std::vector<Proc> procs;
     };
     void on_table(const Table &t);
-    std::string on_strobe(const Strobe &s);
+    std::string on_strobe(const Strobe &s, bool replay = false);
     void finish_switch(uint64_t bit, uint64_t seq);
     void signal_job(uint32_t id, Job &j, int sig);
     void continue_all(const char *why);
@@ -156,11 +157,12 @@ private:
     event *tick_ = nullptr;
     SwitchHook *hook_ = nullptr;
     // A switch waiting for the hook's halted(): its slot bit and strobe, and
-    // the latest strobe that came meanwhile (applied once it finishes).
+    // the strobes that came meanwhile, applied in order once it finishes
+    // (every node must switch the same jobs at the same strobes: their
+    // contexts' halt and ready marks follow the strobes' sequence).
     bool halting_ = false;
     uint64_t halting_bit_ = 0, halting_seq_ = 0;
-    bool deferred_ = false;
-    Strobe deferred_strobe_{};
+    std::deque<Strobe> deferred_;
 
     uint64_t epoch_ = 0;
     uint32_t failsafe_ms_ = 0;

@@ -407,12 +407,15 @@ void Pool::open_context(Client &c, const Context &ctx)
     w->backing.resize(w->local_tasks);
     Window &ref = *w;
     windows_[ctx.id] = std::move(w);
-    if (ctx.mode == PoolMode::divided ||
-        (resident_ < 0 && used_bytes() + ref.bytes <= setup_.config.pool_size)) {
+    if (ctx.mode == PoolMode::divided) {
         set_resident(ref, true);
     } else {
-        save_out(ref); // waits in its backing store for its first switch in
+        // A swapped context starts halted at epoch 1 on every node, and
+        // waits in its backing store: the first switch that runs its job
+        // brings it in and releases it (release{1}), on all its nodes alike.
+        save_out(ref);
         ref.halted = true;
+        ref.epoch = 1;
     }
     if (mlock(ref.base, ref.bytes) != 0 && ref.resident)
         log_.verbose("rdma: context %u: cannot pin its window: %s", ctx.id, std::strerror(errno));
@@ -523,11 +526,14 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
         if (w->ctx.mode != PoolMode::swapped || !w->resident || w->failed || w->halted ||
             !leaving.count(w->ctx.job_id))
             continue;
-        w->epoch = seq;
+        // Every node of the context sees the same strobes, so the same
+        // epochs; they only increase (a new machine manager counts its
+        // strobes from 1 again).
+        w->epoch = std::max(w->epoch + 1, seq);
         w->halted = true;
         for (auto &[l, fd] : w->attached) {
             auto c = clients_.find(fd);
-            if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::halt, seq)))
+            if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::halt, w->epoch)))
                 waiting_halt_.insert(fd);
         }
     }
@@ -656,19 +662,18 @@ void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &run
     ++switches_;
 }
 
-void Pool::release(const std::set<uint32_t> &running, uint64_t seq)
+void Pool::release(const std::set<uint32_t> &running, uint64_t)
 {
     bool any = false;
     for (auto &[id, w] : windows_) {
         if (w->ctx.mode != PoolMode::swapped || !w->resident || !w->halted || w->failed ||
             !running.count(w->ctx.job_id))
             continue;
-        w->halted = false;
-        w->epoch = seq;
+        w->halted = false; // release{e} carries the epoch of the halt it ends
         for (auto &[l, fd] : w->attached) {
             auto c = clients_.find(fd);
             if (c != clients_.end() &&
-                reply(*c->second, control::epoch_message(control::Type::release, seq))) {
+                reply(*c->second, control::epoch_message(control::Type::release, w->epoch))) {
                 waiting_ready_.insert(fd);
                 any = true;
             }

@@ -371,19 +371,24 @@ void test_switcher_hook(void **)
     b.run_until([] { return false; }, 50ms);
     assert_int_equal(state(p2), 'S'); // not stopped before it halted
     assert_false(sw->stopped(2));
-    // Two strobes meanwhile: only the latest is applied afterwards.
+    // Two strobes meanwhile: applied afterwards, in order.
     assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 1, 12, realtime_ns()}.encode()));
     assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 0, 13, realtime_ns()}.encode()));
     assert_int_equal(hook.calls.size(), 1);
     hook.state_of_leaving = [&] { return state(p2); };
     hook.wait = false;
     sw->halted();
-    // Switch 11: job 2 stopped before the swap, job 1 running; then the
-    // deferred strobe 13 (slot 0 again) has nothing leaving.
-    assert_true(hook.calls.size() >= 3);
+    // Switch 11: job 2 stopped before the swap, job 1 running; then 12
+    // (job 1 leaves) and 13 (job 2 leaves again).
+    assert_int_equal(hook.calls.size(), 9);
     assert_true(contains(hook.calls[1], "swap 2 / 1 leaving:"));
     assert_string_equal(hook.calls[2].c_str(), "release 1");
+    assert_string_equal(hook.calls[3].c_str(), "halt 1 12");
+    assert_true(contains(hook.calls[4], "swap 1 / 2 leaving:"));
+    assert_string_equal(hook.calls[6].c_str(), "halt 2 13");
+    assert_string_equal(hook.calls[8].c_str(), "release 1");
     assert_true(sw->stopped(2));
+    assert_false(sw->stopped(1));
     assert_true(eventually_state(b, p2, 'T'));
     // Slot 1: job 1 leaves; the hook has nothing to halt: at once.
     hook.calls.clear();
