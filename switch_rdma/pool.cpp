@@ -487,6 +487,16 @@ void Pool::attach(Client &c, const control::Ids &ids)
     a.credits = w.share.credits;
     a.epoch = w.epoch;
     a.resident = w.resident && !w.halted;
+    if (w.ctx.mode == PoolMode::swapped) {
+        // Every task of a swapped context starts halted at epoch 1 and sees
+        // the same control sequence, whenever it attaches: so does its
+        // halt and ready marks.  A task that comes after the first release
+        // gets the sequence so far replayed: release{1}, and the halt (and
+        // release) of the current epoch.  No earlier epoch can have ended:
+        // a halt completes only once every task sent its mark.
+        a.epoch = 1;
+        a.resident = false;
+    }
     if (!reply(c, control::attached(a), w.memfd))
         return refuse(std::string("cannot answer: ") + std::strerror(errno));
     c.task = true;
@@ -494,6 +504,16 @@ void Pool::attach(Client &c, const control::Ids &ids)
     c.local = local;
     c.rank = ids.rank;
     w.attached[local] = c.fd;
+    if (w.ctx.mode == PoolMode::swapped && !(w.halted && w.epoch == 1)) {
+        reply(c, control::epoch_message(control::Type::release, 1));
+        if (w.epoch > 1) {
+            reply(c, control::epoch_message(control::Type::halt, w.epoch));
+            if (halting_windows_.count(w.ctx.id))
+                waiting_halt_.insert(c.fd);
+            if (!w.halted)
+                reply(c, control::epoch_message(control::Type::release, w.epoch));
+        }
+    }
     log_.verbose("rdma: rank %u (pid %d) attached to context %u of step %s", ids.rank, c.pid, ids.id,
                  step_name(w.ctx).c_str());
 }
@@ -522,6 +542,7 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
     if (halting_)
         return true; // the switcher waits for the switch in progress
     waiting_halt_.clear();
+    halting_windows_.clear();
     for (auto &[id, w] : windows_) {
         if (w->ctx.mode != PoolMode::swapped || !w->resident || w->failed || w->halted ||
             !leaving.count(w->ctx.job_id))
@@ -531,15 +552,18 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
         // strobes from 1 again).
         w->epoch = std::max(w->epoch + 1, seq);
         w->halted = true;
+        halting_windows_.insert(id);
         for (auto &[l, fd] : w->attached) {
             auto c = clients_.find(fd);
-            if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::halt, w->epoch)))
+            if (c != clients_.end() &&
+                reply(*c->second, control::epoch_message(control::Type::halt, w->epoch)))
                 waiting_halt_.insert(fd);
         }
     }
     if (waiting_halt_.empty())
         return false;
     halting_ = true;
+
     halt_start_ = std::chrono::steady_clock::now();
     timeval tv{static_cast<time_t>(setup_.halt_timeout.count() / 1000),
                static_cast<suseconds_t>(setup_.halt_timeout.count() % 1000 * 1000)};
@@ -583,6 +607,7 @@ void Pool::on_halt_timeout(int, short, void *arg)
 void Pool::finish_halt()
 {
     halting_ = false;
+    halting_windows_.clear();
     evtimer_del(halt_timer_);
     halt_us_.add(micros_since(halt_start_));
     stats_dirty_ = true;

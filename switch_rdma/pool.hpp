@@ -132,7 +132,8 @@ private:
 
     // The switch in progress.
     bool halting_ = false;
-    std::set<int> waiting_halt_; // clients' fds
+    std::set<int> waiting_halt_;         // clients' fds
+    std::set<uint32_t> halting_windows_; // contexts halting in it
     std::chrono::steady_clock::time_point halt_start_{};
     std::set<int> waiting_ready_;
     std::chrono::steady_clock::time_point release_start_{};

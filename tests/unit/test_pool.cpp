@@ -419,6 +419,32 @@ void test_failures(void **)
     assert_true(contains(c2.error, "the context has failed"));
 }
 
+// A task that attaches late is replayed the control sequence so far, so
+// that every task of the context sends the same halt and ready marks.
+void test_late_attach(void **)
+{
+    Bench b;
+    Context c = context(1, 500, PoolMode::swapped, 1, 3, 2);
+    assert_string_equal(b.request(control::open(c)).c_str(), "ok");
+    Task t0, t1;
+    assert_true(t0.attach(b, 1, 500, 0));
+    b.pool->swap({}, {500}, 3);
+    b.pool->release({500}, 3);
+    assert_string_equal(t0.next(b).c_str(), "G1");
+    assert_true(b.pool->halt({500}, 9));
+    assert_string_equal(t0.next(b).c_str(), "H9");
+    t0.say(b, control::Type::halted, 9);
+    // The halt is not over: rank 1, attaching now, must halt too.
+    assert_true(t1.attach(b, 1, 500, 1));
+    assert_false(t1.a.resident);
+    assert_int_equal(t1.a.epoch, 1);
+    assert_string_equal(t1.next(b).c_str(), "G1");
+    assert_string_equal(t1.next(b).c_str(), "H9");
+    t1.say(b, control::Type::halted, 9);
+    b.pool->swap({500}, {}, 9);
+    assert_int_equal(b.pool->resident_context(), -1);
+}
+
 } // namespace
 
 int main()
@@ -428,6 +454,7 @@ int main()
         cmocka_unit_test(test_attach_rules),
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_late_attach),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
