@@ -12,6 +12,9 @@
 // (possibly before the local release: they are kept), the call that
 // completes it returns Answer::ready: injection resumes (answer ready{e}).
 //
+// A halt that comes while a release waits for ready marks ends it: the
+// task never injected, and halts at the new epoch once every peer's
+// READY and HALT marks arrived.
 // Marks of one peer come in its send order: HALT(e1) READY(e1) HALT(e2)
 // ... with increasing epochs; anything else is a FlushError.  A peer that
 // left (finished, peer_gone) counts as having sent every mark.  Failure
@@ -53,7 +56,10 @@ public:
     {
         if (phase_ == Phase::failed)
             return Answer::none;
-        if (phase_ != Phase::running || e <= epoch_)
+        // A halt may also end a release that has not completed: the
+        // agent's next switch came before every peer's ready mark (peers
+        // then send READY(epoch) before HALT(e), which has() expects).
+        if ((phase_ != Phase::running && phase_ != Phase::releasing) || e <= epoch_)
             throw FlushError("halt for epoch " + std::to_string(e) + " while " + phase_name() + " at epoch " +
                              std::to_string(epoch_));
         epoch_ = e;

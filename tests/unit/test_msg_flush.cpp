@@ -83,6 +83,26 @@ void test_release_interleavings(void **) { run_interleavings(true); }
 
 // A peer released, sent its ready, and was already halted again (next
 // epoch) before this task's release: both marks are kept.
+// The agent's next switch comes before a release completed: the halt ends
+// the release; the task halts once every peer's READY and HALT arrived.
+void test_halt_during_release(void **)
+{
+    Flush f(3, 0, 1, true); // attached halted at epoch 1
+    assert_true(f.local_release(1) == Answer::none);
+    assert_true(f.arrived_ready(1, 1) == Answer::none);
+    assert_false(f.may_inject());
+    assert_true(f.local_halt(9) == Answer::none);
+    assert_false(f.may_inject());
+    assert_true(f.arrived_halt(1, 9) == Answer::none);
+    assert_int_equal(f.missing(), 2);
+    assert_true(f.arrived_ready(2, 1) == Answer::none);
+    assert_true(f.arrived_halt(2, 9) == Answer::halted);
+    assert_true(f.local_release(9) == Answer::none);
+    f.arrived_ready(1, 9);
+    assert_true(f.arrived_ready(2, 9) == Answer::ready);
+    assert_true(f.may_inject());
+}
+
 void test_later_epoch_early(void **)
 {
     Flush f(3, 1, 0);
@@ -169,9 +189,9 @@ void test_failed_and_gone_peers(void **)
 int main()
 {
     const CMUnitTest tests[] = {
-        cmocka_unit_test(test_halt_interleavings),    cmocka_unit_test(test_release_interleavings),
-        cmocka_unit_test(test_later_epoch_early),     cmocka_unit_test(test_protocol_errors),
-        cmocka_unit_test(test_failed_and_gone_peers),
+        cmocka_unit_test(test_halt_interleavings), cmocka_unit_test(test_release_interleavings),
+        cmocka_unit_test(test_later_epoch_early),  cmocka_unit_test(test_halt_during_release),
+        cmocka_unit_test(test_protocol_errors),    cmocka_unit_test(test_failed_and_gone_peers),
     };
     return cmocka_run_group_tests_name("msg_flush", tests, nullptr, nullptr);
 }
