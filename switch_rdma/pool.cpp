@@ -61,8 +61,18 @@ struct Pool::Window {
     uint64_t bytes = 0;
     bool resident = false;
     bool failed = false;
-    bool halted = false;              // halted (or never released) and not yet released
-    uint64_t epoch = 0;               // the strobe of its last halt or release
+    // Swapped contexts: where the context is in the switch protocol.
+    //  out      in its backing store, halted at `epoch`
+    //  halted   in the pool, halted at `epoch`, waiting for a release
+    //  halting  in the pool, halt{epoch} sent, `waiting` tasks to answer
+    //  running  in the pool, released (divided contexts always are)
+    enum class State { out, halted, halting, running } state = State::running;
+    bool released_once = false;
+    uint64_t epoch = 0;    // of its last halt (1 before the first release)
+    std::set<int> waiting; // tasks (fds) that have not answered halt
+    std::chrono::steady_clock::time_point halt_sent{};
+    std::set<int> not_ready; // tasks (fds) that have not answered release
+    std::chrono::steady_clock::time_point release_sent{};
     std::vector<std::string> backing; // per share, while not resident
     std::map<uint32_t, int> attached; // local index -> client fd
     QueueHeader *header(uint32_t local) const
@@ -270,10 +280,13 @@ void Pool::drop(int fd, const char *why)
         event_free(c.ev);
     ::close(fd);
     clients_.erase(it);
-    bool was_waiting = waiting_halt_.erase(fd) != 0;
-    waiting_ready_.erase(fd);
-    if (was_waiting && waiting_halt_.empty() && halting_)
-        finish_halt();
+    for (auto &[id, w] : windows_) {
+        w->not_ready.erase(fd);
+        if (w->state == Window::State::halting && w->waiting.erase(fd) && w->waiting.empty()) {
+            window_halted(*w);
+            break;
+        }
+    }
 }
 
 void Pool::handle(Client &c, const std::string &msg, int)
@@ -414,7 +427,7 @@ void Pool::open_context(Client &c, const Context &ctx)
         // waits in its backing store: the first switch that runs its job
         // brings it in and releases it (release{1}), on all its nodes alike.
         save_out(ref);
-        ref.halted = true;
+        ref.state = Window::State::out;
         ref.epoch = 1;
     }
     if (mlock(ref.base, ref.bytes) != 0 && ref.resident)
@@ -486,14 +499,15 @@ void Pool::attach(Client &c, const control::Ids &ids)
     a.recv_slots = w.share.recv_slots;
     a.credits = w.share.credits;
     a.epoch = w.epoch;
-    a.resident = w.resident && !w.halted;
+    a.resident = w.resident;
     if (w.ctx.mode == PoolMode::swapped) {
         // Every task of a swapped context starts halted at epoch 1 and sees
-        // the same control sequence, whenever it attaches: so does its
-        // halt and ready marks.  A task that comes after the first release
-        // gets the sequence so far replayed: release{1}, and the halt (and
+        // the same control sequence, whenever it attaches: so do its halt
+        // and ready marks.  A task that comes after the first release gets
+        // the sequence so far replayed: release{1}, and the halt (and
         // release) of the current epoch.  No earlier epoch can have ended:
-        // a halt completes only once every task sent its mark.
+        // a halt completes only once every task sent its mark, and tasks
+        // exchange marks only once all are connected.
         a.epoch = 1;
         a.resident = false;
     }
@@ -504,13 +518,13 @@ void Pool::attach(Client &c, const control::Ids &ids)
     c.local = local;
     c.rank = ids.rank;
     w.attached[local] = c.fd;
-    if (w.ctx.mode == PoolMode::swapped && !(w.halted && w.epoch == 1)) {
+    if (w.ctx.mode == PoolMode::swapped && w.released_once) {
         reply(c, control::epoch_message(control::Type::release, 1));
         if (w.epoch > 1) {
             reply(c, control::epoch_message(control::Type::halt, w.epoch));
-            if (halting_windows_.count(w.ctx.id))
-                waiting_halt_.insert(c.fd);
-            if (!w.halted)
+            if (w.state == Window::State::halting)
+                w.waiting.insert(c.fd);
+            else if (w.state == Window::State::running)
                 reply(c, control::epoch_message(control::Type::release, w.epoch));
         }
     }
@@ -539,67 +553,92 @@ void Pool::fail_context(Window &w, const std::string &why)
 
 bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
 {
+    for (uint32_t j : leaving)
+        running_jobs_.erase(j);
     if (halting_)
         return true; // the switcher waits for the switch in progress
-    waiting_halt_.clear();
-    halting_windows_.clear();
+    bool wait = false;
     for (auto &[id, w] : windows_) {
-        if (w->ctx.mode != PoolMode::swapped || !w->resident || w->failed || w->halted ||
+        if (w->ctx.mode != PoolMode::swapped || w->state != Window::State::running || w->failed ||
             !leaving.count(w->ctx.job_id))
             continue;
         // Every node of the context sees the same strobes, so the same
         // epochs; they only increase (a new machine manager counts its
         // strobes from 1 again).
         w->epoch = std::max(w->epoch + 1, seq);
-        w->halted = true;
-        halting_windows_.insert(id);
+        w->state = Window::State::halting;
+        w->halt_sent = std::chrono::steady_clock::now();
+        w->waiting.clear();
         for (auto &[l, fd] : w->attached) {
             auto c = clients_.find(fd);
             if (c != clients_.end() &&
                 reply(*c->second, control::epoch_message(control::Type::halt, w->epoch)))
-                waiting_halt_.insert(fd);
+                w->waiting.insert(fd);
         }
+        if (w->waiting.empty())
+            w->state = Window::State::halted; // no task attached yet: nothing to flush here
+        else
+            wait = true;
     }
-    if (waiting_halt_.empty())
+    if (!wait)
         return false;
+    // The switch waits for the halts, at most storm_pool_halt_wait: a halt
+    // that takes longer (a peer node's tasks are stopped, starting up or
+    // behind) finishes later, and the context swaps then.
     halting_ = true;
-
-    halt_start_ = std::chrono::steady_clock::now();
-    timeval tv{static_cast<time_t>(setup_.halt_timeout.count() / 1000),
-               static_cast<suseconds_t>(setup_.halt_timeout.count() % 1000 * 1000)};
+    uint64_t us = setup_.config.halt_wait_us;
+    timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
     evtimer_add(halt_timer_, &tv);
     return true;
 }
 
 void Pool::on_halted(Client &c, uint64_t epoch)
 {
-    auto w = windows_.find(c.ctx);
-    if (w == windows_.end() || epoch != w->second->epoch) {
-        log_.verbose("rdma: context %u: rank %u halted for switch %llu, not the current one", c.ctx, c.rank,
+    auto it = windows_.find(c.ctx);
+    if (it == windows_.end())
+        return;
+    Window &w = *it->second;
+    if (w.state != Window::State::halting || epoch != w.epoch) {
+        log_.verbose("rdma: context %u: rank %u halted at epoch %llu, not waited for", c.ctx, c.rank,
                      static_cast<unsigned long long>(epoch));
         return;
     }
-    if (waiting_halt_.erase(c.fd) && waiting_halt_.empty() && halting_)
+    if (w.waiting.erase(c.fd) && w.waiting.empty())
+        window_halted(w);
+}
+
+// Every local task of `w` answered its halt: nothing of the context is in
+// flight towards this node.
+void Pool::window_halted(Window &w)
+{
+    w.state = Window::State::halted;
+    halt_us_.add(micros_since(w.halt_sent));
+    stats_dirty_ = true;
+    if (halting_) {
+        for (auto &[id, o] : windows_)
+            if (o->state == Window::State::halting)
+                return; // the switch waits for others
         finish_halt();
+        return;
+    }
+    // A halt that outlasted its switch.
+    if (running_jobs_.count(w.ctx.job_id)) {
+        release_window(w); // its job runs again already
+    } else {
+        auto t0 = std::chrono::steady_clock::now();
+        save_out(w);
+        load_running();
+        ++swaps_;
+        swap_us_.add(micros_since(t0));
+        for (auto &[id, o] : windows_)
+            if (o->resident && o->state == Window::State::halted && running_jobs_.count(o->ctx.job_id))
+                release_window(*o);
+    }
 }
 
 void Pool::on_halt_timeout(int, short, void *arg)
 {
     auto *self = static_cast<Pool *>(arg);
-    std::set<uint32_t> late;
-    for (int fd : self->waiting_halt_) {
-        auto c = self->clients_.find(fd);
-        if (c != self->clients_.end())
-            late.insert(c->second->ctx);
-    }
-    self->waiting_halt_.clear();
-    for (uint32_t id : late) {
-        auto w = self->windows_.find(id);
-        if (w != self->windows_.end())
-            self->fail_context(*w->second, "its tasks did not halt within " +
-                                               std::to_string(self->setup_.halt_timeout.count()) +
-                                               " ms (a peer node missed the switch or died)");
-    }
     if (self->halting_)
         self->finish_halt();
 }
@@ -607,10 +646,7 @@ void Pool::on_halt_timeout(int, short, void *arg)
 void Pool::finish_halt()
 {
     halting_ = false;
-    halting_windows_.clear();
     evtimer_del(halt_timer_);
-    halt_us_.add(micros_since(halt_start_));
-    stats_dirty_ = true;
     if (switcher_)
         switcher_->halted();
 }
@@ -648,6 +684,7 @@ void Pool::save_out(Window &w)
     if (fallocate(w.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(w.bytes)) != 0)
         std::memset(w.base, 0, w.bytes);
     set_resident(w, false);
+    w.state = Window::State::out;
 }
 
 bool Pool::load_in(Window &w)
@@ -660,26 +697,36 @@ bool Pool::load_in(Window &w)
     for (auto &b : w.backing)
         std::string().swap(b);
     set_resident(w, true);
+    w.state = Window::State::halted;
     return true;
+}
+
+// The first waiting context of a running job comes into a free pool.
+void Pool::load_running()
+{
+    if (resident_ >= 0)
+        return;
+    for (auto &[id, w] : windows_)
+        if (w->ctx.mode == PoolMode::swapped && w->state == Window::State::out && !w->failed &&
+            running_jobs_.count(w->ctx.job_id) && load_in(*w)) {
+            w->state = Window::State::halted;
+            return;
+        }
 }
 
 void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t)
 {
+    running_jobs_ = running;
     auto t0 = std::chrono::steady_clock::now();
-    bool swapped = false;
+    int before = resident_;
     for (auto &[id, w] : windows_)
-        if (w->ctx.mode == PoolMode::swapped && w->resident && leaving.count(w->ctx.job_id)) {
+        if (w->ctx.mode == PoolMode::swapped && w->resident && w->state == Window::State::halted &&
+            leaving.count(w->ctx.job_id)) {
             save_out(*w);
-            swapped = true;
+            w->state = Window::State::out;
         }
-    if (resident_ < 0)
-        for (auto &[id, w] : windows_)
-            if (w->ctx.mode == PoolMode::swapped && !w->resident && !w->failed &&
-                running.count(w->ctx.job_id) && load_in(*w)) {
-                swapped = true;
-                break;
-            }
-    if (swapped) {
+    load_running();
+    if (resident_ != before) {
         ++swaps_;
         swap_us_.add(micros_since(t0));
         stats_dirty_ = true;
@@ -687,31 +734,37 @@ void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &run
     ++switches_;
 }
 
+void Pool::release_window(Window &w)
+{
+    w.state = Window::State::running;
+    w.released_once = true;
+    w.not_ready.clear();
+    w.release_sent = std::chrono::steady_clock::now();
+    // release{e} carries the epoch of the halt it ends (1 at first)
+    for (auto &[l, fd] : w.attached) {
+        auto c = clients_.find(fd);
+        if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::release, w.epoch)))
+            w.not_ready.insert(fd);
+    }
+}
+
 void Pool::release(const std::set<uint32_t> &running, uint64_t)
 {
-    bool any = false;
-    for (auto &[id, w] : windows_) {
-        if (w->ctx.mode != PoolMode::swapped || !w->resident || !w->halted || w->failed ||
-            !running.count(w->ctx.job_id))
-            continue;
-        w->halted = false; // release{e} carries the epoch of the halt it ends
-        for (auto &[l, fd] : w->attached) {
-            auto c = clients_.find(fd);
-            if (c != clients_.end() &&
-                reply(*c->second, control::epoch_message(control::Type::release, w->epoch))) {
-                waiting_ready_.insert(fd);
-                any = true;
-            }
-        }
-    }
-    if (any)
-        release_start_ = std::chrono::steady_clock::now();
+    running_jobs_ = running;
+    for (auto &[id, w] : windows_)
+        if (w->ctx.mode == PoolMode::swapped && w->resident && w->state == Window::State::halted &&
+            !w->failed && running.count(w->ctx.job_id))
+            release_window(*w);
 }
 
 void Pool::on_ready(Client &c, uint64_t)
 {
-    if (waiting_ready_.erase(c.fd) && waiting_ready_.empty()) {
-        release_us_.add(micros_since(release_start_));
+    auto it = windows_.find(c.ctx);
+    if (it == windows_.end())
+        return;
+    Window &w = *it->second;
+    if (w.not_ready.erase(c.fd) && w.not_ready.empty()) {
+        release_us_.add(micros_since(w.release_sent));
         stats_dirty_ = true;
     }
 }

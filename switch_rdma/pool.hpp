@@ -14,8 +14,10 @@
 //      halt:    the tasks of the leaving job's resident swapped context are
 //               asked to halt; the switch waits until every one answers
 //               halted (each collected every peer's halt mark: nothing of
-//               the context is in flight towards this node), or until
-//               `halt_timeout`, after which the late ones' context fails;
+//               the context is in flight towards this node), but at most
+//               storm_pool_halt_wait: a halt that takes longer (a peer
+//               node's tasks are stopped, starting up, or behind) finishes
+//               later, and the context is swapped out then;
 //      swap:    with the leaving job stopped, its shares' headers and valid
 //               packets (or whole shares, storm_pool_swap=full) are copied
 //               to the context's backing store and the window's pages
@@ -26,9 +28,9 @@
 //               again; the agent records when every one answered ready.
 //
 // A context fails, and its tasks' control channels are closed (their calls
-// then fail with the reason), when a task does not halt in time, reports
-// failure (a peer died), or its queue indices are corrupt.  A failed
-// context never blocks a switch again.
+// then fail with the reason), when a task reports failure (a peer died, or
+// a mark did not come within its STORM_MSG_TIMEOUT), or its queue indices
+// are corrupt.  A failed context never blocks a switch again.
 //
 // Statistics (stage times of the last 4096 switches, packets saved) are
 // written every second to `stats_path` (replace_file), one "key value"
@@ -62,7 +64,6 @@ struct PoolSetup {
     in_addr_t self_addr = 0;    // this node's address (network order), as contexts list it
     std::vector<uid_t> trusted; // may open and close contexts (root, SlurmdUser)
     PoolConfig config;
-    std::chrono::milliseconds halt_timeout{2000};
 };
 
 class Pool : public gang::SwitchHook {
@@ -111,7 +112,10 @@ private:
     void fail_context(Window &w, const std::string &why);
     void on_halted(Client &c, uint64_t epoch);
     void on_ready(Client &c, uint64_t epoch);
+    void window_halted(Window &w);
     void finish_halt();
+    void load_running();
+    void release_window(Window &w);
 
     void save_out(Window &w);
     bool load_in(Window &w);
@@ -130,13 +134,10 @@ private:
     std::map<uint32_t, std::unique_ptr<Window>> windows_; // by context id
     int resident_ = -1;                                   // the swapped context holding the pool
 
-    // The switch in progress.
+    // The switch in progress waits for halts (at most halt_wait), and the
+    // jobs running since the last switch.
     bool halting_ = false;
-    std::set<int> waiting_halt_;         // clients' fds
-    std::set<uint32_t> halting_windows_; // contexts halting in it
-    std::chrono::steady_clock::time_point halt_start_{};
-    std::set<int> waiting_ready_;
-    std::chrono::steady_clock::time_point release_start_{};
+    std::set<uint32_t> running_jobs_;
 
     Stage halt_us_, swap_us_, release_us_;
     uint64_t switches_ = 0, swaps_ = 0, packets_saved_ = 0, failures_ = 0;
