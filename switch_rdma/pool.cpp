@@ -624,7 +624,7 @@ void Pool::window_halted(Window &w)
     // A halt that outlasted its switch.
     if (running_jobs_.count(w.ctx.job_id)) {
         release_window(w); // its job runs again already
-    } else {
+    } else if (stopped(w.ctx.job_id)) {
         auto t0 = std::chrono::steady_clock::now();
         save_out(w);
         load_running();
@@ -669,6 +669,10 @@ void Pool::set_resident(Window &w, bool on)
 
 void Pool::save_out(Window &w)
 {
+    // Not resident in the copy either: restored, it stays 0 until every
+    // slot is back (load_in sets it).
+    for (uint32_t l = 0; l < w.local_tasks; ++l)
+        w.header(l)->resident.store(0, std::memory_order_release);
     size_t packets = 0;
     for (uint32_t l = 0; l < w.local_tasks; ++l) {
         try {
@@ -701,6 +705,16 @@ bool Pool::load_in(Window &w)
     return true;
 }
 
+// Every thread of the job's processes on this node is stopped: the
+// application cannot be touching its queues while they are copied.
+bool Pool::stopped(uint32_t job)
+{
+    if (!switcher_ || switcher_->wait_stopped({job}, std::chrono::milliseconds(100)))
+        return true;
+    log_.verbose("rdma: job %u's processes did not stop within 100 ms: its context stays in the pool", job);
+    return false;
+}
+
 // The first waiting context of a running job comes into a free pool.
 void Pool::load_running()
 {
@@ -721,10 +735,8 @@ void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &run
     int before = resident_;
     for (auto &[id, w] : windows_)
         if (w->ctx.mode == PoolMode::swapped && w->resident && w->state == Window::State::halted &&
-            leaving.count(w->ctx.job_id)) {
+            leaving.count(w->ctx.job_id) && stopped(w->ctx.job_id))
             save_out(*w);
-            w->state = Window::State::out;
-        }
     load_running();
     if (resident_ != before) {
         ++swaps_;

@@ -115,6 +115,7 @@ private:
     void window_halted(Window &w);
     void finish_halt();
     void load_running();
+    bool stopped(uint32_t job);
     void release_window(Window &w);
 
     void save_out(Window &w);
