@@ -67,9 +67,9 @@ struct Pool::Window {
     //  halting  in the pool, halt{epoch} sent, `waiting` tasks to answer
     //  running  in the pool, released (divided contexts always are)
     enum class State { out, halted, halting, running } state = State::running;
-    bool released_once = false;
-    uint64_t epoch = 0;    // of its last halt (1 before the first release)
-    std::set<int> waiting; // tasks (fds) that have not answered halt
+    uint64_t epoch = 0;       // of its last halt (1 before the first release)
+    std::set<int> waiting;    // tasks (fds) whose halt the switch waits for
+    std::set<int> halted_fds; // tasks (fds) halted at `epoch`
     std::chrono::steady_clock::time_point halt_sent{};
     std::set<int> not_ready; // tasks (fds) that have not answered release
     std::chrono::steady_clock::time_point release_sent{};
@@ -282,6 +282,7 @@ void Pool::drop(int fd, const char *why)
     clients_.erase(it);
     for (auto &[id, w] : windows_) {
         w->not_ready.erase(fd);
+        w->halted_fds.erase(fd);
         if (w->state == Window::State::halting && w->waiting.erase(fd) && w->waiting.empty()) {
             window_halted(*w);
             break;
@@ -501,13 +502,10 @@ void Pool::attach(Client &c, const control::Ids &ids)
     a.epoch = w.epoch;
     a.resident = w.resident;
     if (w.ctx.mode == PoolMode::swapped) {
-        // Every task of a swapped context starts halted at epoch 1 and sees
-        // the same control sequence, whenever it attaches: so do its halt
-        // and ready marks.  A task that comes after the first release gets
-        // the sequence so far replayed: release{1}, and the halt (and
-        // release) of the current epoch.  No earlier epoch can have ended:
-        // a halt completes only once every task sent its mark, and tasks
-        // exchange marks only once all are connected.
+        // Every task of a swapped context starts halted at epoch 1 (its
+        // peers hold it so), whenever it attaches; one that comes after the
+        // context's first halt is halted at the current epoch at once, so
+        // that it sends the halt mark its peers expect.
         a.epoch = 1;
         a.resident = false;
     }
@@ -518,14 +516,17 @@ void Pool::attach(Client &c, const control::Ids &ids)
     c.local = local;
     c.rank = ids.rank;
     w.attached[local] = c.fd;
-    if (w.ctx.mode == PoolMode::swapped && w.released_once) {
-        reply(c, control::epoch_message(control::Type::release, 1));
+    if (w.ctx.mode == PoolMode::swapped) {
         if (w.epoch > 1) {
+            // It starts halted at 1: the halt of the current epoch brings it
+            // where its peers are (its release, if any, when it answers).
             reply(c, control::epoch_message(control::Type::halt, w.epoch));
             if (w.state == Window::State::halting)
                 w.waiting.insert(c.fd);
-            else if (w.state == Window::State::running)
-                reply(c, control::epoch_message(control::Type::release, w.epoch));
+        } else {
+            w.halted_fds.insert(c.fd);
+            if (w.state == Window::State::running)
+                release_task(w, c.fd);
         }
     }
     log_.verbose("rdma: rank %u (pid %d) attached to context %u of step %s", ids.rank, c.pid, ids.id,
@@ -559,26 +560,29 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
         return true; // the switcher waits for the switch in progress
     bool wait = false;
     for (auto &[id, w] : windows_) {
-        if (w->ctx.mode != PoolMode::swapped || w->state != Window::State::running || w->failed ||
-            !leaving.count(w->ctx.job_id))
+        if (w->ctx.mode != PoolMode::swapped || w->failed || !leaving.count(w->ctx.job_id))
             continue;
-        // Every node of the context sees the same strobes, so the same
-        // epochs; they only increase (a new machine manager counts its
-        // strobes from 1 again).
+        // Every node halts the context at every switch that stops its job,
+        // whatever its state here (in the pool or not, released or not), so
+        // that every task sends the same halt marks.  Every node sees the
+        // same strobes, so the same epochs; they only increase (a new
+        // machine manager counts its strobes from 1 again).
         w->epoch = std::max(w->epoch + 1, seq);
-        w->state = Window::State::halting;
-        w->halt_sent = std::chrono::steady_clock::now();
+        w->halted_fds.clear();
         w->waiting.clear();
+        w->halt_sent = std::chrono::steady_clock::now();
         for (auto &[l, fd] : w->attached) {
             auto c = clients_.find(fd);
             if (c != clients_.end() &&
                 reply(*c->second, control::epoch_message(control::Type::halt, w->epoch)))
                 w->waiting.insert(fd);
         }
-        if (w->waiting.empty())
-            w->state = Window::State::halted; // no task attached yet: nothing to flush here
-        else
-            wait = true;
+        if (!w->resident) {
+            w->waiting.clear(); // out of the pool: nothing to wait for
+            continue;
+        }
+        w->state = w->waiting.empty() ? Window::State::halted : Window::State::halting;
+        wait = wait || !w->waiting.empty();
     }
     if (!wait)
         return false;
@@ -598,13 +602,18 @@ void Pool::on_halted(Client &c, uint64_t epoch)
     if (it == windows_.end())
         return;
     Window &w = *it->second;
-    if (w.state != Window::State::halting || epoch != w.epoch) {
-        log_.verbose("rdma: context %u: rank %u halted at epoch %llu, not waited for", c.ctx, c.rank,
-                     static_cast<unsigned long long>(epoch));
+    if (epoch != w.epoch) {
+        log_.verbose("rdma: context %u: rank %u halted at epoch %llu, not the current %llu", c.ctx, c.rank,
+                     static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(w.epoch));
         return;
     }
-    if (w.waiting.erase(c.fd) && w.waiting.empty())
-        window_halted(w);
+    w.halted_fds.insert(c.fd);
+    if (w.state == Window::State::halting) {
+        if (w.waiting.erase(c.fd) && w.waiting.empty())
+            window_halted(w);
+    } else if (w.state == Window::State::running) {
+        release_task(w, c.fd); // it caught up with a release it could not take yet
+    }
 }
 
 // Every local task of `w` answered its halt: nothing of the context is in
@@ -749,15 +758,20 @@ void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &run
 void Pool::release_window(Window &w)
 {
     w.state = Window::State::running;
-    w.released_once = true;
     w.not_ready.clear();
     w.release_sent = std::chrono::steady_clock::now();
-    // release{e} carries the epoch of the halt it ends (1 at first)
-    for (auto &[l, fd] : w.attached) {
-        auto c = clients_.find(fd);
-        if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::release, w.epoch)))
-            w.not_ready.insert(fd);
-    }
+    // Only tasks halted at the epoch take its release; the others get it
+    // when they answer their halt.
+    for (int fd : std::set<int>(w.halted_fds))
+        release_task(w, fd);
+}
+
+// release{e} carries the epoch of the halt it ends (1 at first).
+void Pool::release_task(Window &w, int fd)
+{
+    auto c = clients_.find(fd);
+    if (c != clients_.end() && reply(*c->second, control::epoch_message(control::Type::release, w.epoch)))
+        w.not_ready.insert(fd);
 }
 
 void Pool::release(const std::set<uint32_t> &running, uint64_t)

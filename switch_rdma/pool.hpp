@@ -117,6 +117,7 @@ private:
     void load_running();
     bool stopped(uint32_t job);
     void release_window(Window &w);
+    void release_task(Window &w, int fd);
 
     void save_out(Window &w);
     bool load_in(Window &w);

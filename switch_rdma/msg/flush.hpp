@@ -12,11 +12,13 @@
 // (possibly before the local release: they are kept), the call that
 // completes it returns Answer::ready: injection resumes (answer ready{e}).
 //
-// A halt that comes while a release waits for ready marks ends it: the
-// task never injected, and halts at the new epoch once every peer's
-// READY and HALT marks arrived.
-// Marks of one peer come in its send order: HALT(e1) READY(e1) HALT(e2)
-// ... with increasing epochs; anything else is a FlushError.  A peer that
+// Every switch that stops the job halts it, whatever its phase: a halt
+// also ends a release that has not completed (a node whose pool could not
+// take the context never released it, so its peers never inject) and
+// supersedes a halt still collecting marks.
+// Marks of one peer come in its send order: HALT marks with increasing
+// epochs, each followed by at most one READY of the same epoch (none when
+// that peer was not released); anything else is a FlushError.  A peer that
 // left (finished, peer_gone) counts as having sent every mark.  Failure
 // (set_failed) ends the machine: nothing completes afterwards.
 #pragma once
@@ -56,10 +58,11 @@ public:
     {
         if (phase_ == Phase::failed)
             return Answer::none;
-        // A halt may also end a release that has not completed: the
-        // agent's next switch came before every peer's ready mark (peers
-        // then send READY(epoch) before HALT(e), which has() expects).
-        if ((phase_ != Phase::running && phase_ != Phase::releasing) || e <= epoch_)
+        // A halt comes at every switch that stops the job, whatever the
+        // phase: it also ends a release that has not completed (a node
+        // whose pool could not take the context in time never released
+        // it) or a halt still collecting marks (a later one supersedes it).
+        if (e <= epoch_)
             throw FlushError("halt for epoch " + std::to_string(e) + " while " + phase_name() + " at epoch " +
                              std::to_string(epoch_));
         epoch_ = e;
@@ -71,7 +74,7 @@ public:
         auto &m = peer(p);
         if (phase_ == Phase::failed || m.gone)
             return Answer::none;
-        if (e <= m.halt || m.ready != m.halt)
+        if (e <= m.halt)
             throw FlushError("rank " + std::to_string(p) + " sent a halt mark for epoch " +
                              std::to_string(e) + " after its marks halt " + std::to_string(m.halt) +
                              ", ready " + std::to_string(m.ready));

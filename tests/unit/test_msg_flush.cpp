@@ -145,11 +145,20 @@ void test_protocol_errors(void **)
     assert_true(contains(error_of<FlushError>([&] { f.arrived_halt(0, 4); }), "not a peer"));
     assert_true(contains(error_of<FlushError>([&] { f.arrived_halt(2, 4); }), "not a peer"));
     f.arrived_halt(1, 4);
-    // Two halts from one peer without a ready in between.
-    assert_true(contains(error_of<FlushError>([&] { f.arrived_halt(1, 5); }), "after its marks halt 4"));
+    // A halt that does not increase the peer's epoch.
+    assert_true(contains(error_of<FlushError>([&] { f.arrived_halt(1, 4); }), "after its marks halt 4"));
     assert_true(f.local_halt(4) == Answer::halted);
-    assert_true(contains(error_of<FlushError>([&] { f.local_halt(5); }), "while halted"));
+    assert_true(contains(error_of<FlushError>([&] { f.local_halt(4); }), "while halted"));
     assert_true(contains(error_of<FlushError>([&] { f.local_release(3); }), "release for epoch 3"));
+    // A peer that was never released halts again (no ready in between),
+    // and so does this task, from halted: both at epoch 5.
+    assert_true(f.local_halt(5) == Answer::none);
+    assert_true(f.arrived_halt(1, 5) == Answer::halted);
+    // A later halt supersedes one still collecting marks.
+    assert_true(f.local_halt(6) == Answer::none);
+    assert_true(f.local_halt(7) == Answer::none);
+    assert_true(f.arrived_halt(1, 6) == Answer::none);
+    assert_true(f.arrived_halt(1, 7) == Answer::halted);
     // A halted start (attached while swapped out).
     Flush g(2, 1, 7, true);
     assert_true(g.phase() == Phase::halted);

@@ -429,8 +429,8 @@ void test_failures(void **)
     assert_true(contains(c2.error, "the context has failed"));
 }
 
-// A task that attaches late is replayed the control sequence so far, so
-// that every task of the context sends the same halt and ready marks.
+// A task that attaches after the context's first halt is halted at the
+// current epoch at once, so that it sends the halt marks its peers expect.
 void test_late_attach(void **)
 {
     Bench b;
@@ -448,11 +448,16 @@ void test_late_attach(void **)
     assert_true(t1.attach(b, 1, 500, 1));
     assert_false(t1.a.resident);
     assert_int_equal(t1.a.epoch, 1);
-    assert_string_equal(t1.next(b).c_str(), "G1");
-    assert_string_equal(t1.next(b).c_str(), "H9");
+    assert_string_equal(t1.next(b).c_str(), "H9"); // from halted at 1 to halted at 9
     t1.say(b, control::Type::halted, 9);
     b.pool->swap({500}, {}, 9);
     assert_int_equal(b.pool->resident_context(), -1);
+    // Back in: both are released at 9; a third attaching now is halted at
+    // 9 at once, and released when it answers.
+    b.pool->swap({}, {500}, 10);
+    b.pool->release({500}, 10);
+    assert_string_equal(t0.next(b).c_str(), "G9");
+    assert_string_equal(t1.next(b).c_str(), "G9");
 }
 
 } // namespace
