@@ -1,5 +1,3 @@
-#include <dirent.h>
-#include <fcntl.h>
 #include "sched_gang/switcher.hpp"
 
 #include <algorithm>
@@ -289,58 +287,6 @@ void Switcher::halted()
         if (s.epoch == epoch_)
             on_strobe(s, true);
     }
-}
-
-namespace {
-
-// Every thread of `pid` is stopped (or gone).
-bool all_threads_stopped(pid_t pid)
-{
-    std::string dir = "/proc/" + std::to_string(pid) + "/task";
-    DIR *d = opendir(dir.c_str());
-    if (!d)
-        return true; // gone
-    bool stopped = true;
-    while (dirent *e = readdir(d)) {
-        if (e->d_name[0] == '.')
-            continue;
-        char buf[512];
-        int fd = open((dir + "/" + e->d_name + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0)
-            continue;
-        buf[n] = 0;
-        const char *rp = strrchr(buf, ')');
-        char st = rp && rp[1] == ' ' ? rp[2] : '?';
-        if (st != 'T' && st != 't' && st != 'Z' && st != 'X') {
-            stopped = false;
-            break;
-        }
-    }
-    closedir(d);
-    return stopped;
-}
-
-} // namespace
-
-bool Switcher::wait_stopped(const std::set<uint32_t> &jobs, std::chrono::microseconds limit)
-{
-    auto until = std::chrono::steady_clock::now() + limit;
-    for (uint32_t id : jobs) {
-        auto it = jobs_.find(id);
-        if (it == jobs_.end() || !it->second.stopped)
-            continue;
-        for (const auto &p : it->second.procs)
-            while (!all_threads_stopped(p.pid)) {
-                if (std::chrono::steady_clock::now() >= until)
-                    return false;
-                std::this_thread::yield();
-            }
-    }
-    return true;
 }
 
 void Switcher::continue_all(const char *why)

@@ -118,11 +118,6 @@ public:
     void set_hook(SwitchHook *hook) noexcept { hook_ = hook; }
     // The hook's answer to halt(): the leaving jobs have halted (or failed).
     void halted();
-    // Waits until every thread of the stopped processes of `jobs` is
-    // stopped (a signal takes effect asynchronously), at most `limit`;
-    // false if some is still running then.  Processes that died count as
-    // stopped.  For the hook, before it touches what they share.
-    bool wait_stopped(const std::set<uint32_t> &jobs, std::chrono::microseconds limit);
 
     // For tests and status.
     uint64_t epoch() const noexcept { return epoch_; }

@@ -14,12 +14,14 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <system_error>
+#include <thread>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "lib/common/files.hpp"
 #include "lib/common/percentile.hpp"
+#include "lib/common/procs.hpp"
 #include "switch_rdma/layout.hpp"
 #include "switch_rdma/window.hpp"
 
@@ -633,7 +635,7 @@ void Pool::window_halted(Window &w)
     // A halt that outlasted its switch.
     if (running_jobs_.count(w.ctx.job_id)) {
         release_window(w); // its job runs again already
-    } else if (stopped(w.ctx.job_id)) {
+    } else if (stopped(w)) {
         auto t0 = std::chrono::steady_clock::now();
         save_out(w);
         load_running();
@@ -714,14 +716,27 @@ bool Pool::load_in(Window &w)
     return true;
 }
 
-// Every thread of the job's processes on this node is stopped: the
-// application cannot be touching its queues while they are copied.
-bool Pool::stopped(uint32_t job)
+// Every thread of every attached task of `w` is stopped: no application
+// thread can be touching its queues while they are copied.  (A task the
+// switcher has not found yet is not stopped: its context stays.)
+bool Pool::stopped(const Window &w)
 {
-    if (!switcher_ || switcher_->wait_stopped({job}, std::chrono::milliseconds(100)))
-        return true;
-    log_.verbose("rdma: job %u's processes did not stop within 100 ms: its context stays in the pool", job);
-    return false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (const auto &[l, fd] : w.attached) {
+        auto c = clients_.find(fd);
+        if (c == clients_.end())
+            continue;
+        while (!(setup_.is_stopped ? setup_.is_stopped(c->second->pid) : threads_stopped(c->second->pid))) {
+            if (std::chrono::steady_clock::now() >= until) {
+                log_.verbose(
+                    "rdma: context %u: rank %u (pid %d) is not stopped: the context stays in the pool",
+                    w.ctx.id, c->second->rank, c->second->pid);
+                return false;
+            }
+            std::this_thread::yield();
+        }
+    }
+    return true;
 }
 
 // The first waiting context of a running job comes into a free pool.
@@ -744,7 +759,7 @@ void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &run
     int before = resident_;
     for (auto &[id, w] : windows_)
         if (w->ctx.mode == PoolMode::swapped && w->resident && w->state == Window::State::halted &&
-            leaving.count(w->ctx.job_id) && stopped(w->ctx.job_id))
+            leaving.count(w->ctx.job_id) && stopped(*w))
             save_out(*w);
     load_running();
     if (resident_ != before) {

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -64,6 +65,9 @@ struct PoolSetup {
     in_addr_t self_addr = 0;    // this node's address (network order), as contexts list it
     std::vector<uid_t> trusted; // may open and close contexts (root, SlurmdUser)
     PoolConfig config;
+    // Whether every thread of a task's process is stopped (before its
+    // queues are copied); /proc by default (tests substitute it).
+    std::function<bool(pid_t)> is_stopped;
 };
 
 class Pool : public gang::SwitchHook {
@@ -115,7 +119,7 @@ private:
     void window_halted(Window &w);
     void finish_halt();
     void load_running();
-    bool stopped(uint32_t job);
+    bool stopped(const Window &w);
     void release_window(Window &w);
     void release_task(Window &w, int fd);
 

@@ -62,6 +62,7 @@ struct Bench {
     event_base *base = event_base_new();
     std::string dir;
     std::unique_ptr<Pool> pool;
+    bool tasks_stopped = true;
     Bench(std::vector<uid_t> trusted = {0}, uint64_t pool_size = 1 << 20)
     {
         char tmpl[] = "/tmp/storm-pool-test.XXXXXX";
@@ -75,6 +76,7 @@ struct Bench {
         s.config.pool_size = pool_size;
         s.config.packet_size = 1024;
         s.config.halt_wait_us = 50000;
+        s.is_stopped = [this](pid_t) { return tasks_stopped; }; // the fake tasks are this process
         pool = std::make_unique<Pool>(base, s, Logger("pool"));
         pool->start();
     }
@@ -331,6 +333,11 @@ void test_swap(void **)
     assert_string_equal(a.next(b).c_str(), "H7");
     assert_string_equal(bt.next(b).c_str(), "");
     a.say(b, control::Type::halted, 7);
+    // Its task still running (not stopped yet): its queues stay.
+    b.tasks_stopped = false;
+    b.pool->swap({300}, {301}, 7);
+    assert_int_equal(b.pool->resident_context(), 1);
+    b.tasks_stopped = true;
     b.pool->swap({300}, {301}, 7);
     assert_int_equal(b.pool->resident_context(), 2);
     assert_int_equal(a.q()->resident.load(), 0);

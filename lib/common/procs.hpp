@@ -1,0 +1,46 @@
+// Whether a process is stopped, from /proc.
+#pragma once
+
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <string>
+#include <sys/types.h>
+#include <unistd.h>
+
+namespace storm {
+
+// Every thread of `pid` is stopped (SIGSTOP: state T or t) or gone.  A
+// signal takes effect asynchronously: a thread may run a little after
+// kill() returned.
+inline bool threads_stopped(pid_t pid)
+{
+    std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    DIR *d = opendir(dir.c_str());
+    if (!d)
+        return true; // gone
+    bool stopped = true;
+    while (dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.')
+            continue;
+        char buf[512];
+        int fd = open((dir + "/" + e->d_name + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; // the thread just ended
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        const char *rp = std::strrchr(buf, ')');
+        char st = rp && rp[1] == ' ' ? rp[2] : '?';
+        if (st != 'T' && st != 't' && st != 'Z' && st != 'X') {
+            stopped = false;
+            break;
+        }
+    }
+    closedir(d);
+    return stopped;
+}
+
+} // namespace storm
