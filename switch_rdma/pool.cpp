@@ -586,6 +586,7 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
         w->state = w->waiting.empty() ? Window::State::halted : Window::State::halting;
         wait = wait || !w->waiting.empty();
     }
+    log_.debug("rdma: switch %llu: halting%s", static_cast<unsigned long long>(seq), wait ? ", waiting" : "");
     if (!wait)
         return false;
     // The switch waits for the halts, at most storm_pool_halt_wait: a halt
@@ -610,6 +611,8 @@ void Pool::on_halted(Client &c, uint64_t epoch)
         return;
     }
     w.halted_fds.insert(c.fd);
+    log_.debug("rdma: context %u: rank %u halted at %llu after %u us", c.ctx, c.rank,
+               static_cast<unsigned long long>(epoch), micros_since(w.halt_sent));
     if (w.state == Window::State::halting) {
         if (w.waiting.erase(c.fd) && w.waiting.empty())
             window_halted(w);
@@ -642,8 +645,11 @@ void Pool::window_halted(Window &w)
         ++swaps_;
         swap_us_.add(micros_since(t0));
         for (auto &[id, o] : windows_)
-            if (o->resident && o->state == Window::State::halted && running_jobs_.count(o->ctx.job_id))
+            if (o->resident && o->state == Window::State::halted && running_jobs_.count(o->ctx.job_id)) {
+                if (switcher_)
+                    switcher_->continue_job(o->ctx.job_id); // it waited stopped for its context
                 release_window(*o);
+            }
     }
 }
 
@@ -739,6 +745,18 @@ bool Pool::stopped(const Window &w)
     return true;
 }
 
+// A job whose swapped context is out of the pool, with tasks attached,
+// stays stopped: a task may have been stopped in the middle of reading or
+// writing its queues, whose pages are gone until the context comes back.
+bool Pool::may_continue(uint32_t job)
+{
+    for (auto &[id, w] : windows_)
+        if (w->ctx.job_id == job && w->ctx.mode == PoolMode::swapped && !w->resident && !w->failed &&
+            !w->attached.empty())
+            return false;
+    return true;
+}
+
 // The first waiting context of a running job comes into a free pool.
 void Pool::load_running()
 {
@@ -752,14 +770,16 @@ void Pool::load_running()
         }
 }
 
-void Pool::swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t)
+void Pool::swap(const std::set<uint32_t> &, const std::set<uint32_t> &running, uint64_t)
 {
     running_jobs_ = running;
     auto t0 = std::chrono::steady_clock::now();
     int before = resident_;
+    // Out of the pool: every halted context whose job does not run now
+    // (it left at this switch, or its halt finished after an earlier one).
     for (auto &[id, w] : windows_)
         if (w->ctx.mode == PoolMode::swapped && w->resident && w->state == Window::State::halted &&
-            leaving.count(w->ctx.job_id) && stopped(*w))
+            !running.count(w->ctx.job_id) && stopped(*w))
             save_out(*w);
     load_running();
     if (resident_ != before) {
