@@ -30,6 +30,9 @@ namespace storm::rdma {
 namespace {
 
 constexpr size_t kStages = 4096;
+// How long a job may be kept stopped waiting for its context to come back
+// into the pool before the context fails instead.
+constexpr auto kHoldLimit = std::chrono::seconds(10);
 
 uint32_t micros_since(std::chrono::steady_clock::time_point t0)
 {
@@ -69,9 +72,11 @@ struct Pool::Window {
     //  halting  in the pool, halt{epoch} sent, `waiting` tasks to answer
     //  running  in the pool, released (divided contexts always are)
     enum class State { out, halted, halting, running } state = State::running;
-    uint64_t epoch = 0;       // of its last halt (1 before the first release)
-    std::set<int> waiting;    // tasks (fds) whose halt the switch waits for
-    std::set<int> halted_fds; // tasks (fds) halted at `epoch`
+    uint64_t epoch = 0;                                 // of its last halt (1 before the first release)
+    std::set<int> waiting;                              // tasks (fds) whose halt the switch waits for
+    std::set<int> halted_fds;                           // tasks (fds) halted at `epoch`
+    bool touched = false;                               // released once: its tasks may be inside their queues
+    std::chrono::steady_clock::time_point held_since{}; // its job kept stopped since
     std::chrono::steady_clock::time_point halt_sent{};
     std::set<int> not_ready; // tasks (fds) that have not answered release
     std::chrono::steady_clock::time_point release_sent{};
@@ -748,13 +753,29 @@ bool Pool::stopped(const Window &w)
 // A job whose swapped context is out of the pool, with tasks attached,
 // stays stopped: a task may have been stopped in the middle of reading or
 // writing its queues, whose pages are gone until the context comes back.
+// Tasks that never ran released never touched their queues: they run (to
+// attach, connect and send their marks) while their context waits.  A job
+// held longer than hold_limit has its context failed rather than wait on.
 bool Pool::may_continue(uint32_t job)
 {
-    for (auto &[id, w] : windows_)
-        if (w->ctx.job_id == job && w->ctx.mode == PoolMode::swapped && !w->resident && !w->failed &&
-            !w->attached.empty())
-            return false;
-    return true;
+    bool ok = true;
+    auto now = std::chrono::steady_clock::now();
+    for (auto &[id, w] : windows_) {
+        if (w->ctx.job_id != job || w->ctx.mode != PoolMode::swapped || w->resident || w->failed ||
+            !w->touched || w->attached.empty())
+            continue;
+        if (w->held_since == std::chrono::steady_clock::time_point{})
+            w->held_since = now;
+        if (now - w->held_since > kHoldLimit) {
+            fail_context(
+                *w, "its job waited " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kHoldLimit).count()) +
+                        " s for the node's pool (another context never finished its halt)");
+            continue;
+        }
+        ok = false;
+    }
+    return ok;
 }
 
 // The first waiting context of a running job comes into a free pool.
@@ -793,6 +814,8 @@ void Pool::swap(const std::set<uint32_t> &, const std::set<uint32_t> &running, u
 void Pool::release_window(Window &w)
 {
     w.state = Window::State::running;
+    w.touched = true; // its tasks may use their queues from now on
+    w.held_since = {};
     w.not_ready.clear();
     w.release_sent = std::chrono::steady_clock::now();
     // Only tasks halted at the epoch take its release; the others get it

@@ -12,10 +12,10 @@
 //                             divided elsewhere; divided: divided everywhere
 //   storm_pool_swap=valid     at a switch, copy the valid packets only
 //                             (valid) or the whole window (full)
-//   storm_pool_halt_wait=10ms how long a gang switch waits for the leaving
-//                             context to halt; a halt that takes longer
-//                             finishes later (the context swaps then, and
-//                             the incoming job communicates once it has)
+//   storm_pool_halt_wait=1s   how long a gang switch waits for the leaving
+//                             context to halt (its in-flight packets to
+//                             land); a halt that takes longer finishes later
+//                             and the context swaps then
 //
 // Credits (FM's rule, seed 002 section 3.3), per task, for p tasks:
 //   divided: the pool is split into n = the partition's MPL (OverSubscribe
@@ -42,7 +42,7 @@ struct PoolConfig {
     uint32_t context_max = 64;
     bool force_divided = false;
     bool swap_full = false;
-    uint64_t halt_wait_us = 10000;
+    uint64_t halt_wait_us = 1000000;
 
     // Consumes the pool's keys from `p`; throws ConfigError on a bad value.
     void take(ParamList &p)
@@ -55,7 +55,7 @@ struct PoolConfig {
         std::string mode = p.take_choice("storm_pool_mode", {"auto", "divided"}, "auto");
         force_divided = mode == "divided";
         swap_full = p.take_choice("storm_pool_swap", {"valid", "full"}, "valid") == "full";
-        halt_wait_us = p.take_duration_us("storm_pool_halt_wait", 0, 1000000, halt_wait_us);
+        halt_wait_us = p.take_duration_us("storm_pool_halt_wait", 0, 10000000, halt_wait_us);
     }
 };
 
