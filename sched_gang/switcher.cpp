@@ -266,29 +266,13 @@ void Switcher::finish_switch(uint64_t bit, uint64_t seq)
             running.insert(id);
     if (hook_)
         hook_->swap(leaving, running, seq);
-    current_bit_ = bit;
     for (auto &[id, j] : jobs_)
         if ((j.mask & bit) && j.stopped) {
-            // A job whose communication context could not come back into
-            // the pool stays stopped: its tasks may have been stopped in
-            // the middle of reading their queues (the hook continues it
-            // once its context is back, with continue_job()).
-            if (hook_ && !hook_->may_continue(id))
-                continue;
             signal_job(id, j, SIGCONT);
             j.stopped = false;
         }
     if (hook_)
         hook_->release(running, seq);
-}
-
-void Switcher::continue_job(uint32_t id)
-{
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !(it->second.mask & current_bit_) || !it->second.stopped || failsafe_active_)
-        return;
-    signal_job(id, it->second, SIGCONT);
-    it->second.stopped = false;
 }
 
 void Switcher::halted()

@@ -80,9 +80,6 @@ public:
     // With `leaving` stopped and before `running` (the slot's jobs) are
     // continued: swap the buffers.
     virtual void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) = 0;
-    // Whether job `id`, in the slot, may be continued now (false keeps it
-    // stopped until the hook calls Switcher::continue_job()).
-    virtual bool may_continue(uint32_t id) = 0;
     // After `running` were continued.
     virtual void release(const std::set<uint32_t> &running, uint64_t seq) = 0;
 };
@@ -121,9 +118,6 @@ public:
     void set_hook(SwitchHook *hook) noexcept { hook_ = hook; }
     // The hook's answer to halt(): the leaving jobs have halted (or failed).
     void halted();
-    // Continues job `id` if it is in the current slot and still stopped
-    // (the hook kept it: may_continue() was false).
-    void continue_job(uint32_t id);
 
     // For tests and status.
     uint64_t epoch() const noexcept { return epoch_; }
@@ -169,7 +163,6 @@ private:
     bool halting_ = false;
     uint64_t halting_bit_ = 0, halting_seq_ = 0;
     std::deque<Strobe> deferred_;
-    uint64_t current_bit_ = 0; // the slot the last switch ran
 
     uint64_t epoch_ = 0;
     uint32_t failsafe_ms_ = 0;

@@ -30,9 +30,6 @@ namespace storm::rdma {
 namespace {
 
 constexpr size_t kStages = 4096;
-// How long a job may be kept stopped waiting for its context to come back
-// into the pool before the context fails instead.
-constexpr auto kHoldLimit = std::chrono::seconds(10);
 
 uint32_t micros_since(std::chrono::steady_clock::time_point t0)
 {
@@ -75,8 +72,6 @@ struct Pool::Window {
     uint64_t epoch = 0;                                 // of its last halt (1 before the first release)
     std::set<int> waiting;                              // tasks (fds) whose halt the switch waits for
     std::set<int> halted_fds;                           // tasks (fds) halted at `epoch`
-    bool touched = false;                               // released once: its tasks may be inside their queues
-    std::chrono::steady_clock::time_point held_since{}; // its job kept stopped since
     std::chrono::steady_clock::time_point halt_sent{};
     std::set<int> not_ready; // tasks (fds) that have not answered release
     std::chrono::steady_clock::time_point release_sent{};
@@ -651,8 +646,6 @@ void Pool::window_halted(Window &w)
         swap_us_.add(micros_since(t0));
         for (auto &[id, o] : windows_)
             if (o->resident && o->state == Window::State::halted && running_jobs_.count(o->ctx.job_id)) {
-                if (switcher_)
-                    switcher_->continue_job(o->ctx.job_id); // it waited stopped for its context
                 release_window(*o);
             }
     }
@@ -673,6 +666,9 @@ void Pool::finish_halt()
         switcher_->halted();
 }
 
+// The pool's accounting; the header's `resident` word turns 1 when the
+// context first enters the pool (its tasks wait for it in their init) and
+// stays 1: the window's pages are kept while the context is out.
 void Pool::set_resident(Window &w, bool on)
 {
     w.resident = on;
@@ -681,8 +677,8 @@ void Pool::set_resident(Window &w, bool on)
             resident_ = static_cast<int>(w.ctx.id);
         for (uint32_t l = 0; l < w.local_tasks; ++l) {
             auto *q = w.header(l);
-            q->resident.store(1, std::memory_order_release);
-            syscall(SYS_futex, &q->resident, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+            if (q->resident.exchange(1, std::memory_order_acq_rel) == 0)
+                syscall(SYS_futex, &q->resident, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
         }
     } else if (resident_ == static_cast<int>(w.ctx.id)) {
         resident_ = -1;
@@ -691,10 +687,6 @@ void Pool::set_resident(Window &w, bool on)
 
 void Pool::save_out(Window &w)
 {
-    // Not resident in the copy either: restored, it stays 0 until every
-    // slot is back (load_in sets it).
-    for (uint32_t l = 0; l < w.local_tasks; ++l)
-        w.header(l)->resident.store(0, std::memory_order_release);
     size_t packets = 0;
     for (uint32_t l = 0; l < w.local_tasks; ++l) {
         try {
@@ -706,9 +698,8 @@ void Pool::save_out(Window &w)
         }
     }
     packets_saved_ += packets;
-    // The window's pages go back: the pool is the next context's.
-    if (fallocate(w.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(w.bytes)) != 0)
-        std::memset(w.base, 0, w.bytes);
+    // The window's pages stay: a task stopped inside its queues resumes on
+    // them (the pool is accounted, not unmapped).
     set_resident(w, false);
     w.state = Window::State::out;
 }
@@ -719,7 +710,7 @@ bool Pool::load_in(Window &w)
         return false;
     for (uint32_t l = 0; l < w.local_tasks; ++l)
         if (!w.backing[l].empty())
-            restore_share(w.header(l), w.share.bytes, w.backing[l]);
+            reload_share(w.header(l), w.share.bytes, w.backing[l]);
     for (auto &b : w.backing)
         std::string().swap(b);
     set_resident(w, true);
@@ -748,34 +739,6 @@ bool Pool::stopped(const Window &w)
         }
     }
     return true;
-}
-
-// A job whose swapped context is out of the pool, with tasks attached,
-// stays stopped: a task may have been stopped in the middle of reading or
-// writing its queues, whose pages are gone until the context comes back.
-// Tasks that never ran released never touched their queues: they run (to
-// attach, connect and send their marks) while their context waits.  A job
-// held longer than hold_limit has its context failed rather than wait on.
-bool Pool::may_continue(uint32_t job)
-{
-    bool ok = true;
-    auto now = std::chrono::steady_clock::now();
-    for (auto &[id, w] : windows_) {
-        if (w->ctx.job_id != job || w->ctx.mode != PoolMode::swapped || w->resident || w->failed ||
-            !w->touched || w->attached.empty())
-            continue;
-        if (w->held_since == std::chrono::steady_clock::time_point{})
-            w->held_since = now;
-        if (now - w->held_since > kHoldLimit) {
-            fail_context(
-                *w, "its job waited " +
-                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kHoldLimit).count()) +
-                        " s for the node's pool (another context never finished its halt)");
-            continue;
-        }
-        ok = false;
-    }
-    return ok;
 }
 
 // The first waiting context of a running job comes into a free pool.
@@ -814,8 +777,6 @@ void Pool::swap(const std::set<uint32_t> &, const std::set<uint32_t> &running, u
 void Pool::release_window(Window &w)
 {
     w.state = Window::State::running;
-    w.touched = true; // its tasks may use their queues from now on
-    w.held_since = {};
     w.not_ready.clear();
     w.release_sent = std::chrono::steady_clock::now();
     // Only tasks halted at the epoch take its release; the others get it

@@ -86,7 +86,6 @@ public:
     bool halt(const std::set<uint32_t> &leaving, uint64_t seq) override;
     void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) override;
     void release(const std::set<uint32_t> &running, uint64_t seq) override;
-    bool may_continue(uint32_t job) override;
 
     // For tests and status.
     size_t contexts() const noexcept { return windows_.size(); }

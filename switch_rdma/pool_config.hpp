@@ -12,7 +12,7 @@
 //                             divided elsewhere; divided: divided everywhere
 //   storm_pool_swap=valid     at a switch, copy the valid packets only
 //                             (valid) or the whole window (full)
-//   storm_pool_halt_wait=1s   how long a gang switch waits for the leaving
+//   storm_pool_halt_wait=10ms how long a gang switch waits for the leaving
 //                             context to halt (its in-flight packets to
 //                             land); a halt that takes longer finishes later
 //                             and the context swaps then
@@ -42,7 +42,7 @@ struct PoolConfig {
     uint32_t context_max = 64;
     bool force_divided = false;
     bool swap_full = false;
-    uint64_t halt_wait_us = 1000000;
+    uint64_t halt_wait_us = 10000;
 
     // Consumes the pool's keys from `p`; throws ConfigError on a bad value.
     void take(ParamList &p)

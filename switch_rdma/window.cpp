@@ -144,4 +144,46 @@ void restore_share(void *share, uint64_t bytes, const std::string &store)
         std::memcpy(recv_slot(q, h.recv_first + i), p, h.packet_size);
 }
 
+size_t reload_share(void *share, uint64_t bytes, const std::string &store)
+{
+    StoreHeader h;
+    if (store.size() < sizeof h + sizeof(QueueHeader))
+        throw std::invalid_argument("not a saved share (" + std::to_string(store.size()) + " bytes)");
+    std::memcpy(&h, store.data(), sizeof h);
+    if (h.magic != store_magic || h.bytes != bytes)
+        throw std::invalid_argument("not a saved share of " + std::to_string(bytes) + " bytes");
+    QueueHeader saved;
+    std::memcpy(static_cast<void *>(&saved), store.data() + sizeof h, sizeof saved);
+    auto *q = static_cast<QueueHeader *>(share);
+    uint64_t st = saved.send_tail.load(std::memory_order_relaxed);
+    if (q->send_head.load(std::memory_order_acquire) != saved.send_head.load(std::memory_order_relaxed) ||
+        q->send_tail.load(std::memory_order_acquire) != st ||
+        q->recv_head.load(std::memory_order_acquire) != saved.recv_head.load(std::memory_order_relaxed) ||
+        q->recv_tail.load(std::memory_order_acquire) != saved.recv_tail.load(std::memory_order_relaxed))
+        return 0;
+    uint8_t *tail_slot = send_slot(q, st);
+    size_t n = 0;
+    if (!h.valid_only) {
+        if (store.size() != sizeof h + bytes)
+            throw std::invalid_argument("truncated saved share");
+        const char *p = store.data() + sizeof h;
+        auto *base = static_cast<uint8_t *>(share);
+        size_t from = sizeof(QueueHeader), skip = static_cast<size_t>(tail_slot - base);
+        std::memcpy(base + from, p + from, skip - from);
+        std::memcpy(base + skip + h.packet_size, p + skip + h.packet_size, bytes - skip - h.packet_size);
+        return size_t{h.send_slots} + h.recv_slots - 1;
+    }
+    if (store.size() != sizeof h + sizeof(QueueHeader) + (h.send_count + h.recv_count) * h.packet_size)
+        throw std::invalid_argument("truncated saved share");
+    const char *p = store.data() + sizeof h + sizeof(QueueHeader);
+    for (uint64_t i = 0; i < h.send_count; ++i, p += h.packet_size)
+        if (h.send_first + i != st) {
+            std::memcpy(send_slot(q, h.send_first + i), p, h.packet_size);
+            ++n;
+        }
+    for (uint64_t i = 0; i < h.recv_count; ++i, p += h.packet_size, ++n)
+        std::memcpy(recv_slot(q, h.recv_first + i), p, h.packet_size);
+    return n;
+}
+
 } // namespace storm::rdma

@@ -48,4 +48,14 @@ size_t save_share(const void *share, uint64_t bytes, uint32_t packet_size, uint3
 // Writes back what save_share saved (same geometry), leaving `resident` as saved.
 void restore_share(void *share, uint64_t bytes, const std::string &store);
 
+// Brings back what save_share saved into a share whose pages were kept
+// (the node agent keeps them: a task stopped inside its queues resumes on
+// them).  Writes the saved bytes back only if the share's ring indices are
+// still the saved ones, never its header, and never the send slot at the
+// tail (the application may have written it since).  Returns the packet
+// slots written back; 0 if the indices moved (the share's own bytes are
+// then the truth).  Throws std::invalid_argument on a store it did not
+// write or of another geometry.
+size_t reload_share(void *share, uint64_t bytes, const std::string &store);
+
 } // namespace storm::rdma

@@ -344,8 +344,6 @@ struct RecordingHook : SwitchHook {
     {
         calls.push_back("release " + join(running));
     }
-    std::set<uint32_t> hold;
-    bool may_continue(uint32_t id) override { return !hold.count(id); }
     static std::string join(const std::set<uint32_t> &s)
     {
         std::string o;
@@ -401,16 +399,6 @@ void test_switcher_hook(void **)
     assert_string_equal(hook.calls[2].c_str(), "release 2");
     assert_true(eventually_state(b, p1, 'T'));
     assert_true(eventually_state(b, p2, 'S'));
-    // A job the hook holds stays stopped in its slot until continue_job().
-    hook.hold = {1};
-    assert_true(sw->on_signal(kStrobeEvent, Strobe{5, 0, 15, realtime_ns()}.encode()));
-    assert_true(eventually_state(b, p2, 'T'));
-    b.run_until([] { return false; }, 50ms);
-    assert_int_equal(state(p1), 'T');
-    sw->continue_job(2); // not in the slot: nothing
-    sw->continue_job(1);
-    assert_true(eventually_state(b, p1, 'S'));
-    assert_int_equal(state(p2), 'T');
     sw->set_hook(nullptr);
     sw.reset();
     reap({p1, p2});

@@ -130,6 +130,36 @@ void test_full(void **)
         contains(error_of<std::invalid_argument>([&] { restore_share(s.base, bytes, cut); }), "truncated"));
 }
 
+// Reload into kept pages: the saved packets come back (a copy of equal
+// bytes) while the indices are the saved ones, never the header nor the
+// send slot at the tail (the application may be writing it); nothing at
+// all once the application moved an index.
+void test_reload(void **)
+{
+    for (bool valid_only : {true, false}) {
+        Share s;
+        s.stamp();
+        s.set(9, 11, 30, 35);
+        std::string store;
+        save_share(s.base, bytes, packet, sslots, rslots, valid_only, store);
+        std::vector<uint8_t> before(s.base, s.base + bytes);
+        std::memset(send_slot(s.q, 11), 0x77, packet); // written since, at the tail
+        std::memset(recv_slot(s.q, 31), 0, packet);    // (a stray write: put back)
+        size_t n = reload_share(s.base, bytes, store);
+        assert_true(n > 0);
+        assert_int_equal(send_slot(s.q, 11)[0], 0x77);
+        assert_int_equal(recv_slot(s.q, 31)[3], before[recv_slot(s.q, 31) - s.base + 3]);
+        // The application took a packet meanwhile: its bytes are the truth.
+        s.q->recv_head = 31;
+        std::memset(recv_slot(s.q, 32), 0x55, packet);
+        assert_int_equal(reload_share(s.base, bytes, store), 0);
+        assert_int_equal(recv_slot(s.q, 32)[0], 0x55);
+    }
+    Share s;
+    assert_true(contains(error_of<std::invalid_argument>([&] { reload_share(s.base, bytes, "junk"); }),
+                         "not a saved share"));
+}
+
 void test_corrupt_rejected(void **)
 {
     struct Case {
@@ -165,10 +195,9 @@ void test_corrupt_rejected(void **)
 int main()
 {
     const CMUnitTest tests[] = {
-        cmocka_unit_test(test_init),
-        cmocka_unit_test(test_valid_only_wraparound),
-        cmocka_unit_test(test_full),
-        cmocka_unit_test(test_corrupt_rejected),
+        cmocka_unit_test(test_init),   cmocka_unit_test(test_valid_only_wraparound),
+        cmocka_unit_test(test_full),   cmocka_unit_test(test_corrupt_rejected),
+        cmocka_unit_test(test_reload),
     };
     return cmocka_run_group_tests_name("msg_window", tests, nullptr, nullptr);
 }
