@@ -735,7 +735,7 @@ bool Pool::stopped(const Window &w)
                     w.ctx.id, c->second->rank, c->second->pid);
                 return false;
             }
-            std::this_thread::yield();
+            usleep(50); // the agent may be real-time: leave the CPU to the task
         }
     }
     return true;

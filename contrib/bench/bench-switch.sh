@@ -50,7 +50,7 @@ libdir=$(eval echo "$libdir"); incdir=$(eval echo "$incdir")
 work=/var/tmp/storm-bench-switch
 trap '"$VC" down > /dev/null 2>&1' EXIT
 rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
-msgcc() { gcc -O2 -o "$work/$1" "$2" -I"$incdir" -L"$libdir" -lstormmsg -Wl,-rpath,"$libdir"; }
+msgcc() { gcc -O2 -o "$work/$1" "$2" -I"$top" -L"$libdir" -lstormmsg -Wl,-rpath,"$libdir"; }
 msgcc msg_bw "$top/contrib/bench/msg_bw.c" || exit 2
 msgcc msg_alltoall "$top/tests/integration/msg_alltoall.c" || exit 2
 mpicc -O2 -o "$work/mpi_bw" "$top/contrib/bench/mpi_bw.c" || exit 2
@@ -97,7 +97,7 @@ divided)
     done
     up storm 2 "${parts[@]}" "SwitchParameters=storm_pool_mode=divided"
     for n in 1 2 4 8; do
-        srun -p "n$n" -N2 -n2 "$work/msg_bw" "$COUNT" $SIZES > "$work/div.$n" 2> "$work/div.$n.err" ||
+        srun -p "n$n" -N2 -n2 "$work/msg_bw" -n "$COUNT" $SIZES > "$work/div.$n" 2> "$work/div.$n.err" ||
             { head -3 "$work/div.$n.err" | sed "s/^/    n=$n: /"; }
         grep -h 'credits' "$work/div.$n.err" | head -1 | sed "s/^/    n=$n: /"
     done
@@ -117,10 +117,10 @@ swapped)
     up stock 2 "$gp"
     for k in 1 2 4 8; do tot[stock.$k]=$(bw_jobs "$k" "srun --mpi=pmix $work/mpi_bw $COUNT 65536" g); done
     up storm 2 "$gp" "$gq"
-    for k in 1 2 4 8; do tot[swap.$k]=$(bw_jobs "$k" "srun $work/msg_bw $COUNT 65536" g); done
+    for k in 1 2 4 8; do tot[swap.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $COUNT 65536" g); done
     awk '{ print "    storm (swapped) vn1 pool: " $0 }' "$STATE/nodes/vn1/spool/storm-pool.stats" | grep -E 'swaps|failures|halt_p50|swap_p50|release_p50'
     up storm 2 "$gp" "$gq" "SwitchParameters=storm_pool_mode=divided"
-    for k in 1 2 4 8; do tot[div.$k]=$(bw_jobs "$k" "srun $work/msg_bw $COUNT 65536" g); done
+    for k in 1 2 4 8; do tot[div.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $COUNT 65536" g); done
     printf "  %4s %16s %18s %18s %14s %14s\n" jobs "stock MPI uncoord" "storm divided n=8" "storm swapped" "swapped/1 job" "swapped/divided"
     for k in 1 2 4 8; do
         printf "  %4s %16s %18s %18s %14s %14s\n" "$k" "${tot[stock.$k]}" "${tot[div.$k]}" "${tot[swap.$k]}" \
@@ -137,7 +137,7 @@ stages)
             up storm "$n" "PartitionName=g Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
                 "SchedulerParameters=storm_gang_quantum=50ms" "SwitchParameters=storm_pool_swap=$copy"
             for i in 1 2; do
-                sbatch -p g -N "$n" -n "$n" -o "$work/a2a.$i" -D "$work" --wrap "srun $work/msg_alltoall -m 100000000 -s 2000" > /dev/null
+                sbatch -p g -N "$n" -n "$n" -o "$work/a2a.$i" -D "$work" --wrap "srun $work/msg_alltoall 100000000 2000" > /dev/null
             done
             for _ in $(seq 600); do [ "$(pgrep -fc "^$work/msg_alltoall ")" -ge $((2 * n)) ] && break; sleep 0.2; done
             sleep 20

@@ -31,7 +31,7 @@ as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 chmod 1777 "$T_WORK"
 A2A=$T_WORK/msg_alltoall
 t_check "the all-to-all test builds against the installed library ($LIBDIR)" \
-    cc -O2 -o "$A2A" "$STORM_SRCDIR/tests/integration/msg_alltoall.c" -I"$INCDIR" -L"$LIBDIR" -lstormmsg \
+    cc -O2 -o "$A2A" "$STORM_SRCDIR/tests/integration/msg_alltoall.c" -I"$STORM_SRCDIR" -L"$LIBDIR" -lstormmsg \
     -Wl,-rpath,"$LIBDIR"
 stat_of() { # NODE KEY: the node agent's pool statistics
     awk -v k="$2" '$1 == k { print $2 }' "$STATE/nodes/$1/spool/storm-pool.stats" 2>/dev/null
@@ -43,7 +43,7 @@ t_diag < "$T_WORK/ctx.out"
 t_check "each task of a step gets the step's context (8 tasks, 4 nodes, divided)" \
     bash -c "[ \$(awk '{print \$2}' '$T_WORK/ctx.out' | sort -u | wc -l) = 1 ] &&
              [ \$(grep -c ';d;1;' '$T_WORK/ctx.out') = 8 ]"
-timeout 120 srun -p debug -N4 -n8 -O "$A2A" -m 500 -s 3000 > "$T_WORK/one.out" 2> "$T_WORK/one.err"
+timeout 120 srun -p debug -N4 -n8 -O "$A2A" 500 3000 > "$T_WORK/one.out" 2> "$T_WORK/one.err"
 rc=$?
 t_diag < "$T_WORK/one.err"
 t_check "all-to-all over 8 tasks on 4 nodes: every message once and in order (rc $rc)" \
@@ -53,7 +53,7 @@ t_check "all-to-all over 8 tasks on 4 nodes: every message once and in order (rc
 before1=$(stat_of vn1 swaps); before1=${before1:-0}
 job() { # TAG
     as_user sbatch --parsable -p gang -N2 -n2 -o "$T_WORK/$1.out" -e "$T_WORK/$1.err" -D "$T_WORK" \
-        --wrap "srun $A2A -m 40000 -s 1500"
+        --wrap "srun $A2A 20000 1500"
 }
 A=$(job ja); B=$(job jb)
 for _ in $(seq 50); do [ "$(squeue -h -j "$A,$B" -t R | wc -l)" = 2 ] && break; sleep 0.2; done
@@ -72,7 +72,7 @@ t_check "  with every halt answered and no context failed" \
              [ '$(stat_of vn1 halt_count)' -gt 0 ]"
 
 # ---- bad input ----------------------------------------------------------
-"$A2A" -m 1 > "$T_WORK/noctx.out" 2>&1; rc=$?
+"$A2A" 1 > "$T_WORK/noctx.out" 2>&1; rc=$?
 t_diag < "$T_WORK/noctx.out"
 t_check "a task without a context: clear error, exit $rc" \
     bash -c "[ $rc != 0 ] && grep -q 'no communication context' '$T_WORK/noctx.out'"
@@ -81,13 +81,13 @@ srun -p debug -w vn3 -N1 -n1 sh -c 'echo "$STORM_CTX" > '"$T_WORK"'/stolen; echo
 srun_pid=$!
 for _ in $(seq 50); do [ -s "$T_WORK/stolen" ] && [ "$(wc -l < "$T_WORK/stolen")" = 2 ] && break; sleep 0.1; done
 "$VC" exec vn3 env STORM_CTX="$(sed -n 1p "$T_WORK/stolen")" STORM_POOL_SOCKET="$(sed -n 2p "$T_WORK/stolen")" \
-    SLURM_PROCID=0 setpriv --reuid=nobody --regid=nogroup --clear-groups "$A2A" -m 1 > "$T_WORK/stolen.out" 2>&1
+    SLURM_PROCID=0 setpriv --reuid=nobody --regid=nogroup --clear-groups "$A2A" 1 > "$T_WORK/stolen.out" 2>&1
 rc=$?
 t_diag < "$T_WORK/stolen.out"
 t_check "another user's task cannot attach to root's context (exit $rc)" \
     bash -c "[ $rc != 0 ] && grep -q 'belongs to uid 0' '$T_WORK/stolen.out'"
 wait "$srun_pid"
-timeout 60 srun -p debug -w vn4 -N1 -n64 -O "$A2A" -m 1 > "$T_WORK/small.out" 2>&1; rc=$?
+timeout 60 srun -p debug -w vn4 -N1 -n64 -O "$A2A" 1 > "$T_WORK/small.out" 2>&1; rc=$?
 t_diag < "$T_WORK/small.out"
 t_check "a step whose share of the pool leaves no credit is refused with the reason (exit $rc)" \
     bash -c "[ $rc != 0 ] && grep -q 'storm_pool_size' '$T_WORK/small.out'"
@@ -108,7 +108,7 @@ scancel "$L"; wait_job "$L" 60
 
 # ---- a node killed mid-run ------------------------------------------------
 K=$(sbatch --parsable -p debug -w vn3,vn4 -N2 -n2 -o "$T_WORK/kill.out" -e "$T_WORK/kill.err" \
-    --wrap "srun --kill-on-bad-exit=0 $A2A -m 10000000 -s 1000")
+    --wrap "srun --kill-on-bad-exit=0 $A2A 100000000 1000")
 for _ in $(seq 100); do pgrep -f "^$A2A " > /dev/null && break; sleep 0.1; done
 sleep 1
 for p in $(pgrep -f "^$A2A "); do
