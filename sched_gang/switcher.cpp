@@ -185,6 +185,7 @@ void Switcher::on_table(const Table &t)
     jobs_ = std::move(next);
     epoch_ = t.epoch;
     failsafe_ms_ = t.failsafe_ms;
+    quantum_us_ = t.quantum_us;
     last_strobe_ = std::chrono::steady_clock::now();
     log_.verbose("gang: table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
                  static_cast<unsigned long long>(t.epoch), jobs_.size(), t.jobs.size(), before, t.slots);
@@ -224,7 +225,7 @@ std::string Switcher::on_strobe(const Strobe &s, bool replay)
             for (auto &[id, j] : jobs_)
                 if (!(j.mask & bit) && !j.stopped)
                     leaving.insert(id);
-        if (!leaving.empty() && hook_->halt(leaving, s.seq)) {
+        if (!leaving.empty() && hook_->halt(leaving, s.seq, quantum_us_)) {
             halting_ = true;
             halting_bit_ = bit;
             halting_seq_ = s.seq;

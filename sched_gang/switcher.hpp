@@ -76,7 +76,8 @@ public:
     // (the switch goes on at once), true when the switch must wait until
     // the hook calls Switcher::halted() (which it must do, at the latest
     // when its own time limit passes).
-    virtual bool halt(const std::set<uint32_t> &leaving, uint64_t seq) = 0;
+    // `quantum_us` is the table's quantum: a wait should stay well within it.
+    virtual bool halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantum_us) = 0;
     // With `leaving` stopped and before `running` (the slot's jobs) are
     // continued: swap the buffers.
     virtual void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) = 0;
@@ -166,6 +167,7 @@ private:
 
     uint64_t epoch_ = 0;
     uint32_t failsafe_ms_ = 0;
+    uint32_t quantum_us_ = 0;
     std::map<uint32_t, Job> jobs_;
     bool failsafe_active_ = false;
     RealtimeWhile realtime_{cfg_.rt_priority};

@@ -69,9 +69,9 @@ struct Pool::Window {
     //  halting  in the pool, halt{epoch} sent, `waiting` tasks to answer
     //  running  in the pool, released (divided contexts always are)
     enum class State { out, halted, halting, running } state = State::running;
-    uint64_t epoch = 0;                                 // of its last halt (1 before the first release)
-    std::set<int> waiting;                              // tasks (fds) whose halt the switch waits for
-    std::set<int> halted_fds;                           // tasks (fds) halted at `epoch`
+    uint64_t epoch = 0;       // of its last halt (1 before the first release)
+    std::set<int> waiting;    // tasks (fds) whose halt the switch waits for
+    std::set<int> halted_fds; // tasks (fds) halted at `epoch`
     std::chrono::steady_clock::time_point halt_sent{};
     std::set<int> not_ready; // tasks (fds) that have not answered release
     std::chrono::steady_clock::time_point release_sent{};
@@ -554,7 +554,7 @@ void Pool::fail_context(Window &w, const std::string &why)
 
 // ---- the switch -------------------------------------------------------------
 
-bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
+bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantum_us)
 {
     for (uint32_t j : leaving)
         running_jobs_.erase(j);
@@ -593,7 +593,11 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq)
     // that takes longer (a peer node's tasks are stopped, starting up or
     // behind) finishes later, and the context swaps then.
     halting_ = true;
+    // and at most half a quantum: the switches must keep pace with the
+    // strobes, or they fall behind for good.
     uint64_t us = setup_.config.halt_wait_us;
+    if (quantum_us)
+        us = std::min<uint64_t>(us, quantum_us / 2);
     timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
     evtimer_add(halt_timer_, &tv);
     return true;

@@ -83,7 +83,7 @@ public:
     // The switcher whose halted() the pool calls (may be null).
     void set_switcher(gang::Switcher *s) noexcept { switcher_ = s; }
 
-    bool halt(const std::set<uint32_t> &leaving, uint64_t seq) override;
+    bool halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantum_us = 0) override;
     void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) override;
     void release(const std::set<uint32_t> &running, uint64_t seq) override;
 

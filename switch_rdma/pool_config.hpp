@@ -12,7 +12,7 @@
 //                             divided elsewhere; divided: divided everywhere
 //   storm_pool_swap=valid     at a switch, copy the valid packets only
 //                             (valid) or the whole window (full)
-//   storm_pool_halt_wait=10ms how long a gang switch waits for the leaving
+//   storm_pool_halt_wait=10ms how long (at most half a quantum) a gang switch waits for the leaving
 //                             context to halt (its in-flight packets to
 //                             land); a halt that takes longer finishes later
 //                             and the context swaps then

@@ -330,7 +330,7 @@ struct RecordingHook : SwitchHook {
     std::vector<std::string> calls;
     bool wait = true;
     std::function<char(void)> state_of_leaving;
-    bool halt(const std::set<uint32_t> &leaving, uint64_t seq) override
+    bool halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t) override
     {
         calls.push_back("halt " + join(leaving) + " " + std::to_string(seq));
         return wait;
