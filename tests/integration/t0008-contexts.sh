@@ -101,12 +101,12 @@ live_id=$(cut -d';' -f2 "$T_WORK/live.ctx")
 scontrol shutdown slurmctld > "$T_WORK/restart.out" 2>&1
 for _ in $(seq 100); do pgrep -f "slurmctld -f $STATE/etc/slurm.conf" > /dev/null || break; sleep 0.1; done
 "$VC" start ctld >> "$T_WORK/restart.out" 2>&1
-for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.2; done
+for _ in $(seq 150); do sinfo -h -n vn4 -o %t 2>/dev/null | grep -qx idle && break; sleep 0.2; done
 timeout 60 srun -p debug -w vn4 -N1 -n1 sh -c 'echo $STORM_CTX' > "$T_WORK/after.ctx" 2>&1
 new_id=$(cut -d';' -f2 "$T_WORK/after.ctx")
 t_diag < "$T_WORK/restart.out"
 t_check "after a slurmctld restart a new step does not get a live step's context id ($live_id, new $new_id)" \
-    bash -c "[ -n '$live_id' ] && [ -n '$new_id' ] && [ '$live_id' != '$new_id' ]"
+    bash -c "[[ '$live_id' =~ ^[0-9]+\$ ]] && [[ '$new_id' =~ ^[0-9]+\$ ]] && [ '$live_id' != '$new_id' ]"
 scancel "$L"; wait_job "$L" 60
 
 # ---- a node killed mid-run ------------------------------------------------
