@@ -184,6 +184,21 @@ Placement first_fit(const PackView &view, const std::vector<uint32_t> &candidate
     return p;
 }
 
+PackView pack_view(const Matrix &m, uint32_t nodes)
+{
+    PackView v{nodes, std::vector<std::vector<uint32_t>>(m.slots())};
+    for (const auto &[id, s] : m.homes()) {
+        if (s >= v.slots.size())
+            continue;
+        auto &busy = v.slots[s];
+        for (uint64_t c : m.jobs().at(id).cells)
+            busy.push_back(static_cast<uint32_t>(c >> 20));
+        std::sort(busy.begin(), busy.end());
+        busy.erase(std::unique(busy.begin(), busy.end()), busy.end());
+    }
+    return v;
+}
+
 const char *kind_name(Placement::Kind k) noexcept
 {
     switch (k) {

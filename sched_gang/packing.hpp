@@ -48,6 +48,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "sched_gang/matrix.hpp"
+
 namespace storm::gang {
 
 struct PackView {
@@ -71,6 +73,11 @@ Placement place(const PackView &view, const std::vector<uint32_t> &candidates, u
 // contract as place().
 Placement first_fit(const PackView &view, const std::vector<uint32_t> &candidates, uint32_t count,
                     unsigned max_slots);
+
+// The slots' view of a matrix whose cells are (node << 20 | core), as
+// sched/gang and select/gang encode them: slot s's busy nodes are those of
+// the jobs whose home is s.
+PackView pack_view(const Matrix &m, uint32_t nodes);
 
 const char *kind_name(Placement::Kind k) noexcept;
 

@@ -157,15 +157,6 @@ struct Figures {
 
 using Policy = Placement (*)(const PackView &, const std::vector<uint32_t> &, uint32_t, unsigned);
 
-PackView view_of(const Matrix &m, uint32_t nodes)
-{
-    PackView v{nodes, std::vector<std::vector<uint32_t>>(m.slots())};
-    for (const auto &[id, s] : m.homes())
-        for (uint64_t c : m.jobs().at(id).cells)
-            v.slots[s].push_back(static_cast<uint32_t>(c >> 20));
-    return v;
-}
-
 std::vector<JobShape> shapes(const std::map<uint32_t, std::vector<uint32_t>> &running)
 {
     std::vector<JobShape> out;
@@ -208,7 +199,7 @@ Figures simulate(Policy policy, uint32_t nodes, uint32_t max_size, unsigned mpl,
         if (rng.in(0, 3) != 0)
             queue.push_back({next_id++, rng.in(1, max_size), rng.in(4, 40)});
         for (auto q = queue.begin(); q != queue.end();) {
-            Placement p = policy(view_of(m, nodes), all, q->size, mpl);
+            Placement p = policy(pack_view(m, nodes), all, q->size, mpl);
             if (p.kind == Placement::none) {
                 ++q;
                 continue;
