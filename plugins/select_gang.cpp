@@ -141,6 +141,17 @@ unsigned gang_mpl()
         .mpl;
 }
 
+// The indices of b's set bits, in order.
+std::vector<uint32_t> set_bits(bitstr_t *b)
+{
+    std::vector<uint32_t> out;
+    bitoff_t last = bit_fls(b);
+    for (bitoff_t n = bit_ffs(b); n >= 0 && n <= last; ++n)
+        if (bit_test(b, n))
+            out.push_back(static_cast<uint32_t>(n));
+    return out;
+}
+
 // The running jobs of the gang partitions, as whole nodes (cell = Slurm's
 // node index << 20), like sched/gang's poller (caller holds the job read
 // lock).
@@ -156,9 +167,8 @@ std::vector<storm::gang::JobShape> running_gang_jobs()
             continue;
         storm::gang::JobShape shape;
         shape.job_id = job->job_id;
-        for (int n = bit_ffs(jr->node_bitmap); n >= 0 && n <= bit_fls(jr->node_bitmap); ++n)
-            if (bit_test(jr->node_bitmap, n))
-                shape.cells.push_back(uint64_t(n) << 20);
+        for (auto n : set_bits(jr->node_bitmap))
+            shape.cells.push_back(uint64_t(n) << 20);
         if (!shape.cells.empty())
             out.push_back(std::move(shape));
     }
@@ -186,22 +196,11 @@ const char *not_packed(job_record_t *job, uint16_t mode, List preemptee_candidat
 storm::gang::Placement pack(SelectContext &ctx, bitstr_t *bitmap, uint32_t count)
 {
     uint32_t nodes = static_cast<uint32_t>(bit_size(bitmap));
-    std::vector<uint32_t> candidates;
-    for (int n = bit_ffs(bitmap); n >= 0 && n <= bit_fls(bitmap); ++n)
-        if (bit_test(bitmap, n))
-            candidates.push_back(static_cast<uint32_t>(n));
+    std::vector<uint32_t> candidates = set_bits(bitmap);
     unsigned mpl = gang_mpl();
     std::lock_guard<std::mutex> lk(ctx.mu);
     ctx.matrix.update(running_gang_jobs());
     return storm::gang::place(storm::gang::pack_view(ctx.matrix, nodes), candidates, count, mpl);
-}
-
-std::string node_names(bitstr_t *b)
-{
-    char *s = bitmap2node_name(b);
-    std::string out = s ? s : "";
-    xfree(s);
-    return out;
 }
 
 SelectContext *g_ctx = nullptr;
@@ -212,9 +211,10 @@ extern "C" int init(void)
 {
     return storm::shim::init_context(g_ctx, "select/gang", [] {
         auto ctx = std::make_unique<SelectContext>();
-        storm::shim::log_loaded(ctx->log, running_in_slurmctld(),
-                                "Storm %s loaded (Slurm %s); delegating to select/cons_tres", STORM_VERSION,
-                                STORM_SLURM_VERSION);
+        storm::shim::log_loaded(
+            ctx->log, running_in_slurmctld(),
+            "Storm %s loaded (Slurm %s); delegating to select/cons_tres, packing gang jobs", STORM_VERSION,
+            STORM_SLURM_VERSION);
         return ctx;
     });
 }
@@ -309,7 +309,7 @@ extern "C" int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32
     });
     if (p.kind == storm::gang::Placement::none) {
         int rc = cons_tres();
-        log.debug("JobId=%u: %u nodes: no fit in the matrix's slots nor a new one: cons_tres's choice "
+        log.debug("JobId=%u: %u nodes: packing has no fit (candidates, matrix slots): cons_tres's choice "
                   "(rc %d)",
                   job_ptr->job_id, min_nodes, rc);
         return rc;
@@ -318,20 +318,21 @@ extern "C" int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32
     bit_clear_all(bitmap);
     for (uint32_t n : p.nodes)
         bit_set(bitmap, n);
-    std::string packed = node_names(bitmap);
+    char *packed = bitmap2node_name(bitmap);
     int rc = cons_tres();
     if (rc == SLURM_SUCCESS) {
-        FREE_NULL_BITMAP(orig);
-        log.debug("JobId=%u: packed on %s (%s %u)", job_ptr->job_id, packed.c_str(),
-                  storm::gang::kind_name(p.kind), p.slot);
-        return rc;
+        log.debug("JobId=%u: packed on %s (%s %u)", job_ptr->job_id, packed, storm::gang::kind_name(p.kind),
+                  p.slot);
+    } else {
+        // Refused: cons_tres's own choice on the original candidates.
+        bit_copybits(bitmap, orig);
+        if (preemptee_job_list)
+            FREE_NULL_LIST(*preemptee_job_list);
+        rc = cons_tres();
+        log.debug("JobId=%u: cons_tres refused the packed nodes %s: its own choice (rc %d)", job_ptr->job_id,
+                  packed, rc);
     }
-    bit_copybits(bitmap, orig);
+    xfree(packed);
     FREE_NULL_BITMAP(orig);
-    if (preemptee_job_list)
-        FREE_NULL_LIST(*preemptee_job_list);
-    rc = cons_tres();
-    log.debug("JobId=%u: cons_tres refused the packed nodes %s: its own choice (rc %d)", job_ptr->job_id,
-              packed.c_str(), rc);
     return rc;
 }
