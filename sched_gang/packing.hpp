@@ -15,10 +15,11 @@
 //     that slot holds it), so it opens no slot that first fit would not.
 //  2. In that slot, the smallest level L >= b (b, 2b, ... up to the whole
 //     machine) that has an aligned block of L nodes with >= n free
-//     candidates; among those blocks the best fit: fewest free nodes
-//     (large free blocks stay whole), then fewest "ragged" other slots (a
-//     slot where the block is partly busy: the job could neither run there
-//     as an alternative nor add no idle cells), then the lowest address.
+//     candidates; among those blocks the best fit: fewest free nodes, then
+//     fewest free nodes in its parent block, grandparent, ... (buddy best
+//     fit: large free blocks stay whole), then fewest "ragged" other slots
+//     (slots where the block is partly busy: there the job could neither
+//     run as an alternative nor add no idle cells), then the lowest address.
 //  3. Inside the block, buddy descent: if one half can hold the job, go
 //     into the tighter such half; otherwise take every free node of the
 //     half with fewer free nodes and the rest from the other half the same
@@ -42,7 +43,7 @@
 // chosen nodes (exactly `count` of them, sorted, all candidates) and the
 // slot, or kind == none when count is 0, exceeds the candidates, or needs a
 // new slot while slots.size() >= max_slots.  It never throws except
-// std::bad_alloc, and costs O(slots x nodes x log nodes).
+// std::bad_alloc, and costs O(slots^2 x nodes) at most.
 #pragma once
 
 #include <cstdint>

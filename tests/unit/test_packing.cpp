@@ -134,6 +134,26 @@ void test_candidates_restricted(void **)
     assert_true(p.nodes == (std::vector<uint32_t>{2, 3}));
 }
 
+void test_pack_view(void **)
+{
+    // Core-level cells: jobs 1 and 2 hold different cores of node 3 and
+    // share slot 0; node 3 counts once, busy.  Job 3 collides with job 1 on
+    // node 5's core 0: slot 1.
+    Matrix m(8);
+    JobShape a{1, {uint64_t(3) << 20 | 0, uint64_t(5) << 20 | 0}, {}};
+    JobShape b{2, {uint64_t(3) << 20 | 1}, {}};
+    JobShape c{3, {uint64_t(5) << 20 | 0, uint64_t(6) << 20 | 0}, {}};
+    m.update({a, b, c});
+    PackView v = pack_view(m, 8);
+    assert_int_equal(v.slots.size(), 2);
+    assert_true(v.slots[0] == (std::vector<uint32_t>{3, 5}));
+    assert_true(v.slots[1] == (std::vector<uint32_t>{5, 6}));
+    // A 2-node job fits slot 0 on an aligned free pair (0-1).
+    auto p = place(v, all_nodes(8), 2, 8);
+    assert_int_equal(p.slot, 0);
+    assert_true(p.nodes == range(0, 2));
+}
+
 // ---- the simulator ----------------------------------------------------------
 
 struct Lcg {
@@ -260,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_buddy_alignment),
         cmocka_unit_test(test_new_slot_only),
         cmocka_unit_test(test_candidates_restricted),
+        cmocka_unit_test(test_pack_view),
         cmocka_unit_test(test_compare_16),
         cmocka_unit_test(test_compare_64),
     };
