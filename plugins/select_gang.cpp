@@ -1,20 +1,61 @@
 // select/gang: node selection for gang-scheduled partitions, inside
 // slurmctld (and, as Slurm loads every select plugin, srun and slurmd).
 //
-// Slurm-facing shim.  Every select_p_* call is delegated to select/cons_tres,
-// loaded through Slurm's plugin loader exactly as src/plugins/select/other
-// does; Storm will intercept job_test for gang partitions so slots pack.
+// Slurm-facing shim over select/cons_tres, loaded through Slurm's plugin
+// loader exactly as src/plugins/select/other does.  Every select_p_* call
+// is delegated to cons_tres, except that select_p_job_test packs the jobs
+// of gang partitions into the gang matrix's slots (sched_gang/packing.hpp:
+// buddy placement, fewer idle cells than cons_tres's first fit):
+//
+//  - Intercepted: SchedulerType=sched/gang, the job's partition has
+//    OverSubscribe=FORCE:N with N >= 2, mode exactly SELECT_MODE_RUN_NOW
+//    (no flags), no preemptee candidates, no required nodes, not
+//    --contiguous.  Everything else (TEST_ONLY, WILL_RUN, RESV, preemption
+//    tests) goes to cons_tres unchanged.
+//  - The slots' view: a matrix (matrix.hpp) kept here that mirrors
+//    sched/gang's, fed with the running jobs of every gang partition (they
+//    share sched/gang's one matrix) as whole nodes (packing.hpp explains
+//    the node-level view), indexed by Slurm's node index.
+//  - packing chooses the job's min_nodes nodes among `bitmap`'s; `bitmap`
+//    is narrowed to them and cons_tres's job_test runs on it.  If packing
+//    has no answer, or cons_tres refuses the narrowed set, cons_tres runs
+//    again on the original `bitmap` (job_test is destructive of it, so a
+//    copy is kept): no job is left unplaced that cons_tres alone would
+//    place.  One debug line "select/gang: ..." per decision.
+//
+// Locking: slurmctld calls job_test with its locks held (the schedulers and
+// the allocation RPCs take config read, job write, node write, partition
+// read), so job_list, the job records and the node table are read here
+// without locking (slurmctld's locks are not recursive).  A mutex guards
+// the mirror matrix.  job_list and part_list exist only in slurmctld: they
+// are weak references here, so srun and slurmd still load the plugin.
 //
 // Known limit: some Slurm code tests SelectType with xstrstr(...,
 // "cons_tres") (GPU options, TRES reservations); with SelectType=select/gang
 // those paths behave as for a non-cons_tres selector.  See README.md.
 #include "plugins/common/shim.hpp"
 
+#include <cstring>
+#include <mutex>
+
+#include "sched_gang/config.hpp"
+#include "sched_gang/matrix.hpp"
+#include "sched_gang/packing.hpp"
+
 extern "C" {
+#include "src/common/job_resources.h"
+#include "src/common/node_conf.h"
 #include "src/common/select.h"
+#include "src/slurmctld/slurmctld.h"
 }
 
-STORM_PLUGIN_IDENTITY("Storm gang node selection (delegates to select/cons_tres)", "select/gang")
+// slurmctld's; absent (null) in srun and slurmd, which load every select
+// plugin but never call job_test.
+#pragma weak job_list
+#pragma weak part_list
+
+STORM_PLUGIN_IDENTITY("Storm gang node selection (packs gang jobs, delegates to select/cons_tres)",
+                      "select/gang")
 extern "C" {
 extern const uint32_t plugin_id = 150; // unique among select plugins (>= 100)
 }
@@ -67,7 +108,100 @@ struct SelectContext {
     storm::Logger log{"select/gang"};
     storm::shim::WrappedPlugin<slurm_select_ops_t> cons_tres{"select", "select/cons_tres", cons_tres_syms,
                                                              sizeof(cons_tres_syms)};
+    std::mutex mu;
+    storm::gang::Matrix matrix{storm::gang::kMaxSlots}; // mirrors sched/gang's
 };
+
+// N of a partition with OverSubscribe=FORCE:N, N >= 2; else 0.
+unsigned gang_share(const part_record_t *p)
+{
+    if (!p || !(p->max_share & SHARED_FORCE))
+        return 0;
+    unsigned n = p->max_share & ~SHARED_FORCE;
+    return n >= 2 ? n : 0;
+}
+
+// The matrix's slot count, as sched/gang reads it (caller holds the
+// partition read lock).  Throws ConfigError as sched/gang's init would.
+unsigned gang_mpl()
+{
+    std::vector<storm::gang::PartitionInfo> parts;
+    ListIterator it = list_iterator_create(part_list);
+    while (auto *p = static_cast<part_record_t *>(list_next(it))) {
+        storm::gang::PartitionInfo pi;
+        pi.name = p->name ? p->name : "?";
+        pi.force = p->max_share & SHARED_FORCE;
+        pi.max_share = p->max_share & ~SHARED_FORCE;
+        parts.push_back(pi);
+    }
+    list_iterator_destroy(it);
+    bool switch_rdma = slurm_conf.switch_type && !strcmp(slurm_conf.switch_type, "switch/rdma");
+    return storm::gang::GangConfig::parse(slurm_conf.sched_params, parts,
+                                          slurm_conf.preempt_mode & PREEMPT_MODE_GANG, switch_rdma)
+        .mpl;
+}
+
+// The indices of b's set bits, in order.
+std::vector<uint32_t> set_bits(bitstr_t *b)
+{
+    std::vector<uint32_t> out;
+    bitoff_t last = bit_fls(b);
+    for (bitoff_t n = bit_ffs(b); n >= 0 && n <= last; ++n)
+        if (bit_test(b, n))
+            out.push_back(static_cast<uint32_t>(n));
+    return out;
+}
+
+// The running jobs of the gang partitions, as whole nodes (cell = Slurm's
+// node index << 20), like sched/gang's poller (caller holds the job read
+// lock).
+std::vector<storm::gang::JobShape> running_gang_jobs()
+{
+    std::vector<storm::gang::JobShape> out;
+    ListIterator it = list_iterator_create(job_list);
+    while (auto *job = static_cast<job_record_t *>(list_next(it))) {
+        if (!IS_JOB_RUNNING(job) || IS_JOB_COMPLETING(job) || !gang_share(job->part_ptr))
+            continue;
+        job_resources_t *jr = job->job_resrcs;
+        if (!jr || !jr->node_bitmap)
+            continue;
+        storm::gang::JobShape shape;
+        shape.job_id = job->job_id;
+        for (auto n : set_bits(jr->node_bitmap))
+            shape.cells.push_back(uint64_t(n) << 20);
+        if (!shape.cells.empty())
+            out.push_back(std::move(shape));
+    }
+    list_iterator_destroy(it);
+    return out;
+}
+
+// Why a job_test is not a packing decision ("" if it is one).
+const char *not_packed(job_record_t *job, uint16_t mode, List preemptee_candidates)
+{
+    if (mode != SELECT_MODE_RUN_NOW || !running_in_slurmctld() || !&job_list || !job_list || !&part_list ||
+        !part_list || !slurm_conf.schedtype || strcmp(slurm_conf.schedtype, "sched/gang") ||
+        !gang_share(job->part_ptr))
+        return "-"; // not a gang job being started: not select/gang's decision
+    if (preemptee_candidates && list_count(preemptee_candidates) > 0)
+        return "preemption candidates";
+    if (job->details && job->details->req_node_bitmap)
+        return "required nodes";
+    if (job->details && job->details->contiguous)
+        return "contiguous nodes";
+    return "";
+}
+
+// Packing's choice of nodes for `job` among `bitmap`'s (see the header).
+storm::gang::Placement pack(SelectContext &ctx, bitstr_t *bitmap, uint32_t count)
+{
+    uint32_t nodes = static_cast<uint32_t>(bit_size(bitmap));
+    std::vector<uint32_t> candidates = set_bits(bitmap);
+    unsigned mpl = gang_mpl();
+    std::lock_guard<std::mutex> lk(ctx.mu);
+    ctx.matrix.update(running_gang_jobs());
+    return storm::gang::place(storm::gang::pack_view(ctx.matrix, nodes), candidates, count, mpl);
+}
 
 SelectContext *g_ctx = nullptr;
 
@@ -77,9 +211,10 @@ extern "C" int init(void)
 {
     return storm::shim::init_context(g_ctx, "select/gang", [] {
         auto ctx = std::make_unique<SelectContext>();
-        storm::shim::log_loaded(ctx->log, running_in_slurmctld(),
-                                "Storm %s loaded (Slurm %s); delegating to select/cons_tres", STORM_VERSION,
-                                STORM_SLURM_VERSION);
+        storm::shim::log_loaded(
+            ctx->log, running_in_slurmctld(),
+            "Storm %s loaded (Slurm %s); delegating to select/cons_tres, packing gang jobs", STORM_VERSION,
+            STORM_SLURM_VERSION);
         return ctx;
     });
 }
@@ -95,11 +230,6 @@ FWD(int, state_save, (char *dir_name), (dir_name))
 FWD(int, state_restore, (char *dir_name), (dir_name))
 FWD(int, job_init, (List job_list), (job_list))
 FWD(int, node_init, (void), ())
-FWD(int, job_test,
-    (job_record_t * job_ptr, bitstr_t *bitmap, uint32_t min_nodes, uint32_t max_nodes, uint32_t req_nodes,
-     uint16_t mode, List preemptee_candidates, List *preemptee_job_list, bitstr_t *exc_core_bitmap),
-    (job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode, preemptee_candidates, preemptee_job_list,
-     exc_core_bitmap))
 FWD(int, job_begin, (job_record_t * job_ptr), (job_ptr))
 FWD(int, job_ready, (job_record_t * job_ptr), (job_ptr))
 FWD(int, job_expand, (job_record_t * from_job_ptr, job_record_t *to_job_ptr), (from_job_ptr, to_job_ptr))
@@ -151,3 +281,58 @@ FWD(bitstr_t *, resv_test,
     (resv_desc_ptr, node_cnt, avail_bitmap, core_bitmap))
 #undef FWD
 #undef FWD2
+
+// See the header: gang jobs started now are packed, everything else is
+// cons_tres's.  `bitmap` is in/out as for cons_tres (the chosen nodes).
+extern "C" int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes,
+                                 uint32_t max_nodes, uint32_t req_nodes, uint16_t mode,
+                                 List preemptee_candidates, List *preemptee_job_list,
+                                 bitstr_t *exc_core_bitmap)
+{
+    auto cons_tres = [&] {
+        return g_ctx->cons_tres.ops().job_test(job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode,
+                                               preemptee_candidates, preemptee_job_list, exc_core_bitmap);
+    };
+    const storm::Logger &log = g_ctx->log;
+    const char *skip = not_packed(job_ptr, mode, preemptee_candidates);
+    if (*skip == '-')
+        return cons_tres();
+    if (*skip) {
+        int rc = cons_tres();
+        log.debug("JobId=%u: %s: cons_tres's choice (rc %d)", job_ptr->job_id, skip, rc);
+        return rc;
+    }
+    storm::gang::Placement p;
+    storm::shim::guarded(log, "job_test", [&] {
+        p = pack(*g_ctx, bitmap, min_nodes);
+        return SLURM_SUCCESS;
+    });
+    if (p.kind == storm::gang::Placement::none) {
+        int rc = cons_tres();
+        log.debug("JobId=%u: %u nodes: packing has no fit (candidates, matrix slots): cons_tres's choice "
+                  "(rc %d)",
+                  job_ptr->job_id, min_nodes, rc);
+        return rc;
+    }
+    bitstr_t *orig = bit_copy(bitmap);
+    bit_clear_all(bitmap);
+    for (uint32_t n : p.nodes)
+        bit_set(bitmap, n);
+    char *packed = bitmap2node_name(bitmap);
+    int rc = cons_tres();
+    if (rc == SLURM_SUCCESS) {
+        log.debug("JobId=%u: packed on %s (%s %u)", job_ptr->job_id, packed, storm::gang::kind_name(p.kind),
+                  p.slot);
+    } else {
+        // Refused: cons_tres's own choice on the original candidates.
+        bit_copybits(bitmap, orig);
+        if (preemptee_job_list)
+            FREE_NULL_LIST(*preemptee_job_list);
+        rc = cons_tres();
+        log.debug("JobId=%u: cons_tres refused the packed nodes %s: its own choice (rc %d)", job_ptr->job_id,
+                  packed, rc);
+    }
+    xfree(packed);
+    FREE_NULL_BITMAP(orig);
+    return rc;
+}
