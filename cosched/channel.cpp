@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <iterator>
 #include <sys/socket.h>
@@ -65,8 +67,10 @@ std::map<std::string, std::string> environ_of(const std::string &proc_root, pid_
 
 Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partitions, std::string proc_root)
 {
-    return [lister = std::move(lister), partitions = std::move(partitions),
-            proc_root = std::move(proc_root)](pid_t pid, uid_t, uint32_t job) {
+    using Cache = std::map<uint32_t, std::pair<std::chrono::steady_clock::time_point, std::vector<pid_t>>>;
+    auto cache = std::make_shared<Cache>();
+    return [lister = std::move(lister), partitions = std::move(partitions), proc_root = std::move(proc_root),
+            cache](pid_t pid, uid_t, uint32_t job) {
         Verdict v;
         auto env = environ_of(proc_root, pid);
         auto id = env.find("SLURM_JOB_ID");
@@ -91,14 +95,25 @@ Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partiti
             v.procs = {pid};
             return v;
         }
+        auto now = std::chrono::steady_clock::now();
+        auto &c = (*cache)[job];
+        auto has = [&](const std::vector<pid_t> &v) { return std::find(v.begin(), v.end(), pid) != v.end(); };
+        if (now - c.first < std::chrono::seconds(2) && has(c.second)) {
+            v.procs = c.second;
+            return v;
+        }
         std::map<uint32_t, std::vector<pid_t>> listed;
         try {
             listed = lister({job});
         } catch (const std::exception &e) {
+            cache->erase(job);
             v.error = std::string("cannot list job ") + std::to_string(job) + "'s processes: " + e.what();
             return v;
         }
         v.procs = listed[job];
+        for (auto it = cache->begin(); it != cache->end();)
+            it = now - it->second.first >= std::chrono::seconds(2) ? cache->erase(it) : std::next(it);
+        (*cache)[job] = {now, v.procs};
         if (std::find(v.procs.begin(), v.procs.end(), pid) == v.procs.end()) {
             v.error = "pid " + std::to_string(pid) + " is not a process of job " + std::to_string(job) +
                       "'s steps here";
@@ -116,6 +131,18 @@ Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, H
 
 Channel::~Channel()
 {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+        thread_.join();
+    if (wake_ev_)
+        event_free(wake_ev_);
+    for (int &fd : wake_)
+        if (fd >= 0)
+            ::close(fd);
     for (auto &[fd, c] : clients_) {
         if (c->ev)
             event_free(c->ev);
@@ -146,9 +173,60 @@ void Channel::start()
     // Tasks run as their users; each peer is checked with SO_PEERCRED.
     if (chmod(path_.c_str(), 0666) != 0 || listen(listen_fd_, 128) != 0)
         throw std::system_error(errno, std::generic_category(), "cosched: listen " + path_);
+    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+        throw std::system_error(errno, std::generic_category(), "cosched: pipe");
     accept_ev_ = event_new(base_, listen_fd_, EV_READ | EV_PERSIST, on_accept, this);
-    if (!accept_ev_ || event_add(accept_ev_, nullptr) != 0)
+    wake_ev_ = event_new(base_, wake_[0], EV_READ | EV_PERSIST, on_verified, this);
+    if (!accept_ev_ || !wake_ev_ || event_add(accept_ev_, nullptr) != 0 || event_add(wake_ev_, nullptr) != 0)
         throw std::runtime_error("cosched: cannot register the request socket's events");
+    thread_ = std::thread([this] { worker(); });
+}
+
+void Channel::worker() noexcept
+{
+    for (;;) {
+        Check c;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [this] { return quit_ || !checks_.empty(); });
+            if (quit_)
+                return;
+            c = std::move(checks_.front());
+            checks_.pop_front();
+        }
+        try {
+            c.verdict = verifier_(c.pid, c.uid, c.job);
+        } catch (const std::exception &e) {
+            c.verdict.error = std::string("cannot check it: ") + e.what();
+        }
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            done_.push_back(std::move(c));
+        }
+        char b = 1;
+        if (write(wake_[1], &b, 1) < 0) {
+            // The pipe is full: the loop has bytes to wake it already.
+        }
+    }
+}
+
+void Channel::on_verified(int fd, short, void *arg)
+{
+    auto *self = static_cast<Channel *>(arg);
+    char buf[256];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+    std::deque<Check> done;
+    {
+        std::lock_guard<std::mutex> lk(self->mu_);
+        done.swap(self->done_);
+    }
+    for (auto &c : done) {
+        auto it = self->clients_.find(c.fd);
+        if (it == self->clients_.end() || it->second->serial != c.serial)
+            continue; // closed meanwhile
+        self->finish_register(*it->second, c.verdict);
+    }
 }
 
 void Channel::on_accept(int fd, short, void *arg)
@@ -201,6 +279,9 @@ void Channel::on_readable(int fd, short, void *arg)
             return;
         }
         self->handle(c, buf, static_cast<size_t>(n));
+        auto again = self->clients_.find(fd);
+        if (again != self->clients_.end() && again->second->serial)
+            return; // its registration is being checked: nothing more until then
     }
 }
 
@@ -252,17 +333,16 @@ void Channel::handle(Client &c, const unsigned char *m, size_t n)
         if (!job || status != 0 || count != 0)
             return bad("a registration with job " + std::to_string(job) + ", status " +
                        std::to_string(status) + ", count " + std::to_string(count));
-        Verdict v = verifier_(c.pid, c.uid, job);
-        if (!v.error.empty())
-            return refuse(c, "cannot register for job " + std::to_string(job) + ": " + v.error);
-        c.job = job;
-        bool scheduled = handler_.on_register(c.fd, c.pid, job, rank, v.procs);
-        unsigned char ok[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION, STORM_COSCHED_OK,
-                                                    static_cast<unsigned char>(scheduled ? 1 : 0)};
-        put32(ok + 4, job);
-        put32(ok + 8, rank);
-        send_packet(c.fd, ok, sizeof ok);
-        log_.verbose("cosched: pid %d (uid %u) registered as rank %u of job %u", c.pid, c.uid, rank, job);
+        // Not read until the worker has checked it (on_verified).
+        c.serial = ++next_serial_;
+        c.want_job = job;
+        c.want_rank = rank;
+        event_del(c.ev);
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            checks_.push_back(Check{c.fd, c.serial, c.pid, c.uid, job, {}});
+        }
+        cv_.notify_one();
         return;
     }
     case STORM_COSCHED_UNREGISTER:
@@ -284,6 +364,24 @@ void Channel::handle(Client &c, const unsigned char *m, size_t n)
     default:
         return bad("unknown type " + std::to_string(type));
     }
+}
+
+void Channel::finish_register(Client &c, Verdict &v)
+{
+    uint32_t job = c.want_job, rank = c.want_rank;
+    c.serial = 0;
+    if (!v.error.empty())
+        return refuse(c, "cannot register for job " + std::to_string(job) + ": " + v.error);
+    if (event_add(c.ev, nullptr) != 0)
+        return drop(c.fd, "cannot watch the connection again", true);
+    c.job = job;
+    bool scheduled = handler_.on_register(c.fd, c.pid, job, rank, v.procs);
+    unsigned char ok[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION, STORM_COSCHED_OK,
+                                                static_cast<unsigned char>(scheduled ? 1 : 0)};
+    put32(ok + 4, job);
+    put32(ok + 8, rank);
+    send_packet(c.fd, ok, sizeof ok);
+    log_.verbose("cosched: pid %d (uid %u) registered as rank %u of job %u", c.pid, c.uid, rank, job);
 }
 
 void Channel::send_status(int conn, bool scheduled)

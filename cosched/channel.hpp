@@ -13,20 +13,28 @@
 // Registration is checked by a Verifier: the peer's pid must be a process
 // of the job it names (make_verifier(): the job's steps as slurmstepd lists
 // them, through the agent's StepLister, and SLURM_JOB_ID / SLURM_JOB_PARTITION
-// in /proc/<pid>/environ).  Every refusal and every malformed message is
-// one log line naming the pid, the uid and why; the connection is closed.
+// in /proc/<pid>/environ).  The verifier may block (it asks slurmstepd), so
+// it runs on the channel's own worker thread, one registration at a time;
+// the connection is not read meanwhile, and the answer (OK or ERROR) comes
+// back to the loop through a pipe.  Every refusal and every malformed
+// message is one log line naming the pid, the uid and why; the connection
+// is closed.
 //
 // Contract: everything runs on the loop thread.  The Handler outlives the
 // channel.  The destructor closes every connection without calling the
 // handler (the owner releases its jobs itself).
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <sys/types.h>
+#include <thread>
 #include <vector>
 
 #include "cosched/scheduler.hpp"
@@ -49,7 +57,10 @@ using Verifier = std::function<Verdict(pid_t pid, uid_t uid, uint32_t job)>;
 // The agent's verifier: /proc/<pid>/environ must name the job (SLURM_JOB_ID)
 // and, unless `partitions` is empty, a coscheduled partition
 // (SLURM_JOB_PARTITION); with a lister, the pid must be among the job's
-// step processes it lists (blocks for one query of the job's slurmstepds).
+// step processes it lists (blocks for one query of the job's slurmstepds;
+// a listing that has the pid is reused for 2 s, so that the tasks of a job
+// registering together cost one query).  Not thread safe: the channel
+// calls it from its one worker thread.
 Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partitions,
                        std::string proc_root = "/proc");
 
@@ -85,10 +96,23 @@ private:
         event *ev = nullptr;
         pid_t pid = 0;
         uid_t uid = 0;
-        uint32_t job = 0; // 0 until registered
+        uint32_t job = 0;    // 0 until registered
+        uint64_t serial = 0; // its registration, while being verified
+        uint32_t want_job = 0, want_rank = 0;
+    };
+    struct Check {
+        int fd;
+        uint64_t serial;
+        pid_t pid;
+        uid_t uid;
+        uint32_t job;
+        Verdict verdict;
     };
     static void on_accept(int fd, short, void *arg);
     static void on_readable(int fd, short, void *arg);
+    static void on_verified(int fd, short, void *arg);
+    void worker() noexcept;
+    void finish_register(Client &c, Verdict &v);
     void read_client(Client &c);
     void handle(Client &c, const unsigned char *m, size_t n);
     void drop(int fd, const std::string &why, bool log_error);
@@ -103,6 +127,16 @@ private:
     event *accept_ev_ = nullptr;
     std::map<int, std::unique_ptr<Client>> clients_;
     uint64_t refused_ = 0;
+    uint64_t next_serial_ = 0;
+
+    // The worker: checks_ in, done_ out (then a byte on wake_[1]).
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool quit_ = false;
+    std::deque<Check> checks_, done_;
+    int wake_[2] = {-1, -1};
+    event *wake_ev_ = nullptr;
+    std::thread thread_;
 };
 
 } // namespace storm::cosched

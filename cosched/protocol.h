@@ -19,7 +19,9 @@
  *  12  u32 count  SCHEDULE: messages this request stands for (>= 1)
  *
  * task -> agent:
- *   REGISTER   'R' (CMDREG) first message on a connection; status 0, count 0
+ *   REGISTER   'R' (CMDREG) first message on a connection; status 0, count 0;
+ *              the task waits for the answer before sending anything else
+ *              (the agent reads nothing more until it has checked it)
  *   UNREGISTER 'U' (CMDOUT) then the task closes; closing alone does too
  *   SCHEDULE   'S' (CMDSCH) messages arrived for `job` (the registered job)
  *              from rank `rank` whose job was scheduled (status 1), not

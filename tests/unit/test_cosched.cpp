@@ -234,6 +234,7 @@ struct Bench {
     std::unique_ptr<Local> local;
     // The job step processes the fake StepLister reports, per job.
     std::map<uint32_t, std::vector<pid_t>> steps;
+    int listings = 0; // how often the verifier asked the fake StepLister
 
     explicit Bench(std::chrono::microseconds gmet = 0us)
     {
@@ -248,6 +249,7 @@ struct Bench {
         s.config.gmet = gmet;
         s.verifier = make_verifier(
             [this](const std::set<uint32_t> &jobs) {
+                ++listings;
                 std::map<uint32_t, std::vector<pid_t>> out;
                 for (uint32_t j : jobs)
                     if (steps.count(j))
@@ -345,6 +347,7 @@ void test_channel_registration(void **)
     assert_string_equal(t1.reg(b, 7, 0).c_str(), "K1"); // idle node: scheduled at once
     assert_string_equal(t2.reg(b, 7, 1).c_str(), "K1");
     assert_int_equal(b.local->tasks(7), 2);
+    assert_int_equal(b.listings, 1); // the second task's check reused the first listing
     assert_int_equal(b.local->scheduler().scheduled(), 7);
     assert_string_equal(b.calls.at(0).c_str(), "attach 7 n=2 on"); // the step's processes
     // A second job; then a message arrival from a scheduled sender.
