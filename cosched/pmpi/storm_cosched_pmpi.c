@@ -254,12 +254,16 @@ static void arrived(int count, int source)
         g_last_ns = t;
         read_status();
         if (g_fd >= 0 && !g_scheduled && g_pending) {
-            if (send_msg(STORM_COSCHED_SCHEDULE, STORM_COSCHED_UNKNOWN, g_last_source, g_pending) != 0 &&
-                errno != EAGAIN)
+            if (send_msg(STORM_COSCHED_SCHEDULE, STORM_COSCHED_UNKNOWN, g_last_source, g_pending) == 0) {
+                g_pending = 0;
+                g_last_source = STORM_COSCHED_ANY;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 disconnect(strerror(errno));
+            } /* else: a full socket; the next request carries these too */
+        } else {
+            g_pending = 0; /* scheduled: nothing to ask for */
+            g_last_source = STORM_COSCHED_ANY;
         }
-        g_pending = 0;
-        g_last_source = STORM_COSCHED_ANY;
     }
     pthread_mutex_unlock(&g_mu);
 }

@@ -5,13 +5,20 @@
 // They register at MPI_Init, their arrivals switch the node between their
 // jobs, and they unregister at MPI_Finalize; a third one, killed, is
 // unregistered by its connection closing; one of a job outside the
-// coscheduled partitions is refused.
+// coscheduled partitions is refused.  Against a fake agent that counts:
+// every receive path the library hooks reports each receive exactly once,
+// and sends never.
 #include <fstream>
 
 #include "tests/unit/cmocka.hpp"
 
 #include <csignal>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -143,6 +150,82 @@ void test_pmpi_end_to_end(void **)
     std::system(("rm -rf " + dir).c_str());
 }
 
+uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+void test_pmpi_counts_every_receive(void **)
+{
+    if (access(STORM_PMPI_SO, R_OK) != 0 || access(STORM_PING, X_OK) != 0)
+        skip();
+    char tmpl[] = "/tmp/storm-cosched-pmpi.XXXXXX";
+    std::string dir = mkdtemp(tmpl), sock = dir + "/agent.sock";
+    int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, sock.c_str(), sock.size() + 1);
+    assert_int_equal(bind(lfd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        setenv("SLURM_JOB_ID", "51", 1);
+        setenv("SLURM_PROCID", "3", 1);
+        setenv(STORM_COSCHED_SOCKET_ENV, sock.c_str(), 1);
+        setenv("STORM_COSCHED_INTERVAL_US", "0", 1); // one request per completion call
+        setenv("OMPI_MCA_ess_singleton_isolated", "1", 1);
+        setenv("LD_PRELOAD", STORM_PMPI_SO, 1);
+        if (!freopen((dir + "/out").c_str(), "w", stdout))
+            _exit(126);
+        execl(STORM_PING, STORM_PING, "all", "6", static_cast<char *>(nullptr));
+        _exit(127);
+    }
+    pollfd p{lfd, POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 20000), 1);
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    assert_true(fd >= 0);
+    unsigned char m[STORM_COSCHED_MAX_MSG];
+    assert_int_equal(recv(fd, m, sizeof m, 0), STORM_COSCHED_MSG_SIZE);
+    assert_int_equal(m[1], STORM_COSCHED_REGISTER);
+    assert_int_equal(be32(m + 4), 51);
+    assert_int_equal(be32(m + 8), 3);
+    unsigned char ok[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION, STORM_COSCHED_OK, 0}; // not scheduled
+    assert_int_equal(send(fd, ok, sizeof ok, 0), static_cast<ssize_t>(sizeof ok));
+    uint64_t counted = 0, requests = 0;
+    bool unregistered = false, bad = false;
+    for (;;) {
+        pollfd q{fd, POLLIN, 0};
+        if (poll(&q, 1, 30000) != 1)
+            break;
+        ssize_t n = recv(fd, m, sizeof m, 0);
+        if (n <= 0)
+            break;
+        if (n != STORM_COSCHED_MSG_SIZE || be32(m + 4) != 51)
+            bad = true;
+        else if (m[1] == STORM_COSCHED_SCHEDULE && m[2] == STORM_COSCHED_UNKNOWN) {
+            counted += be32(m + 12);
+            ++requests;
+        } else if (m[1] == STORM_COSCHED_UNREGISTER)
+            unregistered = true;
+        else
+            bad = true;
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    close(fd);
+    close(lfd);
+    std::string out = slurp(dir + "/out");
+    std::system(("rm -rf " + dir).c_str());
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_false(bad);
+    assert_true(unregistered);
+    unsigned long made = 0;
+    assert_int_equal(sscanf(out.c_str(), "receives %lu", &made), 1);
+    if (counted != made)
+        fail_msg("the library reported %llu arrivals in %llu requests; the program made %lu receives",
+                 static_cast<unsigned long long>(counted), static_cast<unsigned long long>(requests), made);
+}
+
 } // namespace
 
 int main()
@@ -150,6 +233,7 @@ int main()
     set_log_sink(capture_sink);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pmpi_end_to_end),
+        cmocka_unit_test(test_pmpi_counts_every_receive),
     };
     return cmocka_run_group_tests_name("cosched_pmpi", tests, nullptr, nullptr);
 }
