@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <pthread.h>
 #include <fstream>
 #include <iterator>
 #include <sys/socket.h>
@@ -184,6 +186,10 @@ void Channel::start()
 
 void Channel::worker() noexcept
 {
+    // slurmd's signals (SIGTERM, SIGHUP, ...) are for its own threads.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     for (;;) {
         Check c;
         {
