@@ -45,11 +45,12 @@ bool send_packet(int fd, const void *data, size_t n)
     return r == static_cast<ssize_t>(n);
 }
 
-// The variables of /proc/<pid>/environ ("" when unreadable).
-std::map<std::string, std::string> environ_of(const std::string &proc_root, pid_t pid)
+// The variables of /proc/<pid>/environ; false (errno set) when unreadable.
+bool environ_of(const std::string &proc_root, pid_t pid, std::map<std::string, std::string> &env)
 {
-    std::map<std::string, std::string> env;
     std::ifstream in(proc_root + "/" + std::to_string(pid) + "/environ", std::ios::binary);
+    if (!in)
+        return false;
     std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     size_t start = 0;
     while (start < all.size()) {
@@ -62,7 +63,7 @@ std::map<std::string, std::string> environ_of(const std::string &proc_root, pid_
             env.emplace(item.substr(0, eq), item.substr(eq + 1));
         start = end + 1;
     }
-    return env;
+    return true;
 }
 
 } // namespace
@@ -74,7 +75,12 @@ Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partiti
     return [lister = std::move(lister), partitions = std::move(partitions), proc_root = std::move(proc_root),
             cache](pid_t pid, uid_t, uint32_t job) {
         Verdict v;
-        auto env = environ_of(proc_root, pid);
+        std::map<std::string, std::string> env;
+        if (!environ_of(proc_root, pid, env)) {
+            v.error =
+                "cannot read " + proc_root + "/" + std::to_string(pid) + "/environ: " + std::strerror(errno);
+            return v;
+        }
         auto id = env.find("SLURM_JOB_ID");
         if (id == env.end()) {
             v.error = "pid " + std::to_string(pid) + " is not a task of a Slurm job (no SLURM_JOB_ID)";

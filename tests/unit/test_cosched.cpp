@@ -415,6 +415,11 @@ void test_channel_refusals(void **)
         Task t(b);
         assert_true(contains(t.reg(b, 7), "not a task of a Slurm job"));
     }
+    {
+        unlink((b.dir + "/proc/" + std::to_string(getpid()) + "/environ").c_str());
+        Task t(b); // a process gone, or one the agent may not read
+        assert_true(contains(t.reg(b, 7), "/environ: No such file or directory"));
+    }
     assert_int_equal(b.local->scheduler().jobs(), 0);
     b.environ_says("7", "work");
     struct Bad {
