@@ -2,15 +2,34 @@
 //
 // SPANK is the only plugin type that runs in every context of a job:
 // srun/sbatch/salloc (local, allocator), slurmstepd (remote) and slurmd.
-// Storm's user-visible srun/sbatch options (broadcast, coscheduling
-// interposition) will be registered here.  For now it registers none and
-// logs one line naming itself, its version and the context.
+// It logs one line naming itself, its version and the context, and
+// registers Storm's user-visible options:
+//
+//   --storm-cosched  (srun, sbatch, salloc) implicit coscheduling for an
+//                    unmodified MPI program: in each task of the job's
+//                    steps (not the batch script, not the extern step) the
+//                    PMPI library libstorm_cosched_pmpi.so is prepended to
+//                    LD_PRELOAD, so that the tasks register with the node's
+//                    local scheduler at MPI_Init and report message
+//                    arrivals (cosched/README.md).  The node agent refuses
+//                    jobs outside storm_cosched_partitions; the library
+//                    then says so on the task's stderr and stays idle.
 //
 // In slurmd, slurm_spank_init runs before slurmd daemonizes: no thread may
 // be started here (the node agent lives in switch/rdma's init()).
 extern "C" {
+#include <slurm/slurm.h> // SLURM_MAX_NORMAL_STEP_ID
 #include <slurm/spank.h>
 }
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+
+#ifndef STORM_COSCHED_PMPI
+#define STORM_COSCHED_PMPI "/usr/local/lib/storm/libstorm_cosched_pmpi.so"
+#endif
 
 extern "C" {
 extern const char plugin_name[] = "storm";
@@ -38,6 +57,17 @@ const char *context_name(spank_context_t ctx)
     }
 }
 
+int cosched_option(int, const char *, int) { return 0; }
+
+struct spank_option cosched_opt = {
+    const_cast<char *>("storm-cosched"),
+    nullptr,
+    const_cast<char *>("Coschedule this job's MPI tasks with implicit coscheduling (Storm: a PMPI library "
+                       "reports message arrivals to each node's local scheduler)"),
+    0,
+    0,
+    cosched_option};
+
 } // namespace
 
 extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -53,6 +83,46 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
     // slurm_spank_local_user_init (srun).
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
         slurm_info("spank/storm: Storm %s loaded in %s", STORM_VERSION, context_name(ctx));
+    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE) {
+        spank_err_t rc = spank_option_register(sp, &cosched_opt);
+        if (rc != ESPANK_SUCCESS) {
+            slurm_error("spank/storm: cannot register --storm-cosched: %s", spank_strerror(rc));
+            return -1;
+        }
+    }
+    return ESPANK_SUCCESS;
+}
+
+// In each task (remote context, as the user, before exec): with
+// --storm-cosched, the PMPI library goes first in LD_PRELOAD.  A missing
+// library is logged and the task runs without it.
+extern "C" int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    if (spank_option_getopt(sp, &cosched_opt, nullptr) != ESPANK_SUCCESS)
+        return ESPANK_SUCCESS; // not given
+    uint32_t step = 0;
+    if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step > SLURM_MAX_NORMAL_STEP_ID)
+        return ESPANK_SUCCESS; // the batch script and the extern step run no MPI
+    const char *lib = STORM_COSCHED_PMPI;
+    if (access(lib, R_OK) != 0) {
+        slurm_error("spank/storm: --storm-cosched: cannot read %s: %s (the task runs without coscheduling)",
+                    lib, std::strerror(errno));
+        return ESPANK_SUCCESS;
+    }
+    char old[4096] = "";
+    std::string value = lib;
+    spank_err_t rc = spank_getenv(sp, "LD_PRELOAD", old, sizeof old);
+    if (rc == ESPANK_SUCCESS && old[0] && !std::strstr(old, lib))
+        value += std::string(" ") + old;
+    else if (rc == ESPANK_SUCCESS && std::strstr(old, lib))
+        value = old;
+    else if (rc == ESPANK_NOSPACE) {
+        slurm_error("spank/storm: --storm-cosched: LD_PRELOAD is longer than 4096 bytes: left alone");
+        return ESPANK_SUCCESS;
+    }
+    rc = spank_setenv(sp, "LD_PRELOAD", value.c_str(), 1);
+    if (rc != ESPANK_SUCCESS)
+        slurm_error("spank/storm: --storm-cosched: cannot set LD_PRELOAD: %s", spank_strerror(rc));
     return ESPANK_SUCCESS;
 }
 

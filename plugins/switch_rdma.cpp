@@ -58,6 +58,7 @@
 #include "lib/agent/node_agent.hpp"
 #include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
+#include "cosched/protocol.h"
 #include "switch_rdma/context_table.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/step_context.hpp"
@@ -211,6 +212,8 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
     net.pool_socket = spool + "/" + storm::rdma::control::socket_name;
     net.pool_stats = spool + "/storm-pool.stats";
     net.pool_trusted = {0, slurm_conf.slurmd_user_id};
+    net.cosched_socket = spool + "/" STORM_COSCHED_SOCKET_NAME;
+    net.cosched_group = "storm-cosched-" + me; // the virtual nodes of a host share its cgroups
     return net;
 }
 
@@ -553,6 +556,14 @@ int switch_p_job_attach(switch_jobinfo_t *jobinfo, char ***env, uint32_t nodeid,
                         uint32_t nnodes, uint32_t nprocs, uint32_t rank)
 {
     return storm::shim::guarded(g_ctx->log, "job_attach", [&] {
+        // Implicit coscheduling: where the local scheduler listens, for the
+        // PMPI library (spank/storm's --storm-cosched) or libstormmsg; the
+        // agent itself checks the job's partition when a task registers.
+        if (g_ctx->config.cosched.enabled()) {
+            std::string cosched = slurmd_spool_dir() + "/" STORM_COSCHED_SOCKET_NAME;
+            if (!env_array_overwrite(env, STORM_COSCHED_SOCKET_ENV, cosched.c_str()))
+                throw std::runtime_error("cannot set " STORM_COSCHED_SOCKET_ENV " in the task's environment");
+        }
         JobInfo *info = jobinfo_of(jobinfo);
         if (!info || !info->ctx)
             return SLURM_SUCCESS;

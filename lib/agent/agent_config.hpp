@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "lib/common/params.hpp"
+#include "cosched/config.hpp"
 #include "switch_rdma/pool_config.hpp"
 
 namespace storm::agent {
@@ -25,6 +26,9 @@ struct AgentConfig {
     unsigned rt_priority = default_rt_priority;
     // The node's buffer pool and the step contexts (switch_rdma/).
     rdma::PoolConfig pool;
+    // Implicit coscheduling's local scheduler (cosched/config.hpp); off
+    // unless storm_cosched_partitions is given.
+    cosched::CoschedConfig cosched;
 
     // Throws ConfigError on a bad value or an unknown key.  `text` may be null.
     static AgentConfig from_switch_parameters(const char *text)
@@ -35,6 +39,7 @@ struct AgentConfig {
         c.fanout = static_cast<unsigned>(p.take_uint("storm_fanout", 2, 64, default_fanout));
         c.rt_priority = static_cast<unsigned>(p.take_uint("storm_rt_priority", 0, 99, default_rt_priority));
         c.pool.take(p);
+        c.cosched.take(p);
         p.reject_unknown();
         return c;
     }

@@ -76,6 +76,21 @@ void NodeAgent::start()
                     log_.error("rdma: communication contexts are off on this node: %s", e.what());
                 }
             }
+            if (!network_->cosched_socket.empty() && config_.cosched.enabled()) {
+                cosched::LocalSetup cs;
+                cs.socket_path = network_->cosched_socket;
+                cs.config = config_.cosched;
+                cs.verifier = cosched::make_verifier(network_->step_lister, config_.cosched.partitions);
+                if (!network_->cosched_group.empty())
+                    cs.enforcer.group = network_->cosched_group;
+                try {
+                    cosched_ = std::make_unique<cosched::Local>(base_, std::move(cs), log_);
+                    cosched_->start();
+                } catch (const std::exception &e) {
+                    cosched_.reset();
+                    log_.error("cosched: implicit coscheduling is off on this node: %s", e.what());
+                }
+            }
             engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
                 if (heartbeat_->on_signal(ev))
                     return;
@@ -177,6 +192,7 @@ void NodeAgent::stop() noexcept
         switcher_->set_hook(nullptr);
     switcher_.reset(); // continues every job it stopped
     pool_.reset();     // closes the contexts' windows and channels
+    cosched_.reset();  // gives every coscheduled job its CPU back
     bcast_service_.reset();
     bcast_receiver_.reset(); // removes what open broadcasts staged
     heartbeat_.reset();

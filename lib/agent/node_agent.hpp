@@ -26,7 +26,10 @@
 //    lister, it switches gang-scheduled jobs on the machine manager's
 //    strobes (sched_gang/switcher.hpp).  Given a pool socket, it owns the
 //    node's buffer pool and the steps' communication contexts, halted,
-//    swapped and released at each switch (switch_rdma/pool.hpp).
+//    swapped and released at each switch (switch_rdma/pool.hpp).  Given a
+//    coscheduling socket and storm_cosched_partitions, it runs the local
+//    scheduler of implicit coscheduling (cosched/local.hpp); a failure to
+//    start it is logged and leaves the rest of the agent running.
 #pragma once
 
 #include <atomic>
@@ -37,6 +40,7 @@
 #include <thread>
 
 #include "lib/agent/agent_config.hpp"
+#include "cosched/local.hpp"
 #include "launch_bcast/receiver.hpp"
 #include "launch_bcast/service.hpp"
 #include "lib/common/log.hpp"
@@ -71,6 +75,12 @@ struct AgentNetwork {
     std::string pool_socket;
     std::string pool_stats;
     std::vector<uid_t> pool_trusted;
+    // Implicit coscheduling (cosched/), when a socket path is given and
+    // storm_cosched_partitions is set: the request socket, and the cgroup
+    // (per slurmd) under which the jobs' cpu cgroups are made.  The step
+    // lister above checks who registers.
+    std::string cosched_socket;
+    std::string cosched_group;
 };
 
 class NodeAgent {
@@ -106,6 +116,7 @@ private:
     std::unique_ptr<bcast::Service> bcast_service_;
     std::unique_ptr<gang::Switcher> switcher_;
     std::unique_ptr<rdma::Pool> pool_;
+    std::unique_ptr<cosched::Local> cosched_;
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

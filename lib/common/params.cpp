@@ -152,6 +152,16 @@ std::string ParamList::take_choice(const std::string &key, const std::vector<std
     bad_value(key, *it, allowed);
 }
 
+std::string ParamList::take_string(const std::string &key, const std::string &allowed, const std::string &def)
+{
+    Item *it = find(key);
+    if (!it)
+        return def;
+    if (!it->has_value || it->value.empty())
+        bad_value(key, *it, allowed);
+    return it->value;
+}
+
 void ParamList::reject_unknown() const
 {
     std::string unknown;

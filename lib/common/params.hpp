@@ -48,6 +48,10 @@ public:
     std::string take_choice(const std::string &key, const std::vector<std::string> &choices,
                             const std::string &def);
 
+    // Any non-empty value, as written; `def` when absent.  `allowed` says
+    // what the value may be in the error for a bare key or an empty value.
+    std::string take_string(const std::string &key, const std::string &allowed, const std::string &def);
+
     // Throws ConfigError naming every key no take_*() consumed, and the
     // keys that are allowed (those that were asked for).
     void reject_unknown() const;

@@ -45,7 +45,7 @@ check_exports sched_gang.so $common sched_p_reconfig
 check_exports select_gang.so $common $select_syms
 check_exports switch_rdma.so $common $switch_syms
 check_exports launch_bcast.so $common $launch_syms
-check_exports spank_storm.so plugin_name plugin_type plugin_version slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init
+check_exports spank_storm.so plugin_name plugin_type plugin_version slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init slurm_spank_task_init
 
 for so in *.so; do
     t_check "$so: no C++ symbol exported" bash -c "! nm -D --defined-only '$so' | awk '{print \$3}' | grep -q '^_Z'"

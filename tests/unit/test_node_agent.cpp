@@ -1,16 +1,22 @@
 // Unit tests of the node agent's life cycle (lib/agent/node_agent.*): the
 // thread starts, its event loop answers, and stop() ends it cleanly, in
-// any order and any number of times.
+// any order and any number of times; with storm_cosched_partitions it
+// serves coscheduling's request socket.
 #include "tests/unit/cmocka.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <dirent.h>
+#include <poll.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cosched/protocol.h"
 #include "lib/agent/node_agent.hpp"
+#include "tests/unit/prim_fixture.hpp"
 
 using storm::agent::AgentConfig;
 using storm::agent::NodeAgent;
@@ -124,6 +130,48 @@ void test_many_cycles(void **)
     assert_int_equal(count_threads(), before);
 }
 
+// With storm_cosched_partitions the agent serves the request socket (and
+// refuses this process: it is no task of a Slurm job); without, it has none.
+void test_cosched_socket(void **)
+{
+    char tmpl[] = "/tmp/storm-agent-test.XXXXXX";
+    std::string dir = mkdtemp(tmpl), sock = dir + "/" STORM_COSCHED_SOCKET_NAME;
+    for (const char *params : {"storm_cosched_partitions=work", ""}) {
+        storm::agent::AgentNetwork net;
+        net.nodes = {prim_fixture::loopback(prim_fixture::free_port())};
+        net.self = 0;
+        net.auth = std::make_unique<prim_fixture::FakeAuth>();
+        net.cosched_socket = sock;
+        net.cosched_group = "storm-cosched-agent-test-" + std::to_string(getpid());
+        AgentConfig c = AgentConfig::from_switch_parameters(params);
+        NodeAgent a(c, storm::Logger("t"), std::move(net));
+        a.start();
+        bool on = *params != 0;
+        assert_int_equal(access(sock.c_str(), F_OK) == 0, on);
+        if (on) {
+            int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+            sockaddr_un sa{};
+            sa.sun_family = AF_UNIX;
+            std::memcpy(sa.sun_path, sock.c_str(), sock.size() + 1);
+            assert_int_equal(connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+            unsigned char m[STORM_COSCHED_MSG_SIZE] = {
+                STORM_COSCHED_VERSION, STORM_COSCHED_REGISTER, 0, 0, 0, 0, 0, 5};
+            assert_int_equal(send(fd, m, sizeof m, 0), static_cast<ssize_t>(sizeof m));
+            pollfd p{fd, POLLIN, 0};
+            assert_int_equal(poll(&p, 1, 5000), 1);
+            char buf[512];
+            ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+            assert_true(n > STORM_COSCHED_MSG_SIZE && buf[1] == STORM_COSCHED_ERROR);
+            buf[n] = 0;
+            assert_non_null(std::strstr(buf + STORM_COSCHED_MSG_SIZE, "not a task of a Slurm job"));
+            close(fd);
+        }
+        a.stop();
+        assert_int_equal(access(sock.c_str(), F_OK), -1); // removed
+    }
+    rmdir(dir.c_str());
+}
+
 } // namespace
 
 int main()
@@ -134,6 +182,7 @@ int main()
         cmocka_unit_test(test_stop_is_idempotent_and_destructor_joins),
         cmocka_unit_test(test_double_start_refused),
         cmocka_unit_test(test_many_cycles),
+        cmocka_unit_test(test_cosched_socket),
     };
     return cmocka_run_group_tests_name("node_agent", tests, nullptr, nullptr);
 }

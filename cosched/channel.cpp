@@ -1,0 +1,410 @@
+#include "cosched/channel.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <pthread.h>
+#include <fstream>
+#include <iterator>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <system_error>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "cosched/protocol.h"
+
+namespace storm::cosched {
+
+namespace {
+
+uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+void put32(unsigned char *p, uint32_t v)
+{
+    p[0] = static_cast<unsigned char>(v >> 24);
+    p[1] = static_cast<unsigned char>(v >> 16);
+    p[2] = static_cast<unsigned char>(v >> 8);
+    p[3] = static_cast<unsigned char>(v);
+}
+
+bool send_packet(int fd, const void *data, size_t n)
+{
+    ssize_t r;
+    do
+        r = send(fd, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    return r == static_cast<ssize_t>(n);
+}
+
+// The variables of /proc/<pid>/environ; false (errno set) when unreadable.
+bool environ_of(const std::string &proc_root, pid_t pid, std::map<std::string, std::string> &env)
+{
+    std::ifstream in(proc_root + "/" + std::to_string(pid) + "/environ", std::ios::binary);
+    if (!in)
+        return false;
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t start = 0;
+    while (start < all.size()) {
+        size_t end = all.find('\0', start);
+        if (end == std::string::npos)
+            end = all.size();
+        std::string item = all.substr(start, end - start);
+        size_t eq = item.find('=');
+        if (eq != std::string::npos)
+            env.emplace(item.substr(0, eq), item.substr(eq + 1));
+        start = end + 1;
+    }
+    return true;
+}
+
+} // namespace
+
+Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partitions, std::string proc_root)
+{
+    using Cache = std::map<uint32_t, std::pair<std::chrono::steady_clock::time_point, std::vector<pid_t>>>;
+    auto cache = std::make_shared<Cache>();
+    return [lister = std::move(lister), partitions = std::move(partitions), proc_root = std::move(proc_root),
+            cache](pid_t pid, uid_t, uint32_t job) {
+        Verdict v;
+        std::map<std::string, std::string> env;
+        if (!environ_of(proc_root, pid, env)) {
+            v.error =
+                "cannot read " + proc_root + "/" + std::to_string(pid) + "/environ: " + std::strerror(errno);
+            return v;
+        }
+        auto id = env.find("SLURM_JOB_ID");
+        if (id == env.end()) {
+            v.error = "pid " + std::to_string(pid) + " is not a task of a Slurm job (no SLURM_JOB_ID)";
+            return v;
+        }
+        if (id->second != std::to_string(job)) {
+            v.error = "pid " + std::to_string(pid) + " belongs to job " + id->second + ", not to job " +
+                      std::to_string(job);
+            return v;
+        }
+        if (!partitions.empty()) {
+            auto part = env.find("SLURM_JOB_PARTITION");
+            std::string name = part == env.end() ? "" : part->second;
+            if (std::find(partitions.begin(), partitions.end(), name) == partitions.end()) {
+                v.error = "job " + std::to_string(job) + "'s partition \"" + name + "\" is not coscheduled";
+                return v;
+            }
+        }
+        if (!lister) {
+            v.procs = {pid};
+            return v;
+        }
+        auto now = std::chrono::steady_clock::now();
+        auto &c = (*cache)[job];
+        auto has = [&](const std::vector<pid_t> &v) { return std::find(v.begin(), v.end(), pid) != v.end(); };
+        if (now - c.first < std::chrono::seconds(2) && has(c.second)) {
+            v.procs = c.second;
+            return v;
+        }
+        std::map<uint32_t, std::vector<pid_t>> listed;
+        try {
+            listed = lister({job});
+        } catch (const std::exception &e) {
+            cache->erase(job);
+            v.error = std::string("cannot list job ") + std::to_string(job) + "'s processes: " + e.what();
+            return v;
+        }
+        v.procs = listed[job];
+        for (auto it = cache->begin(); it != cache->end();)
+            it = now - it->second.first >= std::chrono::seconds(2) ? cache->erase(it) : std::next(it);
+        (*cache)[job] = {now, v.procs};
+        if (std::find(v.procs.begin(), v.procs.end(), pid) == v.procs.end()) {
+            v.error = "pid " + std::to_string(pid) + " is not a process of job " + std::to_string(job) +
+                      "'s steps here";
+            v.procs.clear();
+        }
+        return v;
+    };
+}
+
+Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, Handler &handler, Logger log)
+    : base_(base), path_(std::move(socket_path)), verifier_(std::move(verifier)), handler_(handler),
+      log_(std::move(log))
+{
+}
+
+Channel::~Channel()
+{
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+        thread_.join();
+    if (wake_ev_)
+        event_free(wake_ev_);
+    for (int &fd : wake_)
+        if (fd >= 0)
+            ::close(fd);
+    for (auto &[fd, c] : clients_) {
+        if (c->ev)
+            event_free(c->ev);
+        ::close(fd);
+    }
+    clients_.clear();
+    if (accept_ev_)
+        event_free(accept_ev_);
+    if (listen_fd_ >= 0) {
+        ::close(listen_fd_);
+        unlink(path_.c_str());
+    }
+}
+
+void Channel::start()
+{
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (path_.size() >= sizeof sa.sun_path)
+        throw std::runtime_error("cosched: socket path too long: " + path_);
+    std::memcpy(sa.sun_path, path_.c_str(), path_.size() + 1);
+    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_fd_ < 0)
+        throw std::system_error(errno, std::generic_category(), "cosched: socket");
+    unlink(path_.c_str()); // a stale socket of an earlier slurmd
+    if (bind(listen_fd_, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
+        throw std::system_error(errno, std::generic_category(), "cosched: bind " + path_);
+    // Tasks run as their users; each peer is checked with SO_PEERCRED.
+    if (chmod(path_.c_str(), 0666) != 0 || listen(listen_fd_, 128) != 0)
+        throw std::system_error(errno, std::generic_category(), "cosched: listen " + path_);
+    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+        throw std::system_error(errno, std::generic_category(), "cosched: pipe");
+    accept_ev_ = event_new(base_, listen_fd_, EV_READ | EV_PERSIST, on_accept, this);
+    wake_ev_ = event_new(base_, wake_[0], EV_READ | EV_PERSIST, on_verified, this);
+    if (!accept_ev_ || !wake_ev_ || event_add(accept_ev_, nullptr) != 0 || event_add(wake_ev_, nullptr) != 0)
+        throw std::runtime_error("cosched: cannot register the request socket's events");
+    thread_ = std::thread([this] { worker(); });
+}
+
+void Channel::worker() noexcept
+{
+    // slurmd's signals (SIGTERM, SIGHUP, ...) are for its own threads.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    for (;;) {
+        Check c;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [this] { return quit_ || !checks_.empty(); });
+            if (quit_)
+                return;
+            c = std::move(checks_.front());
+            checks_.pop_front();
+        }
+        try {
+            c.verdict = verifier_(c.pid, c.uid, c.job);
+        } catch (const std::exception &e) {
+            c.verdict.error = std::string("cannot check it: ") + e.what();
+        }
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            done_.push_back(std::move(c));
+        }
+        char b = 1;
+        if (write(wake_[1], &b, 1) < 0) {
+            // The pipe is full: the loop has bytes to wake it already.
+        }
+    }
+}
+
+void Channel::on_verified(int fd, short, void *arg)
+{
+    auto *self = static_cast<Channel *>(arg);
+    char buf[256];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+    std::deque<Check> done;
+    {
+        std::lock_guard<std::mutex> lk(self->mu_);
+        done.swap(self->done_);
+    }
+    for (auto &c : done) {
+        auto it = self->clients_.find(c.fd);
+        if (it == self->clients_.end() || it->second->serial != c.serial)
+            continue; // closed meanwhile
+        self->finish_register(*it->second, c.verdict);
+    }
+}
+
+void Channel::on_accept(int fd, short, void *arg)
+{
+    auto *self = static_cast<Channel *>(arg);
+    for (;;) {
+        int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                self->log_.error("cosched: accept on %s: %s", self->path_.c_str(), std::strerror(errno));
+            return;
+        }
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) {
+            self->log_.error("cosched: cannot read a client's credentials: %s", std::strerror(errno));
+            ::close(c);
+            continue;
+        }
+        auto client = std::make_unique<Client>();
+        client->fd = c;
+        client->pid = cred.pid;
+        client->uid = cred.uid;
+        client->ev = event_new(self->base_, c, EV_READ | EV_PERSIST, on_readable, self);
+        if (!client->ev || event_add(client->ev, nullptr) != 0) {
+            if (client->ev)
+                event_free(client->ev);
+            ::close(c);
+            continue;
+        }
+        self->clients_[c] = std::move(client);
+    }
+}
+
+void Channel::on_readable(int fd, short, void *arg)
+{
+    auto *self = static_cast<Channel *>(arg);
+    // A few requests per wakeup, so that one busy task cannot hold the loop.
+    for (int i = 0; i < 16; ++i) {
+        auto it = self->clients_.find(fd);
+        if (it == self->clients_.end())
+            return;
+        Client &c = *it->second;
+        unsigned char buf[STORM_COSCHED_MAX_MSG + 1];
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        if (n <= 0) {
+            self->drop(fd, n == 0 ? "" : std::strerror(errno), n < 0);
+            return;
+        }
+        self->handle(c, buf, static_cast<size_t>(n));
+        auto again = self->clients_.find(fd);
+        if (again != self->clients_.end() && again->second->serial)
+            return; // its registration is being checked: nothing more until then
+    }
+}
+
+void Channel::drop(int fd, const std::string &why, bool log_error)
+{
+    auto it = clients_.find(fd);
+    if (it == clients_.end())
+        return;
+    std::unique_ptr<Client> c = std::move(it->second);
+    clients_.erase(it);
+    if (log_error)
+        log_.error("cosched: closed the request channel of pid %d (uid %u): %s", c->pid, c->uid, why.c_str());
+    if (c->ev)
+        event_free(c->ev);
+    ::close(fd);
+    if (c->job)
+        handler_.on_unregister(fd, c->pid, c->job);
+}
+
+void Channel::refuse(Client &c, const std::string &why)
+{
+    ++refused_;
+    log_.error("cosched: refused pid %d (uid %u): %s", c.pid, c.uid, why.c_str());
+    unsigned char m[STORM_COSCHED_MSG_SIZE + 240] = {STORM_COSCHED_VERSION, STORM_COSCHED_ERROR};
+    size_t len = std::min<size_t>(why.size(), 240);
+    std::memcpy(m + STORM_COSCHED_MSG_SIZE, why.data(), len);
+    send_packet(c.fd, m, STORM_COSCHED_MSG_SIZE + len);
+    drop(c.fd, why, false);
+}
+
+void Channel::handle(Client &c, const unsigned char *m, size_t n)
+{
+    auto bad = [&](const std::string &why) {
+        ++refused_;
+        drop(c.fd, "malformed request: " + why, true);
+    };
+    if (n != STORM_COSCHED_MSG_SIZE)
+        return bad(std::to_string(n) + " bytes, not " + std::to_string(STORM_COSCHED_MSG_SIZE));
+    if (m[0] != STORM_COSCHED_VERSION)
+        return bad("version " + std::to_string(m[0]) + ", not " + std::to_string(STORM_COSCHED_VERSION));
+    if (m[3] != 0)
+        return bad("reserved byte is not zero");
+    uint8_t type = m[1], status = m[2];
+    uint32_t job = be32(m + 4), rank = be32(m + 8), count = be32(m + 12);
+    switch (type) {
+    case STORM_COSCHED_REGISTER: {
+        if (c.job)
+            return bad("a second registration (already job " + std::to_string(c.job) + ")");
+        if (!job || status != 0 || count != 0)
+            return bad("a registration with job " + std::to_string(job) + ", status " +
+                       std::to_string(status) + ", count " + std::to_string(count));
+        // Not read until the worker has checked it (on_verified).
+        c.serial = ++next_serial_;
+        c.want_job = job;
+        c.want_rank = rank;
+        event_del(c.ev);
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            checks_.push_back(Check{c.fd, c.serial, c.pid, c.uid, job, {}});
+        }
+        cv_.notify_one();
+        return;
+    }
+    case STORM_COSCHED_UNREGISTER:
+        if (!c.job || job != c.job)
+            return bad("unregistering job " + std::to_string(job) + " without being registered for it");
+        drop(c.fd, "", false);
+        return;
+    case STORM_COSCHED_SCHEDULE:
+        if (!c.job)
+            return bad("a schedule request before registering");
+        if (job != c.job)
+            return bad("a schedule request for job " + std::to_string(job) + " from a task of job " +
+                       std::to_string(c.job));
+        if (status > STORM_COSCHED_UNKNOWN || count == 0)
+            return bad("a schedule request with status " + std::to_string(status) + ", count " +
+                       std::to_string(count));
+        handler_.on_schedule(c.fd, job, rank, static_cast<Sender>(status), count);
+        return;
+    default:
+        return bad("unknown type " + std::to_string(type));
+    }
+}
+
+void Channel::finish_register(Client &c, Verdict &v)
+{
+    uint32_t job = c.want_job, rank = c.want_rank;
+    c.serial = 0;
+    if (!v.error.empty())
+        return refuse(c, "cannot register for job " + std::to_string(job) + ": " + v.error);
+    if (event_add(c.ev, nullptr) != 0)
+        return drop(c.fd, "cannot watch the connection again", true);
+    c.job = job;
+    bool scheduled = handler_.on_register(c.fd, c.pid, job, rank, v.procs);
+    unsigned char ok[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION, STORM_COSCHED_OK,
+                                                static_cast<unsigned char>(scheduled ? 1 : 0)};
+    put32(ok + 4, job);
+    put32(ok + 8, rank);
+    send_packet(c.fd, ok, sizeof ok);
+    log_.verbose("cosched: pid %d (uid %u) registered as rank %u of job %u", c.pid, c.uid, rank, job);
+}
+
+void Channel::send_status(int conn, bool scheduled)
+{
+    auto it = clients_.find(conn);
+    if (it == clients_.end() || !it->second->job)
+        return;
+    unsigned char m[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION, STORM_COSCHED_STATUS,
+                                               static_cast<unsigned char>(scheduled ? 1 : 0)};
+    put32(m + 4, it->second->job);
+    send_packet(conn, m, sizeof m); // a full buffer: the task reads the next one
+}
+
+} // namespace storm::cosched

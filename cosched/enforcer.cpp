@@ -1,0 +1,301 @@
+#include "cosched/enforcer.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace storm::cosched {
+
+namespace {
+
+bool write_text(const std::string &path, const std::string &text)
+{
+    int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = write(fd, text.data(), text.size());
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n == static_cast<ssize_t>(text.size());
+}
+
+bool has_token(const std::string &list, const std::string &token)
+{
+    std::stringstream ss(list);
+    std::string t;
+    while (std::getline(ss, t, ','))
+        if (t == token)
+            return true;
+    return false;
+}
+
+bool mkdirs(const std::string &path)
+{
+    for (size_t i = 1; i <= path.size(); ++i)
+        if (i == path.size() || path[i] == '/')
+            if (mkdir(path.substr(0, i).c_str(), 0755) != 0 && errno != EEXIST)
+                return false;
+    return true;
+}
+
+std::vector<pid_t> read_pids(const std::string &file)
+{
+    std::vector<pid_t> pids;
+    std::ifstream in(file);
+    pid_t p;
+    while (in >> p)
+        pids.push_back(p);
+    return pids;
+}
+
+// The pid's cgroup in the hierarchy holding the cpu controller ("" if none).
+std::string cpu_cgroup_of(const std::string &proc_root, pid_t pid)
+{
+    std::ifstream in(proc_root + "/" + std::to_string(pid) + "/cgroup");
+    std::string line;
+    while (std::getline(in, line)) {
+        size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+        if (b == std::string::npos)
+            continue;
+        if (has_token(line.substr(a + 1, b - a - 1), "cpu"))
+            return line.substr(b + 1);
+    }
+    return "";
+}
+
+unsigned scheduled_shares(unsigned percent) { return 1024u * (100u - percent) / percent; }
+
+} // namespace
+
+// ---- cgroup -------------------------------------------------------------------
+
+std::string CgroupEnforcer::find_cpu_mount(const std::string &mountinfo)
+{
+    std::ifstream in(mountinfo);
+    std::string line;
+    while (std::getline(in, line)) {
+        size_t dash = line.find(" - ");
+        if (dash == std::string::npos)
+            continue;
+        std::stringstream pre(line.substr(0, dash)), post(line.substr(dash + 3));
+        std::string id, parent, dev, root, point, fstype, source, options;
+        pre >> id >> parent >> dev >> root >> point;
+        post >> fstype >> source >> options;
+        if (fstype == "cgroup" && root == "/" && has_token(options, "cpu"))
+            return point;
+    }
+    return "";
+}
+
+CgroupEnforcer::CgroupEnforcer(const EnforcerSetup &setup, Logger log) : setup_(setup), log_(std::move(log))
+{
+    root_ = setup_.cpu_root.empty() ? find_cpu_mount(setup_.mountinfo) : setup_.cpu_root;
+    if (root_.empty()) {
+        const std::string &dir = setup_.mount_dir;
+        if (!mkdirs(dir))
+            throw std::runtime_error("no cpu cgroup hierarchy is mounted and mkdir " + dir +
+                                     " failed: " + std::strerror(errno));
+        if (mount("cgroup", dir.c_str(), "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "cpu") != 0 &&
+            mount("cgroup", dir.c_str(), "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "cpu,cpuacct") != 0)
+            throw std::runtime_error("no cpu cgroup hierarchy is mounted and mounting one on " + dir +
+                                     " failed: " + std::strerror(errno));
+        root_ = dir;
+        mounted_ = true;
+        log_.info("cosched: mounted a cgroup v1 cpu hierarchy on %s", dir.c_str());
+    }
+    base_ = root_ + "/" + setup_.group;
+    if (!mkdirs(base_))
+        throw std::runtime_error("cannot create " + base_ + ": " + std::strerror(errno));
+    if (access((base_ + "/cgroup.procs").c_str(), W_OK) != 0 ||
+        access((base_ + "/cpu.shares").c_str(), W_OK) != 0)
+        throw std::runtime_error(base_ + " is not a writable cgroup with cpu.shares");
+    sweep_leftovers();
+}
+
+CgroupEnforcer::~CgroupEnforcer()
+{
+    while (!jobs_.empty())
+        release(jobs_.begin()->first);
+    rmdir(base_.c_str()); // fails, harmlessly, if something else lives there
+}
+
+std::string CgroupEnforcer::job_dir(uint32_t job) const { return base_ + "/job_" + std::to_string(job); }
+
+void CgroupEnforcer::empty_into(const std::string &dir, const std::string &target)
+{
+    // A process forking meanwhile: a few passes.
+    for (int pass = 0; pass < 5; ++pass) {
+        auto pids = read_pids(dir + "/cgroup.procs");
+        if (pids.empty())
+            return;
+        for (pid_t p : pids)
+            if (!write_text(target + "/cgroup.procs", std::to_string(p)) &&
+                !write_text(root_ + "/cgroup.procs", std::to_string(p)) && errno != ESRCH)
+                log_.error("cosched: cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(errno));
+    }
+}
+
+void CgroupEnforcer::sweep_leftovers()
+{
+    DIR *d = opendir(base_.c_str());
+    if (!d)
+        return;
+    std::vector<std::string> dirs;
+    while (dirent *e = readdir(d))
+        if (std::strncmp(e->d_name, "job_", 4) == 0)
+            dirs.push_back(base_ + "/" + e->d_name);
+    closedir(d);
+    for (const auto &dir : dirs) {
+        empty_into(dir, root_);
+        if (rmdir(dir.c_str()) != 0)
+            log_.error("cosched: cannot remove %s, left by an earlier node agent: %s", dir.c_str(),
+                       std::strerror(errno));
+        else
+            log_.info("cosched: released %s, left by an earlier node agent", dir.c_str());
+    }
+}
+
+void CgroupEnforcer::attach(uint32_t job, const std::vector<pid_t> &pids, bool scheduled)
+{
+    std::string dir = job_dir(job);
+    bool fresh = !jobs_.count(job);
+    Job &j = jobs_[job];
+    if (fresh) {
+        if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+            log_.error("cosched: cannot create %s: %s", dir.c_str(), std::strerror(errno));
+        set_scheduled(job, scheduled);
+    }
+    for (pid_t p : pids) {
+        if (j.from.count(p))
+            continue;
+        std::string from = cpu_cgroup_of(setup_.proc_root, p);
+        if (from.rfind("/" + setup_.group + "/", 0) == 0)
+            from = "/"; // already ours (another job's step?): back to the root
+        if (!write_text(dir + "/cgroup.procs", std::to_string(p))) {
+            if (errno != ESRCH)
+                log_.error("cosched: cannot move pid %d of job %u into %s: %s", p, job, dir.c_str(),
+                           std::strerror(errno));
+            continue;
+        }
+        j.from[p] = from.empty() ? "/" : from;
+    }
+}
+
+void CgroupEnforcer::set_scheduled(uint32_t job, bool scheduled)
+{
+    unsigned shares = scheduled ? scheduled_shares(setup_.share_percent) : 1024;
+    std::string f = job_dir(job) + "/cpu.shares";
+    if (!write_text(f, std::to_string(shares)))
+        log_.error("cosched: cannot write %u to %s: %s", shares, f.c_str(), std::strerror(errno));
+}
+
+void CgroupEnforcer::release(uint32_t job)
+{
+    auto it = jobs_.find(job);
+    if (it == jobs_.end())
+        return;
+    std::string dir = job_dir(job);
+    std::string fallback = "/";
+    for (const auto &[p, from] : it->second.from) {
+        std::string target = root_ + (from == "/" ? "" : from);
+        if (!write_text(target + "/cgroup.procs", std::to_string(p)) &&
+            !write_text(root_ + "/cgroup.procs", std::to_string(p)) && errno != ESRCH)
+            log_.error("cosched: cannot move pid %d of job %u back: %s", p, job, std::strerror(errno));
+        fallback = from;
+    }
+    // Children they started since: where their parents came from.
+    empty_into(dir, root_ + (fallback == "/" ? "" : fallback));
+    if (rmdir(dir.c_str()) != 0 && errno != ENOENT)
+        log_.error("cosched: cannot remove %s: %s", dir.c_str(), std::strerror(errno));
+    jobs_.erase(it);
+}
+
+// ---- nice ----------------------------------------------------------------------
+
+NiceEnforcer::NiceEnforcer(const EnforcerSetup &setup, Logger log) : setup_(setup), log_(std::move(log)) {}
+
+NiceEnforcer::~NiceEnforcer()
+{
+    while (!jobs_.empty())
+        release(jobs_.begin()->first);
+}
+
+void NiceEnforcer::apply(Job &j, bool scheduled)
+{
+    j.scheduled = scheduled;
+    for (pid_t p : j.pids) {
+        DIR *d = opendir((setup_.proc_root + "/" + std::to_string(p) + "/task").c_str());
+        if (!d)
+            continue; // gone
+        while (dirent *e = readdir(d)) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                continue;
+            pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
+            if (!scheduled) {
+                errno = 0;
+                int before = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+                if (errno != 0)
+                    continue;
+                j.nice.emplace(tid, before);
+                if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19) != 0 && errno != ESRCH)
+                    log_.error("cosched: cannot renice thread %d: %s", tid, std::strerror(errno));
+            } else {
+                auto it = j.nice.find(tid);
+                if (it != j.nice.end()) {
+                    setpriority(PRIO_PROCESS, static_cast<id_t>(tid), it->second);
+                    j.nice.erase(it);
+                }
+            }
+        }
+        closedir(d);
+    }
+    if (scheduled)
+        j.nice.clear(); // threads that are gone
+}
+
+void NiceEnforcer::attach(uint32_t job, const std::vector<pid_t> &pids, bool scheduled)
+{
+    Job &j = jobs_[job];
+    for (pid_t p : pids)
+        if (std::find(j.pids.begin(), j.pids.end(), p) == j.pids.end())
+            j.pids.push_back(p);
+    apply(j, scheduled);
+}
+
+void NiceEnforcer::set_scheduled(uint32_t job, bool scheduled)
+{
+    auto it = jobs_.find(job);
+    if (it != jobs_.end())
+        apply(it->second, scheduled);
+}
+
+void NiceEnforcer::release(uint32_t job)
+{
+    auto it = jobs_.find(job);
+    if (it == jobs_.end())
+        return;
+    apply(it->second, true);
+    jobs_.erase(it);
+}
+
+std::unique_ptr<Enforcer> make_enforcer(const EnforcerSetup &setup, const Logger &log)
+{
+    try {
+        return std::make_unique<CgroupEnforcer>(setup, log);
+    } catch (const std::exception &e) {
+        log.error("cosched: cannot use a cpu cgroup (%s): unscheduled jobs get nice 19 instead", e.what());
+        return std::make_unique<NiceEnforcer>(setup, log);
+    }
+}
+
+} // namespace storm::cosched

@@ -1,0 +1,139 @@
+#include "cosched/local.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <event2/event.h>
+
+namespace storm::cosched {
+
+Local::Local(event_base *base, LocalSetup setup, Logger log)
+    : base_(base), setup_(std::move(setup)), log_(std::move(log)),
+      sched_(setup_.config.slice, setup_.config.gmet,
+             setup_.now ? setup_.now : Scheduler::Now(Scheduler::Clock::now))
+{
+    setup_.enforcer.share_percent = setup_.config.share_percent;
+}
+
+Local::~Local()
+{
+    if (timer_)
+        event_free(timer_);
+    channel_.reset();  // closes every task's connection, no callbacks
+    enforcer_.reset(); // gives every process back its CPU
+}
+
+void Local::start()
+{
+    enforcer_ = setup_.make_enforcer ? setup_.make_enforcer() : make_enforcer(setup_.enforcer, log_);
+    channel_ = std::make_unique<Channel>(base_, setup_.socket_path, setup_.verifier,
+                                         static_cast<Channel::Handler &>(*this), log_);
+    channel_->start();
+    timer_ = evtimer_new(base_, on_timer, this);
+    if (!timer_)
+        throw std::runtime_error("cosched: cannot create its timer");
+    arm();
+    std::string parts;
+    for (const auto &p : setup_.config.partitions)
+        parts += (parts.empty() ? "" : ",") + p;
+    log_.info("cosched: local scheduler for partitions %s: slice %s, GMET %s, %u%% to unscheduled jobs (%s), "
+              "requests on %s",
+              parts.c_str(), format_duration_us(static_cast<uint64_t>(setup_.config.slice.count())).c_str(),
+              format_duration_us(static_cast<uint64_t>(setup_.config.gmet.count())).c_str(),
+              setup_.config.share_percent, enforcer_->name(), setup_.socket_path.c_str());
+}
+
+size_t Local::tasks(uint32_t job) const
+{
+    auto it = jobs_.find(job);
+    return it == jobs_.end() ? 0 : it->second.size();
+}
+
+bool Local::on_register(int conn, pid_t pid, uint32_t job, uint32_t rank, const std::vector<pid_t> &procs)
+{
+    bool first = !jobs_.count(job);
+    jobs_[job].insert(conn);
+    std::optional<Scheduler::Switch> s;
+    if (first)
+        s = sched_.add(job);
+    // The processes join with the job's status before any switch is applied.
+    bool on = s ? s->to == job : sched_.scheduled() == job;
+    std::vector<pid_t> all = procs;
+    if (std::find(all.begin(), all.end(), pid) == all.end())
+        all.push_back(pid);
+    enforcer_->attach(job, all, on);
+    if (s && s->to == job && s->from == 0)
+        log_.verbose("cosched: job %u scheduled (the node was idle)", job);
+    else
+        apply(s, "registration");
+    arm();
+    return sched_.scheduled() == job;
+}
+
+void Local::on_unregister(int conn, pid_t pid, uint32_t job)
+{
+    auto it = jobs_.find(job);
+    if (it == jobs_.end())
+        return;
+    it->second.erase(conn);
+    if (!it->second.empty())
+        return;
+    jobs_.erase(it);
+    auto s = sched_.remove(job);
+    enforcer_->release(job);
+    log_.verbose("cosched: job %u left (its last task, pid %d, unregistered)", job, pid);
+    if (s)
+        s->from = 0; // released already
+    apply(s, "the scheduled job left");
+    arm();
+}
+
+void Local::on_schedule(int conn, uint32_t job, uint32_t rank, Sender sender, uint32_t count)
+{
+    apply(sched_.on_request(job, sender), "a message arrival");
+    arm();
+}
+
+void Local::apply(const std::optional<Scheduler::Switch> &s, const char *why)
+{
+    if (!s || s->from == s->to)
+        return;
+    if (s->from && jobs_.count(s->from)) {
+        enforcer_->set_scheduled(s->from, false);
+        notify(s->from, false);
+    }
+    if (s->to && jobs_.count(s->to)) {
+        enforcer_->set_scheduled(s->to, true);
+        notify(s->to, true);
+    }
+    log_.verbose("cosched: switched from job %u to job %u (%s)", s->from, s->to, why);
+}
+
+void Local::notify(uint32_t job, bool scheduled)
+{
+    auto it = jobs_.find(job);
+    if (it != jobs_.end())
+        for (int conn : it->second)
+            channel_->send_status(conn, scheduled);
+}
+
+void Local::arm()
+{
+    if (!timer_)
+        return;
+    auto now = setup_.now ? setup_.now() : Scheduler::Clock::now();
+    auto d = std::chrono::duration_cast<std::chrono::microseconds>(sched_.next_deadline() - now);
+    if (d.count() < 0)
+        d = std::chrono::microseconds{0};
+    timeval tv{static_cast<time_t>(d.count() / 1000000), static_cast<suseconds_t>(d.count() % 1000000)};
+    evtimer_add(timer_, &tv);
+}
+
+void Local::on_timer(int, short, void *arg)
+{
+    auto *self = static_cast<Local *>(arg);
+    self->apply(self->sched_.on_timer(), "the timer");
+    self->arm();
+}
+
+} // namespace storm::cosched

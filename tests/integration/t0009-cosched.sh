@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# t0009: implicit coscheduling inside the real slurmd (not wired into
+# INTEGRATION_TESTS yet: written beside the unit tests, never run).
+# - the node agents start the local scheduler for partition "work" and say
+#   so in their logs;
+# - two communication-bound MPI jobs of nobody, launched with
+#   --storm-cosched (the PMPI library preloaded by spank/storm), share the
+#   cores of vn[1-2]: each node has one cpu cgroup per job under
+#   storm-cosched-vnN, exactly one of them holds the big cpu.shares at a
+#   time, both jobs are scheduled at some point, and both finish;
+# - a job of partition "debug" with --storm-cosched is refused with the
+#   reason on its stderr and one line in slurmd's log; it still runs;
+# - a job cancelled while registered leaves no cgroup; at the end no job_*
+#   group is left on any node.
+. "$(dirname "$0")/lib.sh"
+t_require_root
+t_require_installed
+command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
+command -v mpicc > /dev/null || t_skip "needs Open MPI's mpicc"
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+PKGLIBDIR=$(sed -n 's/^pkglibdir = //p' "$STORM_BUILDDIR/Makefile")
+prefix=$(sed -n 's/^prefix = //p' "$STORM_BUILDDIR/Makefile")
+exec_prefix=$prefix
+libdir=$(eval echo "$(sed -n 's/^libdir = //p' "$STORM_BUILDDIR/Makefile")")
+PKGLIBDIR=$(eval echo "$PKGLIBDIR")
+[ -r "$PKGLIBDIR/libstorm_cosched_pmpi.so" ] ||
+    t_bail "$PKGLIBDIR/libstorm_cosched_pmpi.so is not installed: run 'make install'"
+# The host's cpu hierarchy: the one the agents use or mount in their nodes.
+CPU=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") {
+    if ($(i + 1) == "cgroup" && $4 == "/" && $(i + 3) ~ /(^|,)cpu(,|$)/) { print $5; exit }
+    break } }' /proc/self/mountinfo)
+[ -n "$CPU" ] || t_skip "no cgroup v1 cpu hierarchy on the host"
+vc_up 3 --conf "PartitionName=work Nodes=vn[1-2] OverSubscribe=YES:2 MaxTime=INFINITE State=UP" \
+    --conf "SwitchParameters=storm_cosched_partitions=work,storm_cosched_slice=2s,storm_cosched_gmet=500ms"
+as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+chmod 1777 "$T_WORK"
+mpicc -O2 -o "$T_WORK/pingpong" "$STORM_SRCDIR/tests/integration/mpi_pingpong.c" || t_bail "mpicc pingpong"
+
+t_check "every node agent runs the local scheduler for partition work" \
+    bash -c "for n in 1 2 3; do grep -q 'cosched: local scheduler for partitions work' '$STATE/log/slurmd-vn'\$n'.log' || exit 1; done"
+
+job() { # PARTITION SECONDS [OPTIONS...]: a 2-node MPI job of nobody
+    local p=$1 s=$2; shift 2
+    as_user sbatch --parsable -p "$p" --oversubscribe -N2 -n2 -D "$T_WORK" -o "$T_WORK/%j.out" -e "$T_WORK/%j.err" "$@" \
+        --wrap "srun --mpi=pmix ./pingpong $s"
+}
+A=$(job work 20 --storm-cosched); B=$(job work 20 --storm-cosched)
+for _ in $(seq 100); do
+    [ -d "$CPU/storm-cosched-vn1/job_$A" ] && [ -d "$CPU/storm-cosched-vn1/job_$B" ] &&
+        [ -d "$CPU/storm-cosched-vn2/job_$A" ] && [ -d "$CPU/storm-cosched-vn2/job_$B" ] && break
+    sleep 0.2
+done
+t_check "both jobs registered on both nodes (a cpu cgroup per job and node)" \
+    [ -d "$CPU/storm-cosched-vn1/job_$A" -a -d "$CPU/storm-cosched-vn2/job_$B" ]
+# 10 s of samples: which job holds the node (big cpu.shares) on each node.
+: > "$T_WORK/shares"
+for _ in $(seq 50); do
+    line=""
+    for n in 1 2; do for j in "$A" "$B"; do
+        line+="$(cat "$CPU/storm-cosched-vn$n/job_$j/cpu.shares" 2>/dev/null || echo 0) "
+    done; done
+    echo "$line" >> "$T_WORK/shares"
+    sleep 0.2
+done
+t_diag < "$T_WORK/shares"
+t_check "one job at a time holds each node" \
+    [ "$(awk '($1 > 1024) + ($2 > 1024) != 1 || ($3 > 1024) + ($4 > 1024) != 1' "$T_WORK/shares" | wc -l)" -le 2 ]
+t_check "both jobs were scheduled" \
+    [ "$(awk '$1 > 1024' "$T_WORK/shares" | wc -l)" -gt 0 -a "$(awk '$2 > 1024' "$T_WORK/shares" | wc -l)" -gt 0 ]
+wait_job "$A" 120; wait_job "$B" 120
+t_check "both jobs finished (exit 0)" \
+    bash -c "grep -q '^rounds [1-9]' '$T_WORK/$A.out' && grep -q '^rounds [1-9]' '$T_WORK/$B.out'"
+
+D=$(job debug 3 --storm-cosched)
+wait_job "$D" 60
+t_check "a job outside the coscheduled partitions is refused, with the reason" \
+    grep -q "refused coscheduling.*partition \"debug\" is not coscheduled" "$T_WORK/$D.err"
+t_check "  logged by the node agent" grep -q "cosched: refused pid" "$STATE/log/slurmd-vn1.log"
+t_check "  and still runs" grep -q '^rounds [1-9]' "$T_WORK/$D.out"
+
+C=$(job work 60 --storm-cosched)
+for _ in $(seq 100); do [ -d "$CPU/storm-cosched-vn1/job_$C" ] && break; sleep 0.2; done
+scancel "$C"; wait_job "$C" 60; sleep 1
+t_check "a cancelled job's tasks are unregistered (no cgroup left)" [ ! -d "$CPU/storm-cosched-vn1/job_$C" ]
+t_check "no job_* group is left on any node" \
+    bash -c "! ls -d '$CPU'/storm-cosched-vn*/job_* 2> /dev/null | grep -q ."
+t_done
