@@ -63,6 +63,7 @@ struct Pool::Window {
     uint64_t bytes = 0;
     bool resident = false;
     bool failed = false;
+    std::string unusable; // why its tasks cannot communicate (no window)
     // Swapped contexts: where the context is in the switch protocol.
     //  out      in its backing store, halted at `epoch`
     //  halted   in the pool, halted at `epoch`, waiting for a release
@@ -399,11 +400,18 @@ void Pool::open_context(Client &c, const Context &ctx)
     w->ctx = ctx;
     w->local_tasks = static_cast<uint32_t>(me->ranks.size());
     w->share = task_share(setup_.config, ctx.mode, ctx.divisions, w->local_tasks, ctx.ntasks);
-    if (w->share.credits == 0)
-        return refuse("the pool of " + std::to_string(setup_.config.pool_size) +
-                      " bytes leaves no credit for " + std::to_string(ctx.ntasks) + " senders (" +
-                      mode_name(ctx.mode) + " mode, " + std::to_string(ctx.divisions) + " divisions, " +
-                      std::to_string(w->local_tasks) + " tasks on this node): raise storm_pool_size");
+    w->unusable =
+        no_credit_reason(setup_.config, ctx.mode, ctx.divisions, w->local_tasks, ctx.ntasks, w->share);
+    if (!w->unusable.empty()) {
+        // Opened without a window: the step runs, and a task that attaches
+        // gets the reason.
+        log_.verbose("rdma: context %u of step %s cannot communicate: %s", ctx.id, step.c_str(),
+                     w->unusable.c_str());
+        w->failed = true;
+        windows_[ctx.id] = std::move(w);
+        reply(c, control::ok());
+        return;
+    }
     w->bytes = uint64_t{w->local_tasks} * w->share.bytes;
     if (ctx.mode == PoolMode::divided && used_bytes() + w->bytes > setup_.config.pool_size)
         return refuse("the pool is full: " + std::to_string(used_bytes()) + " of its " +
@@ -481,6 +489,8 @@ void Pool::attach(Client &c, const control::Ids &ids)
     Window &w = *it->second;
     if (c.uid != w.ctx.uid && c.uid != 0)
         return refuse("the context belongs to uid " + std::to_string(w.ctx.uid));
+    if (!w.unusable.empty())
+        return refuse(w.unusable);
     if (w.failed)
         return refuse("the context has failed");
     uint32_t local = UINT32_MAX;

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "lib/common/params.hpp"
 #include "switch_rdma/context.hpp"
@@ -83,6 +84,24 @@ inline TaskShare task_share(const PoolConfig &c, PoolMode mode, uint32_t divisio
     uint64_t senders = uint64_t{ntasks ? ntasks : 1} * (mode == PoolMode::divided ? divisions : 1);
     s.credits = static_cast<uint32_t>(s.recv_slots / senders);
     return s;
+}
+
+// Why `share` (of one of `local_tasks` tasks of a context of `ntasks`)
+// cannot communicate, or "" if it can: the reason tasks get at attach.
+inline std::string no_credit_reason(const PoolConfig &c, PoolMode mode, uint32_t divisions,
+                                    uint32_t local_tasks, uint32_t ntasks, const TaskShare &share)
+{
+    if (share.credits > 0)
+        return "";
+    std::string why = "the pool of " + std::to_string(c.pool_size) + " bytes leaves no credit for " +
+                      std::to_string(ntasks) + " tasks (" + std::to_string(local_tasks) +
+                      " on this node) in " + mode_name(mode) + " mode";
+    if (mode == PoolMode::divided)
+        why += " with n=" + std::to_string(divisions);
+    why += ": raise storm_pool_size or lower the step's task count";
+    if (mode == PoolMode::divided && divisions > 1)
+        why += " or the partition's OverSubscribe=FORCE:" + std::to_string(divisions);
+    return why;
 }
 
 } // namespace storm::rdma

@@ -274,19 +274,22 @@ void test_step_context(void **)
     assert_true(contains(e, "65 tasks on node n0, more than the 64"));
     assert_true(refusal(big, shape(1, 64)).empty());
 
-    // No credit: the message names the pool, the tasks, the mode and n.
+    // No credit does not refuse the step; the reason names the pool, the
+    // tasks, the mode and n (what tasks get at attach).
     PoolConfig small;
     small.pool_size = 64 * 1024;
     StepShape t = shape(4, 16);
     t.force_n = 8;
-    e = refusal(small, t);
+    assert_true(refusal(small, t).empty());
+    TaskShare sh = task_share(small, PoolMode::divided, 8, 16, 64);
+    e = no_credit_reason(small, PoolMode::divided, 8, 16, 64, sh);
     assert_true(contains(e,
-                         "the pool of 65536 bytes leaves no credit for 64 tasks (16 on node n0) in divided "
+                         "the pool of 65536 bytes leaves no credit for 64 tasks (16 on this node) in divided "
                          "mode with n=8: raise storm_pool_size"));
     assert_true(contains(e, "OverSubscribe=FORCE:8"));
-    t.gang = true;
-    e = refusal(small, t);
-    assert_true(contains(e, "in swapped mode: raise storm_pool_size"));
+    assert_true(no_credit_reason(PoolConfig{}, PoolMode::swapped, 1, 1, 2,
+                                 task_share(PoolConfig{}, PoolMode::swapped, 1, 1, 2))
+                    .empty());
 
     // Exhaustion is "busy": srun retries.
     StepRefused x = contexts_exhausted(64);

@@ -242,16 +242,19 @@ void test_open_close_rules(void **)
     assert_true(contains(b.request(control::open(c6)), "the pool is full"));
     // Too many senders for the credits: 8 divisions, 64 tasks.
     Context big = context(7, 103, PoolMode::divided, 8, 64, 1);
-    assert_true(contains(b.request(control::open(big)), "leaves no credit for 64 senders"));
+    assert_string_equal(b.request(control::open(big)).c_str(), "ok"); // the step runs
+    Task tb;
+    assert_false(tb.attach(b, 7, 103, 0)); // its tasks cannot communicate: why
+    assert_true(contains(tb.error, "leaves no credit for 64 tasks"));
     // Close: unknown, wrong uid, then right.
     assert_true(contains(b.request(control::close(9, 100, 0)), "no context 9"));
     assert_true(contains(b.request(control::close(3, 100, 0), 65534), "only slurmstepd may close"));
     assert_string_equal(b.request(control::close(3, 100, 0)).c_str(), "ok");
-    assert_int_equal(b.pool->contexts(), 1);
+    assert_int_equal(b.pool->contexts(), 2); // 5 and the one without credit
     // A malformed message closes that connection and nothing else.
     assert_true(contains(b.request(std::string("\x01Zjunk", 6)), "closed the connection"));
     assert_true(contains(b.request("\x07"), "closed the connection"));
-    assert_int_equal(b.pool->contexts(), 1);
+    assert_int_equal(b.pool->contexts(), 2);
 }
 
 void test_attach_rules(void **)
