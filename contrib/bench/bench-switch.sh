@@ -8,6 +8,9 @@
 #   sudo contrib/bench/bench-switch.sh [-p "divided swapped stages"]
 #                                      [-n "2 8 64"] [-c COUNT]
 #
+# COUNT (default 2000) messages per size in "divided"; ten times as many
+# 65536-byte messages per job in "swapped".
+#
 #  divided  point-to-point bandwidth (libstormmsg's msg_bw: rank 0 on vn1
 #           sends COUNT messages of each size to rank 1 on vn2) with the
 #           pool divided among n = 1, 2, 4, 8 contexts (FM's division:
@@ -32,7 +35,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 VC=$top/contrib/vcluster/storm-vcluster
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-PARTS="divided swapped stages" NODES="2 8 64" COUNT=20000
+PARTS="divided swapped stages" NODES="2 8 64" COUNT=2000
 SIZES="64 256 1024 4096 16384 65536 262144"
 while getopts p:n:c: o; do
     case $o in
@@ -115,12 +118,12 @@ swapped)
     gq="SchedulerParameters=storm_gang_quantum=50ms"
     declare -A tot
     up stock 2 "$gp"
-    for k in 1 2 4 8; do tot[stock.$k]=$(bw_jobs "$k" "srun --mpi=pmix $work/mpi_bw $COUNT 65536" g); done
+    for k in 1 2 4 8; do tot[stock.$k]=$(bw_jobs "$k" "srun --mpi=pmix $work/mpi_bw $((COUNT * 10)) 65536" g); done
     up storm 2 "$gp" "$gq"
-    for k in 1 2 4 8; do tot[swap.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $COUNT 65536" g); done
+    for k in 1 2 4 8; do tot[swap.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $((COUNT * 10)) 65536" g); done
     awk '{ print "    storm (swapped) vn1 pool: " $0 }' "$STATE/nodes/vn1/spool/storm-pool.stats" | grep -E 'swaps|failures|halt_p50|swap_p50|release_p50'
     up storm 2 "$gp" "$gq" "SwitchParameters=storm_pool_mode=divided"
-    for k in 1 2 4 8; do tot[div.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $COUNT 65536" g); done
+    for k in 1 2 4 8; do tot[div.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $((COUNT * 10)) 65536" g); done
     printf "  %4s %16s %18s %18s %14s %14s\n" jobs "stock MPI uncoord" "storm divided n=8" "storm swapped" "swapped/1 job" "swapped/divided"
     for k in 1 2 4 8; do
         printf "  %4s %16s %18s %18s %14s %14s\n" "$k" "${tot[stock.$k]}" "${tot[div.$k]}" "${tot[swap.$k]}" \
