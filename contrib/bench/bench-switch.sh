@@ -47,7 +47,9 @@ while getopts p:n:c: o; do
 done
 [ "$(id -u)" = 0 ] || { echo "bench-switch: must run as root" >&2; exit 2; }
 libdir=$(sed -n 's/^libdir = //p' "$BUILD/Makefile"); incdir=$(sed -n 's/^includedir = //p' "$BUILD/Makefile")
-prefix=$(sed -n 's/^prefix = //p' "$BUILD/Makefile"); exec_prefix=$prefix
+prefix=$(sed -n 's/^prefix = //p' "$BUILD/Makefile")
+# shellcheck disable=SC2034 # used by the eval of libdir below
+exec_prefix=$prefix
 libdir=$(eval echo "$libdir"); incdir=$(eval echo "$incdir")
 [ -f "$incdir/storm/storm_msg.h" ] || { echo "bench-switch: libstormmsg not installed (run contrib/storm-setup)" >&2; exit 2; }
 work=/var/tmp/storm-bench-switch

@@ -22,6 +22,7 @@ STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 LIBDIR=$(sed -n 's/^libdir = //p' "$STORM_BUILDDIR/Makefile")
 INCDIR=$(sed -n 's/^includedir = //p' "$STORM_BUILDDIR/Makefile")
 prefix=$(sed -n 's/^prefix = //p' "$STORM_BUILDDIR/Makefile")
+# shellcheck disable=SC2034 # used by the eval of LIBDIR below
 exec_prefix=$prefix
 LIBDIR=$(eval echo "$LIBDIR"); INCDIR=$(eval echo "$INCDIR")
 Q=20ms
