@@ -145,13 +145,14 @@ stages)
                 sbatch -p g -N "$n" -n "$n" -o "$work/a2a.$i" -D "$work" --wrap "srun $work/msg_alltoall 100000000 2000" > /dev/null
             done
             for _ in $(seq 600); do [ "$(pgrep -fc "^$work/msg_alltoall ")" -ge $((2 * n)) ] && break; sleep 0.2; done
-            sleep 20
-            scancel -p g; sleep 2
+            sleep 22 # the agents write their statistics every second
             # per node: halt/swap/release p50 and p99, swaps, packets saved
+            # (read before the jobs are cancelled: cancelling fails contexts)
             for f in "$STATE"/nodes/*/spool/storm-pool.stats; do
                 awk '{ v[$1] = $2 } END { print v["halt_p50_us"], v["halt_p99_us"], v["swap_p50_us"], v["swap_p99_us"],
                       v["release_p50_us"], v["release_p99_us"], v["swaps"], v["packets_saved"], v["failures"] }' "$f"
             done > "$work/stages.$n.$copy"
+            scancel -p g; sleep 2
             med() { sort -n | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
             mx() { sort -n | tail -1; }
             h50=$(awk '{print $1}' "$work/stages.$n.$copy" | med); h99=$(awk '{print $2}' "$work/stages.$n.$copy" | mx)
