@@ -18,6 +18,7 @@
 // configuration write lock held, so they read the partition list without
 // locking; fini() runs without locks and joins the poller.
 #include "plugins/common/shim.hpp"
+#include "plugins/common/gang_config.hpp"
 
 #include <condition_variable>
 #include <map>
@@ -46,32 +47,6 @@ const char *backfill_syms[] = {"sched_p_reconfig"};
 struct BackfillOps {
     int (*reconfig)(void);
 };
-
-// Partitions as the gang configuration sees them (caller holds the
-// configuration lock).
-std::vector<storm::gang::PartitionInfo> partitions()
-{
-    std::vector<storm::gang::PartitionInfo> out;
-    if (!part_list)
-        return out;
-    ListIterator it = list_iterator_create(part_list);
-    while (auto *p = static_cast<part_record_t *>(list_next(it))) {
-        storm::gang::PartitionInfo pi;
-        pi.name = p->name ? p->name : "?";
-        pi.force = p->max_share & SHARED_FORCE;
-        pi.max_share = p->max_share & ~SHARED_FORCE;
-        out.push_back(pi);
-    }
-    list_iterator_destroy(it);
-    return out;
-}
-
-storm::gang::GangConfig read_config()
-{
-    bool switch_rdma = slurm_conf.switch_type && !strcmp(slurm_conf.switch_type, "switch/rdma");
-    return storm::gang::GangConfig::parse(slurm_conf.sched_params, partitions(),
-                                          slurm_conf.preempt_mode & PREEMPT_MODE_GANG, switch_rdma);
-}
 
 storm::gang::Timing timing(const storm::gang::GangConfig &c) { return {c.quantum, c.failsafe, c.mpl}; }
 
@@ -220,7 +195,7 @@ void SchedContext::poll() noexcept
 extern "C" int init(void)
 {
     return storm::shim::init_context(g_ctx, "sched/gang", [] {
-        auto config = read_config();
+        auto config = storm::shim::read_gang_config();
         auto ctx = std::make_unique<SchedContext>();
         storm::shim::log_loaded(ctx->log, running_in_daemon(),
                                 "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
@@ -240,7 +215,7 @@ extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 extern "C" int sched_p_reconfig(void)
 {
     return storm::shim::guarded(g_ctx->log, "reconfig", [] {
-        auto config = read_config();
+        auto config = storm::shim::read_gang_config();
         {
             std::lock_guard<std::mutex> lk(g_ctx->mu);
             g_ctx->gang_parts = config.partitions;

@@ -34,6 +34,7 @@
 // "cons_tres") (GPU options, TRES reservations); with SelectType=select/gang
 // those paths behave as for a non-cons_tres selector.  See README.md.
 #include "plugins/common/shim.hpp"
+#include "plugins/common/gang_config.hpp"
 
 #include <cstring>
 #include <mutex>
@@ -123,23 +124,7 @@ unsigned gang_share(const part_record_t *p)
 
 // The matrix's slot count, as sched/gang reads it (caller holds the
 // partition read lock).  Throws ConfigError as sched/gang's init would.
-unsigned gang_mpl()
-{
-    std::vector<storm::gang::PartitionInfo> parts;
-    ListIterator it = list_iterator_create(part_list);
-    while (auto *p = static_cast<part_record_t *>(list_next(it))) {
-        storm::gang::PartitionInfo pi;
-        pi.name = p->name ? p->name : "?";
-        pi.force = p->max_share & SHARED_FORCE;
-        pi.max_share = p->max_share & ~SHARED_FORCE;
-        parts.push_back(pi);
-    }
-    list_iterator_destroy(it);
-    bool switch_rdma = slurm_conf.switch_type && !strcmp(slurm_conf.switch_type, "switch/rdma");
-    return storm::gang::GangConfig::parse(slurm_conf.sched_params, parts,
-                                          slurm_conf.preempt_mode & PREEMPT_MODE_GANG, switch_rdma)
-        .mpl;
-}
+unsigned gang_mpl() { return storm::shim::read_gang_config().mpl; }
 
 // The indices of b's set bits, in order.
 std::vector<uint32_t> set_bits(bitstr_t *b)
