@@ -1,9 +1,13 @@
 #include "cosched/local.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include <event2/event.h>
+
+#include "lib/common/files.hpp"
 
 namespace storm::cosched {
 
@@ -19,6 +23,10 @@ Local::~Local()
 {
     if (timer_)
         event_free(timer_);
+    if (stats_timer_)
+        event_free(stats_timer_);
+    if (!setup_.stats_path.empty())
+        unlink(setup_.stats_path.c_str());
     channel_.reset();  // closes every task's connection, no callbacks
     enforcer_.reset(); // gives every process back its CPU
 }
@@ -33,6 +41,13 @@ void Local::start()
     if (!timer_)
         throw std::runtime_error("cosched: cannot create its timer");
     arm();
+    if (!setup_.stats_path.empty()) {
+        stats_timer_ = event_new(base_, -1, EV_PERSIST, on_stats_timer, this);
+        timeval one{1, 0};
+        if (!stats_timer_ || event_add(stats_timer_, &one) != 0)
+            throw std::runtime_error("cosched: cannot create its statistics timer");
+        write_stats();
+    }
     std::string parts;
     for (const auto &p : setup_.config.partitions)
         parts += (parts.empty() ? "" : ",") + p;
@@ -96,6 +111,7 @@ void Local::on_schedule(int conn, uint32_t job, uint32_t rank, Sender sender, ui
 
 void Local::apply(const std::optional<Scheduler::Switch> &s, const char *why)
 {
+    stats_dirty_ = true; // requests count even when they switch nothing
     if (!s || s->from == s->to)
         return;
     if (s->from && jobs_.count(s->from)) {
@@ -134,6 +150,33 @@ void Local::on_timer(int, short, void *arg)
     auto *self = static_cast<Local *>(arg);
     self->apply(self->sched_.on_timer(), "the timer");
     self->arm();
+}
+
+void Local::on_stats_timer(int, short, void *arg)
+{
+    auto *self = static_cast<Local *>(arg);
+    // The scheduled job's CPU time grows while nothing else changes.
+    if (self->stats_dirty_ || self->sched_.scheduled())
+        self->write_stats();
+}
+
+void Local::write_stats()
+{
+    const auto &st = sched_.stats();
+    std::string t = "scheduled " + std::to_string(sched_.scheduled()) + "\nswitches " +
+                    std::to_string(st.switches) + "\ntimer_switches " + std::to_string(st.timer_switches) +
+                    "\nrequest_switches " + std::to_string(st.request_switches) + "\nfalse_requests " +
+                    std::to_string(st.false_requests) + "\ndeferred " + std::to_string(st.deferred) +
+                    "\nignored " + std::to_string(st.ignored) + "\n";
+    for (const auto &[job, conns] : jobs_)
+        t += "job " + std::to_string(job) + " tasks " + std::to_string(conns.size()) + " cpu_ms " +
+             std::to_string(sched_.cpu_time(job).count() / 1000) + " scheduled " +
+             (sched_.scheduled() == job ? "1" : "0") + "\n";
+    if (!replace_file(setup_.stats_path, t, 0644)) {
+        if (stats_dirty_) // once per change, not every second
+            log_.error("cosched: cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
+    }
+    stats_dirty_ = false;
 }
 
 } // namespace storm::cosched

@@ -36,6 +36,12 @@ namespace storm::cosched {
 
 struct LocalSetup {
     std::string socket_path; // <SlurmdSpoolDir>/storm-cosched.sock
+    // Where the statistics go (rewritten whole at most once a second when
+    // they changed, removed at stop); empty: none.  Lines "key value":
+    // scheduled, switches, timer_switches, request_switches,
+    // false_requests, deferred, ignored, then one line per registered job:
+    // "job <id> tasks <n> cpu_ms <CPU time received> scheduled <0|1>".
+    std::string stats_path;
     CoschedConfig config;
     Verifier verifier;      // make_verifier(...) in the agent
     EnforcerSetup enforcer; // share_percent is taken from config
@@ -67,6 +73,8 @@ private:
     void notify(uint32_t job, bool scheduled);
     void arm();
     static void on_timer(int, short, void *arg);
+    static void on_stats_timer(int, short, void *arg);
+    void write_stats();
 
     event_base *base_;
     LocalSetup setup_;
@@ -75,6 +83,8 @@ private:
     std::unique_ptr<Enforcer> enforcer_;
     std::unique_ptr<Channel> channel_;
     event *timer_ = nullptr;
+    event *stats_timer_ = nullptr;
+    bool stats_dirty_ = true;
     std::map<uint32_t, std::set<int>> jobs_; // job -> its tasks' connections
 };
 

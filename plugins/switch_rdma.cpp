@@ -250,7 +250,7 @@ storm::rdma::StepShape step_shape(const slurm_step_layout_t *layout, const step_
     if (const part_record_t *part = job->part_ptr) {
         bool force = part->max_share & SHARED_FORCE;
         uint32_t n = part->max_share & ~SHARED_FORCE;
-        s.force_n = force ? n : 0;
+        s.force_n = n; // FORCE:n or YES:n: up to n jobs share a node's pool
         s.gang = force && n >= 2 && slurm_conf.schedtype && !std::strcmp(slurm_conf.schedtype, "sched/gang");
     }
     s.ntasks = layout->task_cnt;

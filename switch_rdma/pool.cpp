@@ -402,6 +402,13 @@ void Pool::open_context(Client &c, const Context &ctx)
     w->share = task_share(setup_.config, ctx.mode, ctx.divisions, w->local_tasks, ctx.ntasks);
     w->unusable =
         no_credit_reason(setup_.config, ctx.mode, ctx.divisions, w->local_tasks, ctx.ntasks, w->share);
+    uint64_t bytes = uint64_t{w->local_tasks} * w->share.bytes;
+    if (w->unusable.empty() && ctx.mode == PoolMode::divided &&
+        used_bytes() + bytes > setup_.config.pool_size)
+        w->unusable = "the pool is full: " + std::to_string(used_bytes()) + " of its " +
+                      std::to_string(setup_.config.pool_size) +
+                      " bytes are in use by other contexts, this one needs " + std::to_string(bytes) +
+                      " (the partition's OverSubscribe sets how many contexts share a node's pool)";
     if (!w->unusable.empty()) {
         // Opened without a window: the step runs, and a task that attaches
         // gets the reason.
@@ -412,11 +419,7 @@ void Pool::open_context(Client &c, const Context &ctx)
         reply(c, control::ok());
         return;
     }
-    w->bytes = uint64_t{w->local_tasks} * w->share.bytes;
-    if (ctx.mode == PoolMode::divided && used_bytes() + w->bytes > setup_.config.pool_size)
-        return refuse("the pool is full: " + std::to_string(used_bytes()) + " of its " +
-                      std::to_string(setup_.config.pool_size) + " bytes are in use, this context needs " +
-                      std::to_string(w->bytes));
+    w->bytes = bytes;
     w->memfd = static_cast<int>(
         syscall(SYS_memfd_create, ("storm-ctx-" + std::to_string(ctx.id)).c_str(), MFD_CLOEXEC));
     if (w->memfd < 0 || ftruncate(w->memfd, static_cast<off_t>(w->bytes)) != 0)

@@ -19,7 +19,7 @@
 //
 // Credits (FM's rule, seed 002 section 3.3), per task, for p tasks:
 //   divided: the pool is split into n = the partition's MPL (OverSubscribe
-//            FORCE:n, 1 otherwise) shares, a context's share among its tasks
+//            FORCE:n or YES:n, 1 otherwise) shares, a context's share among its tasks
 //            on the node; credits per sender = recv_slots / (n * p),
 //            i.e. B_r / (n^2 p);
 //   swapped: the running context's tasks share the whole pool; credits

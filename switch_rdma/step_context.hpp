@@ -39,7 +39,7 @@ struct StepShape {
     uint32_t step_id = 0;
     uint32_t uid = 0;
     bool gang = false;    // Storm gang-schedules the step's partition
-    uint32_t force_n = 0; // the partition's OverSubscribe=FORCE:n; 0 without FORCE
+    uint32_t force_n = 0; // the partition's OverSubscribe=FORCE:n or YES:n; 0 or 1 without sharing
     uint32_t ntasks = 0;
     std::vector<ContextNode> nodes;
     std::vector<std::string> node_names; // for messages; may be empty

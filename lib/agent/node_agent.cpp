@@ -79,6 +79,8 @@ void NodeAgent::start()
             if (!network_->cosched_socket.empty() && config_.cosched.enabled()) {
                 cosched::LocalSetup cs;
                 cs.socket_path = network_->cosched_socket;
+                cs.stats_path = network_->cosched_socket.substr(0, network_->cosched_socket.rfind('/') + 1) +
+                                "storm-cosched.stats";
                 cs.config = config_.cosched;
                 cs.verifier = cosched::make_verifier(network_->step_lister, config_.cosched.partitions);
                 if (!network_->cosched_group.empty())

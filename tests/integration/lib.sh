@@ -37,6 +37,13 @@ t_require_root() {
 }
 
 # Fails unless the plugins in Slurm's PluginDir are the ones just built.
+# t_make_var NAME: a variable of the build's Makefile, fully expanded
+# (libdir, includedir, pkglibdir...: where `make install` put things).
+t_make_var() {
+    printf 'storm-print-var:\n\t@echo $(%s)\n' "$1" |
+        make -s --no-print-directory -C "$STORM_BUILDDIR" -f Makefile -f - storm-print-var
+}
+
 t_require_installed() {
     local p
     for p in sched_gang select_gang switch_rdma launch_bcast spank_storm; do

@@ -19,12 +19,7 @@ t_require_installed
 command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
 command -v cc > /dev/null || t_skip "needs a C compiler"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-LIBDIR=$(sed -n 's/^libdir = //p' "$STORM_BUILDDIR/Makefile")
-INCDIR=$(sed -n 's/^includedir = //p' "$STORM_BUILDDIR/Makefile")
-prefix=$(sed -n 's/^prefix = //p' "$STORM_BUILDDIR/Makefile")
-# shellcheck disable=SC2034 # used by the eval of LIBDIR below
-exec_prefix=$prefix
-LIBDIR=$(eval echo "$LIBDIR"); INCDIR=$(eval echo "$INCDIR")
+LIBDIR=$(t_make_var libdir)
 Q=20ms
 vc_up 4 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
     --conf "SchedulerParameters=storm_gang_quantum=$Q,storm_gang_failsafe=2s"

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# t0009: implicit coscheduling inside the real slurmd (not wired into
-# INTEGRATION_TESTS yet: written beside the unit tests, never run).
+# t0009: implicit coscheduling inside the real slurmd.
 # - the node agents start the local scheduler for partition "work" and say
 #   so in their logs;
 # - two communication-bound MPI jobs of nobody, launched with
@@ -8,6 +7,8 @@
 #   cores of vn[1-2]: each node has one cpu cgroup per job under
 #   storm-cosched-vnN, exactly one of them holds the big cpu.shares at a
 #   time, both jobs are scheduled at some point, and both finish;
+# - the local schedulers' statistics show switches made by message
+#   arrivals, and each job got at least a quarter of each node's CPU;
 # - a job of partition "debug" with --storm-cosched is refused with the
 #   reason on its stderr and one line in slurmd's log; it still runs;
 # - a job cancelled while registered leaves no cgroup; at the end no job_*
@@ -18,11 +19,7 @@ t_require_installed
 command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
 command -v mpicc > /dev/null || t_skip "needs Open MPI's mpicc"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-PKGLIBDIR=$(sed -n 's/^pkglibdir = //p' "$STORM_BUILDDIR/Makefile")
-prefix=$(sed -n 's/^prefix = //p' "$STORM_BUILDDIR/Makefile")
-exec_prefix=$prefix
-libdir=$(eval echo "$(sed -n 's/^libdir = //p' "$STORM_BUILDDIR/Makefile")")
-PKGLIBDIR=$(eval echo "$PKGLIBDIR")
+PKGLIBDIR=$(t_make_var pkglibdir)
 [ -r "$PKGLIBDIR/libstorm_cosched_pmpi.so" ] ||
     t_bail "$PKGLIBDIR/libstorm_cosched_pmpi.so is not installed: run 'make install'"
 # The host's cpu hierarchy: the one the agents use or mount in their nodes.
@@ -67,6 +64,19 @@ t_check "one job at a time holds each node" \
     [ "$(awk '($1 > 1024) + ($2 > 1024) != 1 || ($3 > 1024) + ($4 > 1024) != 1' "$T_WORK/shares" | wc -l)" -le 2 ]
 t_check "both jobs were scheduled" \
     [ "$(awk '$1 > 1024' "$T_WORK/shares" | wc -l)" -gt 0 -a "$(awk '$2 > 1024' "$T_WORK/shares" | wc -l)" -gt 0 ]
+# The local schedulers' statistics (storm-cosched.stats, rewritten every
+# second): switches made by message arrivals, and each job's CPU time.
+for n in 1 2; do
+    cp "$STATE/nodes/vn$n/spool/storm-cosched.stats" "$T_WORK/stats.vn$n" 2> /dev/null || : > "$T_WORK/stats.vn$n"
+    t_diag < "$T_WORK/stats.vn$n"
+done
+t_check "message arrivals moved a node to the job its peer runs (request switches)" \
+    [ "$(cat "$T_WORK/stats.vn1" "$T_WORK/stats.vn2" | awk '$1 == "request_switches" { s += $2 } END { print s + 0 }')" -gt 0 ]
+t_check "no job starves: each got at least a quarter of each node's CPU time" \
+    [ "$(awk -v a="$A" -v b="$B" '$1 == "job" { c[FILENAME, $2] = $6 }
+        END { bad = 0; for (f = 1; f < ARGC; f++) { x = c[ARGV[f], a]; y = c[ARGV[f], b];
+              if (x + y == 0 || x < (x + y) / 4 || y < (x + y) / 4) bad++ } print bad }' \
+        "$T_WORK/stats.vn1" "$T_WORK/stats.vn2")" -eq 0 ]
 wait_job "$A" 120; wait_job "$B" 120
 t_check "both jobs finished (exit 0)" \
     bash -c "grep -q '^rounds [1-9]' '$T_WORK/$A.out' && grep -q '^rounds [1-9]' '$T_WORK/$B.out'"

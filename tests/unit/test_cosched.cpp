@@ -244,6 +244,7 @@ struct Bench {
         mkdir((dir + "/proc/" + std::to_string(getpid())).c_str(), 0755);
         LocalSetup s;
         s.socket_path = dir + "/" STORM_COSCHED_SOCKET_NAME;
+        s.stats_path = dir + "/storm-cosched.stats";
         s.config.partitions = {"work"};
         s.config.slice = 10s;
         s.config.gmet = gmet;
@@ -366,6 +367,18 @@ void test_channel_registration(void **)
     size_t n = b.calls.size();
     assert_string_equal(b.calls[n - 2].c_str(), "off 7");
     assert_string_equal(b.calls[n - 1].c_str(), "on 8");
+    // The statistics file, rewritten by its 1 s timer.
+    std::string stats;
+    for (int i = 0; i < 80 && stats.find("request_switches 1") == std::string::npos; ++i) {
+        b.spin();
+        std::ifstream f(b.dir + "/storm-cosched.stats");
+        stats.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    assert_non_null(std::strstr(stats.c_str(), "scheduled 8\n"));
+    assert_non_null(std::strstr(stats.c_str(), "request_switches 1\n"));
+    assert_non_null(std::strstr(stats.c_str(), "false_requests 1\n"));
+    assert_non_null(std::strstr(stats.c_str(), "job 7 tasks 2 cpu_ms "));
+    assert_non_null(std::strstr(stats.c_str(), "job 8 tasks 1 cpu_ms "));
     // Unregistering (8) and dying (7's tasks close): jobs released, the
     // node goes back to 7 then idle.
     t3.send_raw(b, msg(STORM_COSCHED_UNREGISTER, 0, 8, 0, 0));

@@ -239,7 +239,13 @@ void test_open_close_rules(void **)
     Context c5 = context(5, 101, PoolMode::divided, 2, 2, 1),
             c6 = context(6, 102, PoolMode::divided, 2, 2, 1);
     assert_string_equal(b.request(control::open(c5)).c_str(), "ok");
-    assert_true(contains(b.request(control::open(c6)), "the pool is full"));
+    // A full pool does not refuse the step: it runs, and its tasks learn why
+    // they cannot communicate.
+    assert_string_equal(b.request(control::open(c6)).c_str(), "ok");
+    Task tf;
+    assert_false(tf.attach(b, 6, 102, 0));
+    assert_true(contains(tf.error, "the pool is full"));
+    assert_string_equal(b.request(control::close(6, 102, 0)).c_str(), "ok");
     // Too many senders for the credits: 8 divisions, 64 tasks.
     Context big = context(7, 103, PoolMode::divided, 8, 64, 1);
     assert_string_equal(b.request(control::open(big)).c_str(), "ok"); // the step runs
