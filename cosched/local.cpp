@@ -14,7 +14,11 @@ namespace storm::cosched {
 Local::Local(event_base *base, LocalSetup setup, Logger log)
     : base_(base), setup_(std::move(setup)), log_(std::move(log)),
       sched_(setup_.config.slice, setup_.config.gmet,
-             setup_.now ? setup_.now : Scheduler::Now(Scheduler::Clock::now))
+             setup_.now ? setup_.now : Scheduler::Now(Scheduler::Clock::now),
+             setup_.now ? Scheduler::Wall(nullptr) : Scheduler::Wall([] {
+                 return std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::system_clock::now().time_since_epoch());
+             }))
 {
     setup_.enforcer.share_percent = setup_.config.share_percent;
 }
@@ -68,19 +72,14 @@ bool Local::on_register(int conn, pid_t pid, uint32_t job, uint32_t rank, const 
 {
     bool first = !jobs_.count(job);
     jobs_[job].insert(conn);
-    std::optional<Scheduler::Switch> s;
-    if (first)
-        s = sched_.add(job);
-    // The processes join with the job's status before any switch is applied.
-    bool on = s ? s->to == job : sched_.scheduled() == job;
+    if (first) {
+        sched_.add(job); // picked at an aligned instant, never here
+        stats_dirty_ = true;
+    }
     std::vector<pid_t> all = procs;
     if (std::find(all.begin(), all.end(), pid) == all.end())
         all.push_back(pid);
-    enforcer_->attach(job, all, on);
-    if (s && s->to == job && s->from == 0)
-        log_.verbose("cosched: job %u scheduled (the node was idle)", job);
-    else
-        apply(s, "registration");
+    enforcer_->attach(job, all, sched_.scheduled() == job);
     arm();
     return sched_.scheduled() == job;
 }
@@ -94,12 +93,10 @@ void Local::on_unregister(int conn, pid_t pid, uint32_t job)
     if (!it->second.empty())
         return;
     jobs_.erase(it);
-    auto s = sched_.remove(job);
+    sched_.remove(job); // the next job is picked at the next aligned instant
     enforcer_->release(job);
+    stats_dirty_ = true;
     log_.verbose("cosched: job %u left (its last task, pid %d, unregistered)", job, pid);
-    if (s)
-        s->from = 0; // released already
-    apply(s, "the scheduled job left");
     arm();
 }
 
@@ -166,7 +163,7 @@ void Local::write_stats()
     std::string t = "scheduled " + std::to_string(sched_.scheduled()) + "\nswitches " +
                     std::to_string(st.switches) + "\ntimer_switches " + std::to_string(st.timer_switches) +
                     "\nrequest_switches " + std::to_string(st.request_switches) + "\nfalse_requests " +
-                    std::to_string(st.false_requests) + "\ndeferred " + std::to_string(st.deferred) +
+                    std::to_string(st.false_requests) + "\nearly " + std::to_string(st.early) + "\ntick_held " + std::to_string(st.tick_held) +
                     "\nignored " + std::to_string(st.ignored) + "\n";
     for (const auto &[job, conns] : jobs_)
         t += "job " + std::to_string(job) + " tasks " + std::to_string(conns.size()) + " cpu_ms " +

@@ -39,7 +39,7 @@ struct LocalSetup {
     // Where the statistics go (rewritten whole at most once a second when
     // they changed, removed at stop); empty: none.  Lines "key value":
     // scheduled, switches, timer_switches, request_switches,
-    // false_requests, deferred, ignored, then one line per registered job:
+    // false_requests, early, tick_held, ignored, then one line per registered job:
     // "job <id> tasks <n> cpu_ms <CPU time received> scheduled <0|1>".
     std::string stats_path;
     CoschedConfig config;

@@ -5,22 +5,30 @@
 
 namespace storm::cosched {
 
-Scheduler::Scheduler(std::chrono::microseconds slice, std::chrono::microseconds gmet, Now now)
-    : slice_(slice), gmet_(gmet), now_(std::move(now))
+Scheduler::Scheduler(std::chrono::microseconds slice, std::chrono::microseconds gmet, Now now, Wall wall)
+    : slice_(slice), gmet_(gmet), join_(std::min(slice, std::chrono::microseconds{100000})), now_(std::move(now)),
+      wall_(std::move(wall))
 {
     if (slice_.count() <= 0 || gmet_.count() < 0 || gmet_ > slice_)
         throw std::invalid_argument("cosched: the slice must be positive and the GMET within it");
-    next_tick_ = now_() + slice_;
+    next_tick_ = next_multiple(now_(), slice_);
 }
 
-void Scheduler::charge(Clock::time_point now)
+Scheduler::Clock::time_point Scheduler::next_multiple(Clock::time_point now, std::chrono::microseconds period) const
 {
-    if (current_ && now > charged_at_) {
+    auto w = wall_ ? wall_() : std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch());
+    return now + (period - w % period);
+}
+
+void Scheduler::charge(Clock::time_point at)
+{
+    if (current_ && at > charged_at_) {
         auto it = jobs_.find(current_);
         if (it != jobs_.end())
-            it->second.cpu += std::chrono::duration_cast<std::chrono::microseconds>(now - charged_at_);
+            it->second.cpu += std::chrono::duration_cast<std::chrono::microseconds>(at - charged_at_);
     }
-    charged_at_ = now;
+    if (at > charged_at_ || !current_)
+        charged_at_ = at;
 }
 
 std::chrono::microseconds Scheduler::cpu_time(uint32_t job) const
@@ -39,19 +47,12 @@ std::chrono::microseconds Scheduler::cpu_time(uint32_t job) const
 
 uint32_t Scheduler::least_served() const
 {
+    // jobs_ is ordered by id: the first of equals is the lowest id.
     uint32_t best = 0;
     const Job *b = nullptr;
     for (const auto &[id, j] : jobs_) {
-        if (!b || j.cpu < b->cpu) {
-            best = id;
-            b = &j;
-            continue;
-        }
-        if (j.cpu > b->cpu)
-            continue;
-        // Ties: the one waiting longest; the scheduled job is not waiting.
-        bool j_waits = id != current_, b_waits = best != current_;
-        if ((j_waits && !b_waits) || (j_waits == b_waits && j.waiting_since < b->waiting_since)) {
+        bool better = !b || j.cpu < b->cpu || (j.cpu == b->cpu && best == current_ && id != current_);
+        if (better) {
             best = id;
             b = &j;
         }
@@ -59,40 +60,35 @@ uint32_t Scheduler::least_served() const
     return best;
 }
 
-Scheduler::Switch Scheduler::switch_to(uint32_t job, Clock::time_point now)
+Scheduler::Switch Scheduler::switch_to(uint32_t job, Clock::time_point at)
 {
-    charge(now);
+    charge(at);
     Switch s{current_, job};
-    if (current_ && current_ != job) {
-        auto it = jobs_.find(current_);
-        if (it != jobs_.end())
-            it->second.waiting_since = now;
-    }
     current_ = job;
-    scheduled_at_ = now;
-    request_pending_ = 0;
-    timer_pending_ = false;
+    scheduled_at_ = at;
+    charged_at_ = at;
+    tick_at_.reset();
+    start_at_.reset();
+    by_request_ = false;
     ++stats_.switches;
     return s;
 }
 
-std::optional<Scheduler::Switch> Scheduler::add(uint32_t job)
+void Scheduler::add(uint32_t job)
 {
     if (!job || jobs_.count(job))
-        return std::nullopt;
-    auto now = now_();
-    charge(now);
+        return;
+    // The least CPU time of the others as charged at the last instant (not
+    // up to now: nodes register at slightly different moments).
     Job j;
-    j.waiting_since = now;
-    if (!jobs_.empty()) {
-        j.cpu = jobs_.begin()->second.cpu;
-        for (const auto &[id, o] : jobs_)
-            j.cpu = std::min(j.cpu, o.cpu);
+    bool first = true;
+    for (const auto &[id, o] : jobs_) {
+        j.cpu = first ? o.cpu : std::min(j.cpu, o.cpu);
+        first = false;
     }
     jobs_[job] = j;
-    if (!current_)
-        return switch_to(job, now);
-    return std::nullopt;
+    if (!current_ && !start_at_)
+        start_at_ = next_multiple(now_(), join_);
 }
 
 std::optional<Scheduler::Switch> Scheduler::remove(uint32_t job)
@@ -100,23 +96,16 @@ std::optional<Scheduler::Switch> Scheduler::remove(uint32_t job)
     auto it = jobs_.find(job);
     if (it == jobs_.end())
         return std::nullopt;
-    auto now = now_();
-    charge(now);
     jobs_.erase(it);
-    if (request_pending_ == job)
-        request_pending_ = 0;
     if (current_ != job)
         return std::nullopt;
     current_ = 0;
-    if (jobs_.empty()) {
-        timer_pending_ = false;
-        request_pending_ = 0;
-        ++stats_.switches;
-        return Switch{job, 0};
-    }
-    Switch s = switch_to(least_served(), now);
-    s.from = job;
-    return s;
+    tick_at_.reset();
+    by_request_ = false;
+    ++stats_.switches;
+    if (!jobs_.empty())
+        start_at_ = next_multiple(now_(), join_);
+    return Switch{job, 0};
 }
 
 std::optional<Scheduler::Switch> Scheduler::on_timer()
@@ -124,31 +113,35 @@ std::optional<Scheduler::Switch> Scheduler::on_timer()
     auto now = now_();
     if (now >= next_tick_) {
         // One decision however many periods passed (the loop was busy).
+        auto at = next_tick_;
         auto behind = (now - next_tick_) / slice_;
         next_tick_ += slice_ * (behind + 1);
-        if (jobs_.size() > 1 || (jobs_.size() == 1 && !current_))
-            timer_pending_ = true;
+        if (current_ && jobs_.size() > 1)
+            tick_at_ = at;
     }
-    if (!timer_pending_ && !request_pending_)
-        return std::nullopt;
-    if (!gmet_passed(now))
-        return std::nullopt; // next_deadline() is the GMET's end
-    charge(now);
-    if (timer_pending_) {
-        timer_pending_ = false;
-        request_pending_ = 0;
-        uint32_t next = least_served();
-        if (!next || next == current_)
+    if (!current_) {
+        if (!start_at_ || now < *start_at_ || jobs_.empty())
             return std::nullopt;
+        auto at = *start_at_;
+        charged_at_ = at;
         ++stats_.timer_switches;
-        return switch_to(next, now);
+        return switch_to(least_served(), at);
     }
-    uint32_t job = request_pending_;
-    request_pending_ = 0;
-    if (!jobs_.count(job) || job == current_)
+    if (!tick_at_ || !gmet_passed(now))
+        return std::nullopt; // next_deadline() is the GMET's end
+    // Decided at the tick's instant, or at the GMET's end if that is later.
+    auto at = std::max(*tick_at_, scheduled_at_ + gmet_);
+    tick_at_.reset();
+    charge(at);
+    uint32_t next = least_served();
+    if (!next)
         return std::nullopt;
-    ++stats_.request_switches;
-    return switch_to(job, now);
+    if (next == current_) {
+        by_request_ = false; // kept at the tick
+        return std::nullopt;
+    }
+    ++stats_.timer_switches;
+    return switch_to(next, at);
 }
 
 std::optional<Scheduler::Switch> Scheduler::on_request(uint32_t job, Sender sender)
@@ -161,21 +154,29 @@ std::optional<Scheduler::Switch> Scheduler::on_request(uint32_t job, Sender send
         ++stats_.false_requests;
         return std::nullopt;
     }
+    if (sender == Sender::unknown && !by_request_) {
+        ++stats_.tick_held;
+        return std::nullopt;
+    }
     auto now = now_();
     if (!gmet_passed(now)) {
-        request_pending_ = job;
-        ++stats_.deferred;
+        ++stats_.early;
         return std::nullopt;
     }
     ++stats_.request_switches;
-    return switch_to(job, now);
+    Switch s = switch_to(job, now);
+    by_request_ = true;
+    return s;
 }
 
 Scheduler::Clock::time_point Scheduler::next_deadline() const
 {
-    if ((timer_pending_ || request_pending_) && current_)
-        return std::min(next_tick_, scheduled_at_ + gmet_);
-    return next_tick_;
+    auto d = next_tick_;
+    if (!current_ && start_at_)
+        d = std::min(d, *start_at_);
+    if (current_ && tick_at_)
+        d = std::min(d, std::max(*tick_at_, scheduled_at_ + gmet_));
+    return d;
 }
 
 } // namespace storm::cosched

@@ -14,25 +14,39 @@
 //    node (it gets nearly all the CPU).  A job registered later starts
 //    with the least CPU time of the registered ones (as CFS's min_vruntime),
 //    so it neither starves the others nor waits a lifetime.
-//  - The first job registered on an idle node is scheduled at once; when
-//    the scheduled job leaves, the one with the least CPU time follows at
-//    once.  Neither waits for a GMET.
-//  - Timer: every `slice` (a fixed period since construction, not since the
-//    last switch, so that message-driven switches cannot postpone it) the
-//    job with the least CPU time received is picked, ties going to the one
-//    waiting longest; the scheduled job is charged first, so it is picked
-//    again only if it still has the least.  Because the pick is always the
-//    least-served job, no job starves.
+//  - Every decision but a request's is taken at an instant aligned on the
+//    wall clock, and charged at that instant rather than when the timer
+//    really fired: nodes whose clocks are synchronised (NTP, as on any
+//    cluster) and that hold the same jobs then take the same decisions at
+//    the same moments, which coschedules those jobs with no message at all.
+//    An implicit scheduler that picks at registration or on arrival
+//    instead locked two nodes in opposite phases (vn1 running A while vn2
+//    ran B, then the reverse at every tick; bench-cosched measured 1.4x
+//    slower than uncoordinated sharing).
+//  - Timer: at every multiple of `slice` the job with the least CPU time
+//    is picked; ties go to a job that is not the scheduled one, then to
+//    the lowest job id.  The scheduled job is charged first, so it is
+//    picked again only if it still has the least.  Because the pick is
+//    always the least-served job, no job starves.
+//  - Start: a job that registers on a node where none is scheduled is
+//    picked at the next multiple of `join` (min(slice, 100 ms)) on the wall
+//    clock, as the least served of those registered then; likewise when
+//    the scheduled job leaves.  Meanwhile the jobs share the CPU evenly (no
+//    job holds the big share), so nobody waits idle.
 //  - GMET: a job is never preempted (by the timer or a request) before it
-//    ran `gmet` since it was scheduled.  A timer tick or a request that
-//    comes earlier is remembered and decided when the GMET ends (the
-//    timer's pick wins over a request then; a later request replaces an
-//    earlier one).  next_deadline() says when to call on_timer() again.
-//  - Requests: a request for a job that is not scheduled switches to it
-//    only if its sender's job was scheduled (Sender::scheduled) or its
-//    status is unknown (Sender::unknown: the PMPI hooks cannot see it; see
-//    cosched/README.md).  A request whose sender was not scheduled is a
-//    false request (its peer ran on its 1% share) and never preempts.
+//    ran `gmet` since it was scheduled.  A tick that comes earlier is
+//    decided when the GMET ends.  A request that comes earlier is dropped
+//    (counted in `early`), as in the paper: the arrivals reported just
+//    after a switch were sent before it.
+//  - Requests: a request for a job that is not scheduled switches to it at
+//    once (GMET permitting) if its sender's job was scheduled
+//    (Sender::scheduled).  A request whose sender was not scheduled is a
+//    false request (its peer ran on its small share) and never preempts.
+//    A request whose sender's status is unknown (Sender::unknown: the PMPI
+//    hooks cannot see it; see cosched/README.md) may be either, and the
+//    unscheduled jobs' ranks report arrivals all the time: it switches only
+//    away from a job that a request scheduled, never from one picked at an
+//    aligned instant (counted in `tick_held`).
 //
 // Contract: single-threaded.  Decisions are returned as Switch values
 // (from = 0 when nothing was scheduled, to = 0 when nothing is now); the
@@ -60,25 +74,29 @@ public:
     };
     struct Stats {
         uint64_t switches = 0, timer_switches = 0, request_switches = 0;
-        uint64_t false_requests = 0, deferred = 0, ignored = 0;
+        uint64_t false_requests = 0, early = 0, ignored = 0, tick_held = 0;
     };
 
-    Scheduler(std::chrono::microseconds slice, std::chrono::microseconds gmet, Now now = Clock::now);
+    // wall: the wall clock as time since the epoch (the instants are its
+    // multiples); default: now's own time since its epoch (tests).
+    using Wall = std::function<std::chrono::microseconds()>;
+    Scheduler(std::chrono::microseconds slice, std::chrono::microseconds gmet, Now now = Clock::now,
+              Wall wall = nullptr);
 
-    // A job's first task registered; returns the switch to it when the node
-    // was idle.  Adding a known job does nothing.
-    std::optional<Switch> add(uint32_t job);
-    // Its last task left; returns the switch away from it if it was
-    // scheduled (to the least-served job, or to 0).
+    // A job's first task registered (it is picked at an aligned instant,
+    // never here).  Adding a known job does nothing.
+    void add(uint32_t job);
+    // Its last task left; returns the switch away from it (to 0) if it was
+    // scheduled: the next job is picked at the next aligned instant.
     std::optional<Switch> remove(uint32_t job);
-    // The timer fired (at or after next_deadline()); a deferred decision
-    // whose GMET ended is taken here too.
+    // The timer fired (at or after next_deadline()): the start pick, the
+    // tick, or a tick that came during the GMET.
     std::optional<Switch> on_timer();
     // A message-driven schedule request from a task of `job`.
     std::optional<Switch> on_request(uint32_t job, Sender sender);
 
-    // When on_timer() has something to do next: the next tick, or the end
-    // of the GMET when a decision waits for it.
+    // When on_timer() has something to do next: the next tick, the start
+    // pick, or the end of the GMET when a tick waits for it.
     Clock::time_point next_deadline() const;
 
     uint32_t scheduled() const noexcept { return current_; }
@@ -91,20 +109,23 @@ public:
 private:
     struct Job {
         std::chrono::microseconds cpu{0};
-        Clock::time_point waiting_since; // when it last lost (or never had) the node
     };
-    void charge(Clock::time_point now);
+    void charge(Clock::time_point at);
     uint32_t least_served() const;
-    Switch switch_to(uint32_t job, Clock::time_point now);
+    Switch switch_to(uint32_t job, Clock::time_point at);
     bool gmet_passed(Clock::time_point now) const { return !current_ || now >= scheduled_at_ + gmet_; }
+    // The next multiple of `period` on the wall clock, as a steady time.
+    Clock::time_point next_multiple(Clock::time_point now, std::chrono::microseconds period) const;
 
-    std::chrono::microseconds slice_, gmet_;
+    std::chrono::microseconds slice_, gmet_, join_;
     Now now_;
+    Wall wall_;
     std::map<uint32_t, Job> jobs_;
     uint32_t current_ = 0;
     Clock::time_point scheduled_at_{}, charged_at_{}, next_tick_{};
-    bool timer_pending_ = false;
-    uint32_t request_pending_ = 0;
+    std::optional<Clock::time_point> start_at_; // the start pick's instant
+    std::optional<Clock::time_point> tick_at_;  // a tick waiting for the GMET
+    bool by_request_ = false;                   // the scheduled job came by a request
     Stats stats_;
 };
 

@@ -54,32 +54,100 @@ struct FakeClock {
 
 // ---- decisions ----------------------------------------------------------------
 
-void test_gmet_and_deferred_request(void **)
+void test_gmet_and_early_requests(void **)
 {
-    FakeClock c;
+    FakeClock c; // at a multiple of every period
     Scheduler s(10s, 2s, c.now());
-    auto sw = s.add(1);
-    assert_true(sw && sw->from == 0 && sw->to == 1); // idle node: at once
-    assert_true(none(s.add(2)));
-    assert_int_equal(s.scheduled(), 1);
+    auto t0 = c.t;
+    s.add(1);
+    s.add(2);
+    // Nothing is picked at registration: at the next multiple of 100 ms.
+    assert_int_equal(s.scheduled(), 0);
+    assert_true(s.next_deadline() == t0 + 100ms);
+    assert_true(none(s.on_timer()));
+    c.t += 100ms;
+    auto sw = s.on_timer();
+    assert_true(sw && sw->from == 0 && sw->to == 1); // equal CPU: the lowest id
     c.t += 1s;
-    // During job 1's GMET: remembered, decided when it ends.
+    // During job 1's GMET: dropped, as in the paper (its arrivals were
+    // sent before the switch); nothing is decided when the GMET ends.
     assert_true(none(s.on_request(2, Sender::scheduled)));
-    assert_int_equal(s.stats().deferred, 1);
-    assert_true(s.next_deadline() == c.t + 1s);
-    c.t += 500ms;
-    assert_true(none(s.on_timer())); // GMET not over yet
-    c.t += 500ms;
-    sw = s.on_timer();
+    assert_int_equal(s.stats().early, 1);
+    assert_true(s.next_deadline() == t0 + 10s); // the next tick, not the GMET's end
+    // After the GMET a request switches at once.
+    c.t += 1500ms;
+    sw = s.on_request(2, Sender::scheduled);
     assert_true(sw && sw->from == 1 && sw->to == 2);
-    assert_int_equal(s.cpu_time(1).count(), 2000000);
+    assert_int_equal(s.cpu_time(1).count(), 2500000);
     // Job 2's GMET protects it in turn.
     c.t += 1s;
     assert_true(none(s.on_request(1, Sender::scheduled)));
-    c.t += 1s;
-    sw = s.on_request(1, Sender::scheduled);
-    assert_true(sw && sw->to == 1);
-    assert_int_equal(s.stats().request_switches, 2);
+    assert_int_equal(s.stats().early, 2);
+    // The tick at 10 s: job 1 has had 2.5 s, job 2 7.4 s.
+    c.t = s.next_deadline();
+    assert_true(c.t == t0 + 10s);
+    sw = s.on_timer();
+    assert_true(sw && sw->from == 2 && sw->to == 1);
+    assert_int_equal(s.stats().request_switches, 1);
+    assert_int_equal(s.stats().timer_switches, 2); // the start pick and the tick
+    // A request at 19.5 s: the tick at 20 s falls in job 2's GMET and is
+    // decided at its end, at 21.5 s (job 2 is then still the least served).
+    c.t = t0 + 19500ms;
+    sw = s.on_request(2, Sender::scheduled);
+    assert_true(sw && sw->to == 2);
+    c.t = t0 + 20s;
+    assert_true(none(s.on_timer()));
+    assert_true(s.next_deadline() == t0 + 21500ms);
+    c.t = s.next_deadline();
+    assert_true(none(s.on_timer())); // 2 kept: 9.4 s against 12 s
+    assert_int_equal(s.scheduled(), 2);
+    assert_true(s.next_deadline() == t0 + 30s);
+}
+
+// Two nodes holding the same jobs, registered in different orders at
+// different moments, with their wall clocks in step: they pick the same
+// job at every instant, with no message between them.
+void test_nodes_agree(void **)
+{
+    FakeClock c;
+    auto t0 = c.t;
+    Scheduler a(500ms, 100ms, c.now()), b(500ms, 100ms, c.now());
+    c.t += 7ms;
+    a.add(12);
+    c.t += 3ms;
+    b.add(11);
+    a.add(11);
+    c.t += 20ms;
+    b.add(13);
+    b.add(12);
+    a.add(13);
+    std::map<uint32_t, int> picked;
+    for (int i = 0; i < 200; ++i) {
+        // The timers fire late by different amounts on the two nodes.
+        if (i < 100) // (a job leaving at different moments may shift one pick)
+            assert_true(a.next_deadline() == b.next_deadline());
+        c.t = std::max(a.next_deadline(), b.next_deadline()) + std::chrono::microseconds(137 * (i % 7));
+        a.on_timer();
+        c.t += std::chrono::microseconds(290);
+        b.on_timer();
+        assert_int_equal(a.scheduled(), b.scheduled());
+        picked[a.scheduled()]++;
+        if (i == 100) { // a job leaves, a bit later on b
+            a.remove(12);
+            c.t += 5ms;
+            b.remove(12);
+        }
+        // Ranks of unscheduled jobs report arrivals (PMPI: status unknown).
+        for (uint32_t j : {11u, 12u, 13u})
+            if (a.registered(j) && j != a.scheduled())
+                a.on_request(j, Sender::unknown);
+    }
+    assert_true(c.t > t0 + 90s);
+    assert_int_equal(a.stats().request_switches, 0);
+    assert_true(a.stats().tick_held > 100);
+    assert_in_range(picked[11], 70, 120);
+    assert_in_range(picked[13], 70, 120);
+    assert_true(a.cpu_time(11) - a.cpu_time(13) < 1s && a.cpu_time(13) - a.cpu_time(11) < 1s);
 }
 
 void test_false_requests_never_preempt(void **)
@@ -88,6 +156,9 @@ void test_false_requests_never_preempt(void **)
     Scheduler s(10s, 1s, c.now());
     s.add(1);
     s.add(2);
+    c.t = s.next_deadline();
+    s.on_timer();
+    assert_int_equal(s.scheduled(), 1);
     c.t += 3s;
     assert_true(none(s.on_request(2, Sender::not_scheduled)));
     assert_true(none(s.on_request(2, Sender::not_scheduled)));
@@ -96,8 +167,16 @@ void test_false_requests_never_preempt(void **)
     assert_true(none(s.on_request(1, Sender::scheduled))); // already scheduled
     assert_true(none(s.on_request(9, Sender::scheduled))); // not registered
     assert_int_equal(s.stats().ignored, 2);
-    auto sw = s.on_request(2, Sender::unknown); // the PMPI hooks' requests
+    // The PMPI hooks' requests (status unknown) do not move a job picked
+    // at an aligned instant; a scheduled sender's do.
+    assert_true(none(s.on_request(2, Sender::unknown)));
+    assert_int_equal(s.stats().tick_held, 1);
+    auto sw = s.on_request(2, Sender::scheduled);
     assert_true(sw && sw->to == 2);
+    // Job 2 came by a request: an unknown sender's request may move it.
+    c.t += 2s;
+    sw = s.on_request(1, Sender::unknown);
+    assert_true(sw && sw->to == 1);
 }
 
 void test_least_cpu_fairness(void **)
@@ -155,17 +234,25 @@ void test_remove(void **)
     FakeClock c;
     Scheduler s(10s, 5s, c.now());
     s.add(1);
+    c.t = s.next_deadline();
+    s.on_timer();
+    assert_int_equal(s.scheduled(), 1);
     c.t += 1s;
     s.add(2);
     s.add(3);
     auto sw = s.remove(1); // no GMET for a job that left
-    assert_true(sw && sw->from == 1 && (sw->to == 2 || sw->to == 3));
+    assert_true(sw && sw->from == 1 && sw->to == 0);
+    assert_int_equal(s.scheduled(), 0);
     assert_true(none(s.remove(1)));
-    uint32_t other = sw->to == 2 ? 3 : 2;
-    assert_true(none(s.remove(other))); // not scheduled: no switch
-    sw = s.remove(s.scheduled());
+    assert_true(s.next_deadline() == c.t + 100ms); // the next pick
+    c.t += 100ms;
+    sw = s.on_timer();
+    assert_true(sw && sw->from == 0 && sw->to == 2);
+    assert_true(none(s.remove(3))); // not scheduled: no switch
+    sw = s.remove(2);
     assert_true(sw && sw->to == 0);
     assert_int_equal(s.jobs(), 0);
+    c.t += 1s;
     assert_true(none(s.on_timer()));
 }
 
@@ -276,11 +363,18 @@ struct Bench {
                           std::string(1, '\0') + "SLURM_JOB_PARTITION=" + partition + std::string(1, '\0');
         std::ofstream(dir + "/proc/" + std::to_string(getpid()) + "/environ", std::ios::binary) << env;
     }
-    void spin()
+    void spin(int ms = 20)
     {
-        timeval tv{0, 20000};
+        timeval tv{0, ms * 1000};
         event_base_loopexit(base, &tv);
         event_base_dispatch(base);
+    }
+    // The next aligned instant (at most 100 ms away): the fake clock moves
+    // there and the agent's timer, armed for at most 100 ms, fires.
+    void pick()
+    {
+        clock.t += 100ms;
+        spin(150);
     }
 };
 
@@ -345,12 +439,18 @@ void test_channel_registration(void **)
     b.steps[7] = {getpid(), 99999};
     b.environ_says("7", "work");
     Task t1(b), t2(b);
-    assert_string_equal(t1.reg(b, 7, 0).c_str(), "K1"); // idle node: scheduled at once
-    assert_string_equal(t2.reg(b, 7, 1).c_str(), "K1");
+    // Not scheduled at registration: at the next aligned instant.
+    assert_string_equal(t1.reg(b, 7, 0).c_str(), "K0");
+    assert_string_equal(t2.reg(b, 7, 1).c_str(), "K0");
     assert_int_equal(b.local->tasks(7), 2);
     assert_int_equal(b.listings, 1); // the second task's check reused the first listing
+    assert_int_equal(b.local->scheduler().scheduled(), 0);
+    assert_string_equal(b.calls.at(0).c_str(), "attach 7 n=2 off"); // the step's processes
+    b.pick();
     assert_int_equal(b.local->scheduler().scheduled(), 7);
-    assert_string_equal(b.calls.at(0).c_str(), "attach 7 n=2 on"); // the step's processes
+    assert_string_equal(b.calls.back().c_str(), "on 7");
+    assert_string_equal(t1.next().c_str(), "T1");
+    assert_string_equal(t2.next().c_str(), "T1");
     // A second job; then a message arrival from a scheduled sender.
     b.steps[8] = {getpid()};
     b.environ_says("8", "work");
@@ -380,9 +480,11 @@ void test_channel_registration(void **)
     assert_non_null(std::strstr(stats.c_str(), "job 7 tasks 2 cpu_ms "));
     assert_non_null(std::strstr(stats.c_str(), "job 8 tasks 1 cpu_ms "));
     // Unregistering (8) and dying (7's tasks close): jobs released, the
-    // node goes back to 7 then idle.
+    // node goes back to 7 (at the next instant) then idle.
     t3.send_raw(b, msg(STORM_COSCHED_UNREGISTER, 0, 8, 0, 0));
     assert_string_equal(t3.next().c_str(), "closed");
+    assert_int_equal(b.local->scheduler().scheduled(), 0);
+    b.pick();
     assert_int_equal(b.local->scheduler().scheduled(), 7);
     assert_string_equal(t1.next().c_str(), "T1");
     close(t1.fd);
@@ -462,7 +564,7 @@ void test_channel_refusals(void **)
         g_log.clear();
         Task t(b);
         if (x.register_first)
-            assert_string_equal(t.reg(b, 7).c_str(), "K1");
+            assert_string_equal(t.reg(b, 7).c_str(), "K0");
         t.send_raw(b, x.m);
         assert_string_equal(t.next().c_str(), "closed");
         if (!logged(x.logged)) {
@@ -574,7 +676,8 @@ int main()
 {
     set_log_sink(capture_sink);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gmet_and_deferred_request),
+        cmocka_unit_test(test_gmet_and_early_requests),
+        cmocka_unit_test(test_nodes_agree),
         cmocka_unit_test(test_false_requests_never_preempt),
         cmocka_unit_test(test_least_cpu_fairness),
         cmocka_unit_test(test_no_starvation_under_requests),
