@@ -45,7 +45,7 @@ static int g_fd = -1;
 static uint32_t g_job, g_rank;
 static int g_scheduled;
 static int g_verbose;
-static uint64_t g_interval_ns = 10000000ull;
+static uint64_t g_interval_ns = STORM_COSCHED_INTERVAL_US_DEFAULT * 1000ull;
 static uint64_t g_last_ns;
 static uint32_t g_pending, g_last_source = STORM_COSCHED_ANY;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -70,21 +70,10 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
 static int send_msg(int type, int status, uint32_t rank, uint32_t count)
 {
-    unsigned char m[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION, (unsigned char)type,
-                                               (unsigned char)status, 0};
-    put32(m + 4, g_job);
-    put32(m + 8, rank);
-    put32(m + 12, count);
+    unsigned char m[STORM_COSCHED_MSG_SIZE];
+    storm_cosched_encode(m, type, status, g_job, rank, count);
     ssize_t n;
     do
         n = send(g_fd, m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -136,7 +125,7 @@ static void do_register(void)
     g_job = env_u32("SLURM_JOB_ID", &ok_job);
     g_rank = env_u32("SLURM_PROCID", &ok_rank);
     int ok_iv;
-    uint32_t iv = env_u32("STORM_COSCHED_INTERVAL_US", &ok_iv);
+    uint32_t iv = env_u32(STORM_COSCHED_INTERVAL_ENV, &ok_iv);
     if (ok_iv)
         g_interval_ns = (uint64_t)iv * 1000ull;
     if (!path || !*path || !ok_job || !g_job) {

@@ -124,6 +124,7 @@ Endpoint::Endpoint()
             error(EINVAL, std::string("STORM_MSG_TIMEOUT=\"") + t + "\": seconds from 1 to 86400 expected");
         timeout_s_ = static_cast<int>(v);
     }
+    cosched_ = std::make_unique<Cosched>(rank_, timeout_s_);
     peers_.resize(ntasks_);
     seq_to_.assign(ntasks_, 0);
     seq_from_.assign(ntasks_, 0);
@@ -325,6 +326,9 @@ void Endpoint::connect_peers()
         std::string why;
         if (!read_all(fd, &h, sizeof h, hello_deadline))
             why = "no hello";
+        else if (h.magic == hello_magic_v1)
+            why = "rank " + std::to_string(h.src) + " speaks frame version 1, this task version " +
+                  std::to_string(frame_version) + " (the step's tasks use different libstormmsg versions)";
         else if (h.magic != hello_magic || h.order != byte_order)
             why = "not a libstormmsg peer of this byte order";
         else if (h.id != ctx_.id || h.job != ctx_.job_id || h.step != ctx_.step_id)
@@ -366,6 +370,8 @@ void Endpoint::close_all() noexcept
         }
     if (ctl_fd_ >= 0)
         ::close(ctl_fd_);
+    if (cosched_)
+        cosched_->end(); // UNREGISTER, once the progress thread is gone
     if (prog_efd_ >= 0)
         ::close(prog_efd_);
     ctl_fd_ = prog_efd_ = -1;

@@ -11,7 +11,9 @@
 //  - the progress thread (the "NIC") owns the sockets, the control
 //    channel, the Credits and the Flush: it injects the send ring's packets
 //    in order when it holds a credit of their destination, stores arriving
-//    packets in the receive ring, returns credits, runs halt / release.
+//    packets in the receive ring, returns credits, runs halt / release, and
+//    keeps the coscheduling hooks (cosched.hpp): the status byte of every
+//    frame it queues, the requests on arrivals, the agent's status pushes.
 // They wake each other with a futex word (app_seq_) and an eventfd.
 // Failure (fail()) is final: every later call returns -1 with its reason.
 #pragma once
@@ -30,6 +32,7 @@
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/layout.hpp"
+#include "switch_rdma/msg/cosched.hpp"
 #include "switch_rdma/msg/credits.hpp"
 #include "switch_rdma/msg/flush.hpp"
 #include "switch_rdma/msg/frames.hpp"
@@ -59,7 +62,9 @@ class Endpoint {
 public:
     // Attaches with the environment (STORM_CTX, STORM_POOL_SOCKET,
     // SLURM_PROCID, STORM_MSG_TIMEOUT) and connects to every peer; throws
-    // MsgError describing what failed.
+    // MsgError describing what failed.  First registers with the node's
+    // local scheduler when STORM_COSCHED_SOCKET is set (cosched.hpp: never
+    // a failure of the call).
     Endpoint();
     ~Endpoint();
     Endpoint(const Endpoint &) = delete;
@@ -78,6 +83,7 @@ public:
     // not complete cleanly.  The endpoint is closed either way.
     void finalize();
     const Stats &stats() const noexcept { return stats_; }
+    const Cosched &cosched() const noexcept { return *cosched_; }
     uint32_t credits() const noexcept { return att_.credits; }
 
 private:
@@ -160,6 +166,7 @@ private:
     int prog_efd_ = -1;
     std::thread progress_;
     Stats stats_;
+    std::unique_ptr<Cosched> cosched_; // set first in the constructor, never null after
 
     // wake-ups
     std::atomic<uint32_t> app_seq_{0};

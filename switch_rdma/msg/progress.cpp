@@ -45,10 +45,12 @@ void Endpoint::progress_main() noexcept
         fds.clear();
         fds.push_back({prog_efd_, POLLIN, 0});
         fds.push_back({ctl_fd_, POLLIN, 0});
+        fds.push_back({cosched_->fd(), POLLIN, 0}); // -1 when not coscheduled: ignored
         for (auto &p : peers_)
             fds.push_back({p.closed ? -1 : p.fd,
                            static_cast<short>(POLLIN | (p.out.size() > p.out_off ? POLLOUT : 0)), 0});
         int timeout = flush_->waiting() || finalizing_.load() ? 200 : 1000;
+        timeout = cosched_->wait_ms(Clock::now(), timeout); // a batched request to send
         int n = poll(fds.data(), fds.size(), timeout);
         prog_sleeping_.store(false);
         if (n < 0 && errno != EINTR) {
@@ -82,6 +84,8 @@ bool Endpoint::progress_has_work()
 
 void Endpoint::progress_step()
 {
+    if (cosched_->on())
+        cosched_->read_status(); // before the arrivals it applies to
     read_control();
     for (uint32_t p = 0; p < ntasks_ && !failed_.load(); ++p)
         if (p != rank_ && !peers_[p].closed)
@@ -93,6 +97,8 @@ void Endpoint::progress_step()
         if (p != rank_ && !peers_[p].closed)
             flush_out(p);
     check_timeouts();
+    if (cosched_->on())
+        cosched_->send_due(Clock::now());
     stats_.credits_missing.store(credits_->short_total(rank_), std::memory_order_relaxed);
 }
 
@@ -119,6 +125,7 @@ void Endpoint::queue_frame(uint32_t p, uint8_t type, uint64_t value, uint32_t re
         return;
     Frame f{};
     f.type = type;
+    f.status = cosched_->status();
     f.refill = refill;
     f.value = value;
     peer.out.append(reinterpret_cast<const char *>(&f), sizeof f);
@@ -208,6 +215,11 @@ void Endpoint::read_peer(uint32_t p)
     while (peer.in.size() - off >= sizeof(Frame) && !failed_.load()) {
         Frame f;
         std::memcpy(&f, peer.in.data() + off, sizeof f);
+        if (f.status > status_unknown)
+            throw std::runtime_error(rank_text(p) + " sent a frame with status byte " +
+                                     std::to_string(f.status) + " (0, 1 or 2 expected)");
+        if (f.pad[0] || f.pad[1])
+            throw std::runtime_error(rank_text(p) + " sent a frame whose reserved bytes are not zero");
         if (f.type == frame_data) {
             if (peer.in.size() - off < sizeof f + sizeof(PacketHeader))
                 break;
@@ -314,6 +326,7 @@ void Endpoint::deliver(uint32_t p, const Frame &f, const PacketHeader &h, const 
     std::memcpy(slot + sizeof h, data, h.len);
     q_->recv_tail.store(t + 1, std::memory_order_release);
     stats_.packets_received.fetch_add(1, std::memory_order_relaxed);
+    cosched_->arrived(p, f.status); // an arrival: maybe a request (cosched.hpp)
     wake_app();
 }
 

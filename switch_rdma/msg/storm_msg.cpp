@@ -18,6 +18,7 @@ namespace {
 std::mutex g_mu; // init / finalize against each other
 std::unique_ptr<Endpoint> g_ep;
 struct storm_msg_stats g_final {}; // the statistics after finalize
+struct storm_msg_cosched_stats g_final_cosched {};
 bool g_finalized = false;
 thread_local std::string t_error = "no error";
 
@@ -61,6 +62,19 @@ void fill(struct storm_msg_stats *s, const Endpoint &e)
     s->resident_waits = t.resident_waits.load();
     s->credits_missing = t.credits_missing.load();
     s->credits = e.credits();
+}
+
+void fill_cosched(struct storm_msg_cosched_stats *s, const Endpoint &e)
+{
+    const auto &c = e.cosched();
+    const auto &t = c.stats();
+    s->status = c.status();
+    s->pending = t.pending.load();
+    s->status_pushes = t.status_pushes.load();
+    s->arrivals = t.arrivals.load();
+    s->false_arrivals = t.false_arrivals.load();
+    s->requests = t.requests.load();
+    s->requests_deferred = t.requests_deferred.load();
 }
 
 } // namespace
@@ -146,6 +160,7 @@ int storm_msg_finalize(void)
             ~Release()
             {
                 fill(&g_final, *g_ep);
+                fill_cosched(&g_final_cosched, *g_ep);
                 g_finalized = true;
                 g_ep.reset();
             }
@@ -166,6 +181,21 @@ int storm_msg_stats(struct storm_msg_stats *s)
             fill(s, *g_ep);
         else if (g_finalized)
             *s = g_final;
+        else
+            throw MsgError(EINVAL, "storm_msg_init() was not called");
+        return 0;
+    });
+}
+
+int storm_msg_cosched_stats(struct storm_msg_cosched_stats *s)
+{
+    return guarded([&]() -> int {
+        if (!s)
+            throw MsgError(EFAULT, "NULL statistics");
+        if (g_ep)
+            fill_cosched(s, *g_ep);
+        else if (g_finalized)
+            *s = g_final_cosched;
         else
             throw MsgError(EINVAL, "storm_msg_init() was not called");
         return 0;

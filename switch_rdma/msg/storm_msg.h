@@ -7,6 +7,15 @@
  * library's progress thread plays the NIC (FM's flow control: credits per
  * peer) and takes part in the gang switches' halt / flush / release.
  *
+ * Implicit coscheduling (cosched/README.md): when STORM_COSCHED_SOCKET is
+ * set (switch/rdma sets it where the node agent runs the local scheduler),
+ * storm_msg_init() registers the task with its node's local scheduler and
+ * storm_msg_finalize() unregisters it (a task that dies is unregistered by
+ * its connection closing); every frame carries the sender's status, and
+ * arrivals from scheduled senders ask for this task's job to be scheduled.
+ * A refusal or an unreachable agent prints one line on stderr and the task
+ * goes on without coscheduling; without the variable nothing changes.
+ *
  * Conventions: calls return 0 (or a count) on success and -1 on failure,
  * with errno set and storm_msg_error() describing it.  Once the context
  * failed (a peer died, a switch's mark did not come within STORM_MSG_TIMEOUT
@@ -88,6 +97,23 @@ struct storm_msg_stats {
 };
 /* Fills *s (also after storm_msg_finalize()).  0 or -1 before init. */
 STORM_MSG_API int storm_msg_stats(struct storm_msg_stats *s);
+
+/* Implicit coscheduling as this task sees it.  Arrivals are data packets
+ * (a zero-length message, a barrier's included) that came while this
+ * task's job was not scheduled. */
+struct storm_msg_cosched_stats {
+    int32_t status;             /* this job: 1 scheduled, 0 not, 2 not coscheduled (no
+                                   STORM_COSCHED_SOCKET, refused, or the agent went away) */
+    uint32_t pending;           /* counted arrivals not reported yet */
+    uint64_t status_pushes;     /* the agent's status changes received */
+    uint64_t arrivals;          /* from scheduled (or not coscheduled) senders: asked for */
+    uint64_t false_arrivals;    /* from senders running unscheduled: never reported */
+    uint64_t requests;          /* schedule requests sent, each for >= 1 arrival */
+    uint64_t requests_deferred; /* found the agent's socket full: merged into a later one */
+};
+/* Fills *s (also after storm_msg_finalize(): status 2 then).  0 or -1
+ * before init. */
+STORM_MSG_API int storm_msg_cosched_stats(struct storm_msg_cosched_stats *s);
 
 #ifdef __cplusplus
 }
