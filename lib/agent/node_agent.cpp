@@ -64,6 +64,7 @@ void NodeAgent::start()
                 ps.self_addr = network_->nodes.at(network_->self).sin_addr.s_addr;
                 ps.trusted = network_->pool_trusted;
                 ps.config = config_.pool;
+                ps.admissions = admissions_;
                 try {
                     pool_ = std::make_unique<rdma::Pool>(base_, ps, log_);
                     pool_->start();
@@ -80,7 +81,10 @@ void NodeAgent::start()
                 cosched::LocalSetup cs;
                 cs.socket_path = network_->cosched_socket;
                 cs.config = config_.cosched;
-                cs.verifier = cosched::make_verifier(network_->step_lister, config_.cosched.partitions);
+                // Admits the jobs whose coscheduled contexts slurmstepd opened
+                // on the pool (none while the pool is off).
+                cs.verifier =
+                    cosched::make_verifier(network_->step_lister, admissions_, config_.cosched.partitions);
                 if (!network_->cosched_group.empty())
                     cs.enforcer.group = network_->cosched_group;
                 try {
