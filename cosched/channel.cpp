@@ -68,11 +68,13 @@ bool environ_of(const std::string &proc_root, pid_t pid, std::map<std::string, s
 
 } // namespace
 
-Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partitions, std::string proc_root)
+Verifier make_verifier(gang::StepLister lister, std::shared_ptr<const Admissions> admissions,
+                       std::vector<std::string> partitions, std::string proc_root)
 {
     using Cache = std::map<uint32_t, std::pair<std::chrono::steady_clock::time_point, std::vector<pid_t>>>;
     auto cache = std::make_shared<Cache>();
-    return [lister = std::move(lister), partitions = std::move(partitions), proc_root = std::move(proc_root),
+    return [lister = std::move(lister), admissions = std::move(admissions),
+            partitions = std::move(partitions), proc_root = std::move(proc_root),
             cache](pid_t pid, uid_t, uint32_t job) {
         Verdict v;
         std::map<std::string, std::string> env;
@@ -91,13 +93,22 @@ Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partiti
                       std::to_string(job);
             return v;
         }
-        if (!partitions.empty()) {
+        if (!admissions || !admissions->admitted(job)) {
+            // The environment's partition words the reason; it decides
+            // nothing (its user can set it).
+            v.error = "job " + std::to_string(job) + " is not coscheduled on this node";
             auto part = env.find("SLURM_JOB_PARTITION");
-            std::string name = part == env.end() ? "" : part->second;
-            if (std::find(partitions.begin(), partitions.end(), name) == partitions.end()) {
-                v.error = "job " + std::to_string(job) + "'s partition \"" + name + "\" is not coscheduled";
-                return v;
+            bool listed = part != env.end() &&
+                          std::find(partitions.begin(), partitions.end(), part->second) != partitions.end();
+            if (part != env.end() && !listed) {
+                v.error += " (its partition \"" + part->second + "\" is not coscheduled)";
+            } else {
+                v.error += ": slurmstepd opened no coscheduled step of it here";
+                if (part != env.end())
+                    v.error +=
+                        " (SLURM_JOB_PARTITION=\"" + part->second + "\" in its environment does not count)";
             }
+            return v;
         }
         if (!lister) {
             v.procs = {pid};

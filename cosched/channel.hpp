@@ -10,9 +10,11 @@
 // costs one send() of 16 bytes; the PMPI hooks batch arrivals so that a
 // task sends at most one per storm_cosched_rate interval (see the library).
 //
-// Registration is checked by a Verifier: the peer's pid must be a process
-// of the job it names (make_verifier(): the job's steps as slurmstepd lists
-// them, through the agent's StepLister, and SLURM_JOB_ID / SLURM_JOB_PARTITION
+// Registration is checked by a Verifier: the job must have a coscheduled
+// step open on this node (admissions.hpp: slurmctld marked its context
+// coscheduled, slurmstepd opened it on the agent), and the peer's pid must
+// be a process of the job it names (make_verifier(): the job's steps as
+// slurmstepd lists them, through the agent's StepLister, and SLURM_JOB_ID
 // in /proc/<pid>/environ).  The verifier may block (it asks slurmstepd), so
 // it runs on the channel's own worker thread, one registration at a time;
 // the connection is not read meanwhile, and the answer (OK or ERROR) comes
@@ -37,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "cosched/admissions.hpp"
 #include "cosched/scheduler.hpp"
 #include "lib/common/log.hpp"
 #include "sched_gang/switcher.hpp"
@@ -54,15 +57,22 @@ struct Verdict {
 };
 using Verifier = std::function<Verdict(pid_t pid, uid_t uid, uint32_t job)>;
 
-// The agent's verifier: /proc/<pid>/environ must name the job (SLURM_JOB_ID)
-// and, unless `partitions` is empty, a coscheduled partition
-// (SLURM_JOB_PARTITION); with a lister, the pid must be among the job's
-// step processes it lists (blocks for one query of the job's slurmstepds;
-// a listing that has the pid is reused for 2 s, so that the tasks of a job
-// registering together cost one query).  Not thread safe: the channel
-// calls it from its one worker thread.
-Verifier make_verifier(gang::StepLister lister, std::vector<std::string> partitions,
-                       std::string proc_root = "/proc");
+// The agent's verifier, in this order:
+//  - /proc/<pid>/environ must name the job (SLURM_JOB_ID; a cheap early
+//    refusal with a clear reason, not a proof);
+//  - `admissions` must admit the job: a coscheduled context of it is open
+//    on this node (null admits no job).  This is the trusted check: the
+//    task's environment cannot change it.  SLURM_JOB_PARTITION from the
+//    environ and `partitions` (storm_cosched_partitions) only word the
+//    refusal: "... (its partition "debug" is not coscheduled)";
+//  - with a lister, the pid must be among the job's step processes it
+//    lists (blocks for one query of the job's slurmstepds; a listing that
+//    has the pid is reused for 2 s, so that the tasks of a job registering
+//    together cost one query).
+// Not thread safe: the channel calls it from its one worker thread (the
+// admissions are thread safe).
+Verifier make_verifier(gang::StepLister lister, std::shared_ptr<const Admissions> admissions,
+                       std::vector<std::string> partitions, std::string proc_root = "/proc");
 
 class Channel {
 public:

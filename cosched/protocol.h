@@ -3,10 +3,11 @@
  * and libstormmsg's hooks.
  *
  * Transport: a SOCK_SEQPACKET unix socket at
- * <SlurmdSpoolDir>/storm-cosched.sock (mode 0666; the task finds it in
- * STORM_COSCHED_SOCKET).  Each task keeps one connection: the kernel
- * stamps it with the task's pid and uid (SO_PEERCRED), and closes it when
- * the task dies, which unregisters it.  One request per packet.
+ * <SlurmdSpoolDir>/storm-cosched.sock (mode 0666; the tasks of coscheduled
+ * steps find it in STORM_COSCHED_SOCKET).  Each task keeps one connection:
+ * the kernel stamps it with the task's pid and uid (SO_PEERCRED), and
+ * closes it when the task dies, which unregisters it.  One request per
+ * packet.
  *
  * Every message is 16 bytes, integers big-endian:
  *   0  u8  version (STORM_COSCHED_VERSION)
@@ -50,6 +51,10 @@
 #define STORM_COSCHED_MAX_MSG 256
 #define STORM_COSCHED_SOCKET_NAME "storm-cosched.sock"
 #define STORM_COSCHED_SOCKET_ENV "STORM_COSCHED_SOCKET"
+/* Set by slurmstepd (switch/rdma) instead of STORM_COSCHED_SOCKET in the
+ * tasks of a step that is not coscheduled, on a node that coschedules
+ * others: why (slurmctld did not mark the step's context coscheduled). */
+#define STORM_COSCHED_REFUSED_ENV "STORM_COSCHED_REFUSED"
 #define STORM_COSCHED_ANY 0xffffffffu
 
 #define STORM_COSCHED_REGISTER 'R'

@@ -6,7 +6,9 @@
 // switch plugins in four places, and each switch_p_* call runs in one:
 //  - slurmctld (the configured SwitchType), under its job write lock:
 //    build_jobinfo gives each step a Context (step_context.hpp) with the
-//    lowest free id of the ContextTable, or refuses the step with one
+//    lowest free id of the ContextTable, marked coscheduled when the job's
+//    partition is among storm_cosched_partitions (slurmctld is the only
+//    judge of that: see cosched/admissions.hpp), or refuses the step with one
 //    "switch/rdma: step J.S: ..." line (ESLURM_INTERCONNECT_BUSY when every
 //    id is in use, so srun retries; ESLURM_INTERCONNECT_FAILURE otherwise);
 //    job_step_complete releases the step's id, job_complete any id its
@@ -19,9 +21,12 @@
 //  - slurmstepd (the configured one), for each step with a context:
 //    job_init (root, before the tasks start) opens the context on the node
 //    agent (control::open on <SlurmdSpoolDir>/storm-pool.sock; a failure
-//    fails the step); job_attach (in each task) sets STORM_CTX and
-//    STORM_POOL_SOCKET; postfini (root, after every process of the step is
-//    gone) closes it (a failure is only logged).
+//    fails the step), which admits a coscheduled one's job to the local
+//    scheduler; job_attach (in each task) sets STORM_CTX and
+//    STORM_POOL_SOCKET, and STORM_COSCHED_SOCKET in a coscheduled step (in
+//    the others, on a node that coschedules, STORM_COSCHED_REFUSED with
+//    why); postfini (root, after every process of the step is gone) closes
+//    it (a failure is only logged).
 //  - slurmd, which loads EVERY switch_*.so in PluginDir after daemonizing
 //    and calls its init().  Slurm has no node-init hook, so init() is where
 //    the node agent (lib/agent) starts: only when the process is slurmd and
@@ -237,9 +242,10 @@ in_addr_t node_address(const std::string &name)
 }
 
 // Does Storm gang-schedule this partition (SchedulerType=sched/gang and
-// OverSubscribe=FORCE:n, n >= 2)?  step_create holds no partition lock: a
+// OverSubscribe=FORCE:n, n >= 2)?  Is it coscheduled (storm_cosched_partitions;
+// caller holds g_ctx->mu)?  step_create holds no partition lock: a
 // partition record lives while jobs point at it (deleting one takes the job
-// write lock we hold), and max_share is one integer.
+// write lock we hold), and max_share and name are not changed in place.
 storm::rdma::StepShape step_shape(const slurm_step_layout_t *layout, const step_record_t *step)
 {
     const job_record_t *job = step->job_ptr;
@@ -248,6 +254,7 @@ storm::rdma::StepShape step_shape(const slurm_step_layout_t *layout, const step_
     s.step_id = step->step_id.step_id;
     s.uid = job->user_id;
     if (const part_record_t *part = job->part_ptr) {
+        s.cosched = part->name && g_ctx->config.cosched.covers(part->name);
         bool force = part->max_share & SHARED_FORCE;
         uint32_t n = part->max_share & ~SHARED_FORCE;
         s.force_n = n; // FORCE:n or YES:n: up to n jobs share a node's pool
@@ -328,8 +335,9 @@ extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 extern "C" {
 
 // New SwitchParameters: the context count (held ids above a lowered
-// storm_ctx_max stay until their steps end) and the pool's settings for
-// new steps.
+// storm_ctx_max stay until their steps end), the pool's settings and, in
+// slurmctld, the coscheduled partitions for new steps (a running node
+// agent keeps its local scheduler's settings until slurmd restarts).
 int switch_p_reconfig(void)
 {
     if (!g_ctx->configured)
@@ -338,6 +346,7 @@ int switch_p_reconfig(void)
         auto config = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
         std::lock_guard<std::mutex> lk(g_ctx->mu);
         g_ctx->config.pool = config.pool;
+        g_ctx->config.cosched = config.cosched;
         g_ctx->table.set_capacity(config.pool.context_max);
         g_ctx->addresses.clear();
         return SLURM_SUCCESS;
@@ -445,9 +454,10 @@ int switch_p_build_jobinfo(switch_jobinfo_t *switch_job, slurm_step_layout_t *st
             g_ctx->log.error("step %s: no communication context: %s", name.c_str(), e.what());
             return SLURM_ERROR;
         }
-        g_ctx->log.verbose("step %s: context %u (%s, n=%u, %u tasks on %u nodes)", name.c_str(),
+        g_ctx->log.verbose("step %s: context %u (%s, n=%u, %u tasks on %u nodes%s)", name.c_str(),
                            info->ctx->id, storm::rdma::mode_name(info->ctx->mode), info->ctx->divisions,
-                           info->ctx->ntasks, static_cast<unsigned>(info->ctx->nodes.size()));
+                           info->ctx->ntasks, static_cast<unsigned>(info->ctx->nodes.size()),
+                           info->ctx->cosched ? ", coscheduled" : "");
         return SLURM_SUCCESS;
     });
     if (rc != SLURM_SUCCESS)
@@ -556,18 +566,36 @@ int switch_p_job_attach(switch_jobinfo_t *jobinfo, char ***env, uint32_t nodeid,
                         uint32_t nnodes, uint32_t nprocs, uint32_t rank)
 {
     return storm::shim::guarded(g_ctx->log, "job_attach", [&] {
+        JobInfo *info = jobinfo_of(jobinfo);
+        // Whatever the task's user passed on: only slurmstepd says.
+        unsetenvp(*env, STORM_COSCHED_SOCKET_ENV);
+        unsetenvp(*env, STORM_COSCHED_REFUSED_ENV);
+        if (!info || !info->ctx)
+            return SLURM_SUCCESS;
+        const auto &ctx = *info->ctx;
         // Implicit coscheduling: where the local scheduler listens, for the
-        // PMPI library (spank/storm's --storm-cosched) or libstormmsg; the
-        // agent itself checks the job's partition when a task registers.
-        if (g_ctx->config.cosched.enabled()) {
+        // PMPI library (spank/storm's --storm-cosched) or libstormmsg, in
+        // the steps slurmctld marked coscheduled only (the agent admits
+        // their jobs, whose contexts job_init opened).  The others' tasks
+        // do not try, and learn why.
+        if (ctx.cosched) {
             std::string cosched = slurmd_spool_dir() + "/" STORM_COSCHED_SOCKET_NAME;
             if (!env_array_overwrite(env, STORM_COSCHED_SOCKET_ENV, cosched.c_str()))
                 throw std::runtime_error("cannot set " STORM_COSCHED_SOCKET_ENV " in the task's environment");
+        } else if (g_ctx->config.cosched.enabled()) {
+            // The partition's name is the task's environment's: for the
+            // message only.
+            const char *part = getenvp(*env, "SLURM_JOB_PARTITION");
+            std::string why =
+                part && !g_ctx->config.cosched.covers(part)
+                    ? "job " + std::to_string(ctx.job_id) + "'s partition \"" + part + "\" is not coscheduled"
+                    : "slurmctld did not mark step " + step_name(ctx.job_id, ctx.step_id) +
+                          " coscheduled (its storm_cosched_partitions do not list the job's partition)";
+            if (!env_array_overwrite(env, STORM_COSCHED_REFUSED_ENV, why.c_str()))
+                throw std::runtime_error("cannot set " STORM_COSCHED_REFUSED_ENV
+                                         " in the task's environment");
         }
-        JobInfo *info = jobinfo_of(jobinfo);
-        if (!info || !info->ctx)
-            return SLURM_SUCCESS;
-        std::string text = info->ctx->encode(), socket = pool_socket();
+        std::string text = ctx.encode(), socket = pool_socket();
         if (!env_array_overwrite(env, storm::rdma::context_env, text.c_str()) ||
             !env_array_overwrite(env, storm::rdma::control::socket_env, socket.c_str()))
             throw std::runtime_error("cannot set STORM_CTX and STORM_POOL_SOCKET in the task's environment");

@@ -12,10 +12,10 @@ const char *mode_name(PoolMode m) noexcept { return m == PoolMode::swapped ? "sw
 
 namespace {
 
-// Form: "1;<id>;<job>;<step>;<uid>;<d|s>;<n>;<port>;<ntasks>;<node>/<node>..."
-// with <node> = "<a.b.c.d>=<ranks>", ranks "r" or "lo-hi" items joined by
-// ',' in local order.
-constexpr char kVersion = '1';
+// Form: "2;<id>;<job>;<step>;<uid>;<d|s>;<c|->;<n>;<port>;<ntasks>;<node>/<node>..."
+// with <c|-> = coscheduled or not, <node> = "<a.b.c.d>=<ranks>", ranks "r"
+// or "lo-hi" items joined by ',' in local order.  Version 1 had no <c|->.
+constexpr char kVersion = context_format;
 
 class Parser {
 public:
@@ -84,6 +84,8 @@ std::string Context::encode() const
         s += ';' + std::to_string(v);
     s += ';';
     s += static_cast<char>(mode);
+    s += ';';
+    s += cosched ? 'c' : '-';
     for (uint32_t v : {divisions, port_base, ntasks})
         s += ';' + std::to_string(v);
     s += ';';
@@ -115,8 +117,15 @@ std::string Context::encode() const
 Context Context::decode(std::string_view text)
 {
     Parser p(text);
-    if (p.take() != kVersion)
+    char version = p.take();
+    if (version != kVersion) {
+        // Old and new Storm must not be mixed: slurmctld, slurmd and
+        // libstormmsg read the form of their own version only.
+        if (version >= '1' && version <= '9' && (p.done() || p.peek(';')))
+            p.fail(std::string("format version ") + version + ", this Storm reads version " + kVersion +
+                   " only (slurmctld, slurmd and libstormmsg must be the same Storm)");
         p.fail("unknown version");
+    }
     Context c;
     p.expect(';');
     c.id = p.number("context id");
@@ -131,6 +140,11 @@ Context Context::decode(std::string_view text)
     if (m != 'd' && m != 's')
         p.fail("unknown pool mode");
     c.mode = static_cast<PoolMode>(m);
+    p.expect(';');
+    char co = p.take();
+    if (co != 'c' && co != '-')
+        p.fail("bad coscheduling flag (expected 'c' or '-')");
+    c.cosched = co == 'c';
     p.expect(';');
     c.divisions = p.number("divisions");
     p.expect(';');

@@ -11,9 +11,14 @@
 //    the task of local index L on a node listens on port_for(L).
 //  - `nodes[i]` lists the step's i-th node: its IPv4 address and the global
 //    ranks of its tasks (SLURM_NODEID i, SLURM_LOCALID = position in ranks).
+//  - `cosched` is slurmctld's word that the step's job is in a partition of
+//    storm_cosched_partitions (implicit coscheduling): the node agent lets
+//    the job's tasks register with its local scheduler only while such a
+//    context is open on the node (cosched/admissions.hpp).
 //  - encode() gives one line of printable ASCII (an environment value, and
 //    the form packed into the switch info); decode() accepts exactly that
-//    form and throws net::DecodeError naming what is wrong otherwise.
+//    form and throws net::DecodeError naming what is wrong otherwise (a
+//    context of another format version included).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,10 @@ constexpr const char *context_env = "STORM_CTX";
 // context).
 constexpr uint32_t max_local_tasks = 64;
 
+// The format version encode() writes and decode() reads (its first
+// character).  2 added the coscheduling flag.
+constexpr char context_format = '2';
+
 enum class PoolMode : uint8_t {
     divided = 'd', // the node's pool is divided among `divisions` contexts
     swapped = 's', // the running context owns the whole pool, swapped at gang switches
@@ -49,6 +58,7 @@ struct Context {
     uint32_t step_id = 0;
     uint32_t uid = 0; // the job's owner: only its processes may attach
     PoolMode mode = PoolMode::divided;
+    bool cosched = false;   // the job's partition is coscheduled (slurmctld decides)
     uint32_t divisions = 1; // n of FM's division (divided mode); 1 when swapped
     uint32_t port_base = 0; // storm_ctx_ports' first port
     uint32_t ntasks = 0;

@@ -113,7 +113,8 @@ Pool::~Pool()
         ::close(fd);
     }
     clients_.clear();
-    windows_.clear();
+    while (!windows_.empty())
+        erase_window(windows_.begin()); // their jobs' admissions end with the pool
     for (event *e : {accept_ev_, halt_timer_, stats_timer_})
         if (e)
             event_free(e);
@@ -415,7 +416,7 @@ void Pool::open_context(Client &c, const Context &ctx)
         log_.verbose("rdma: context %u of step %s cannot communicate: %s", ctx.id, step.c_str(),
                      w->unusable.c_str());
         w->failed = true;
-        windows_[ctx.id] = std::move(w);
+        add_window(std::move(w));
         reply(c, control::ok());
         return;
     }
@@ -433,7 +434,7 @@ void Pool::open_context(Client &c, const Context &ctx)
                    w->share.recv_slots, w->share.credits, me->ranks[l], ctx.ntasks, false);
     w->backing.resize(w->local_tasks);
     Window &ref = *w;
-    windows_[ctx.id] = std::move(w);
+    add_window(std::move(w));
     if (ctx.mode == PoolMode::divided) {
         set_resident(ref, true);
     } else {
@@ -447,13 +448,30 @@ void Pool::open_context(Client &c, const Context &ctx)
     if (mlock(ref.base, ref.bytes) != 0 && ref.resident)
         log_.verbose("rdma: context %u: cannot pin its window: %s", ctx.id, std::strerror(errno));
     log_.info(
-        "rdma: opened context %u of step %s (uid %u): %s, %u local tasks of %u, %llu bytes, %u send and "
+        "rdma: opened context %u of step %s (uid %u): %s%s, %u local tasks of %u, %llu bytes, %u send and "
         "%u receive packets and %u credits per task%s",
-        ctx.id, step.c_str(), ctx.uid, mode_name(ctx.mode), ref.local_tasks, ctx.ntasks,
-        static_cast<unsigned long long>(ref.bytes), ref.share.send_slots, ref.share.recv_slots,
-        ref.share.credits, ref.resident ? "" : "; waits for the pool");
+        ctx.id, step.c_str(), ctx.uid, mode_name(ctx.mode), ctx.cosched ? ", coscheduled" : "",
+        ref.local_tasks, ctx.ntasks, static_cast<unsigned long long>(ref.bytes), ref.share.send_slots,
+        ref.share.recv_slots, ref.share.credits, ref.resident ? "" : "; waits for the pool");
     stats_dirty_ = true;
     reply(c, control::ok());
+}
+
+void Pool::add_window(std::unique_ptr<Window> w)
+{
+    uint32_t id = w->ctx.id;
+    if (windows_.count(id))
+        throw std::logic_error("rdma: context " + std::to_string(id) + " is open already");
+    if (w->ctx.cosched && setup_.admissions)
+        setup_.admissions->open(w->ctx.job_id);
+    windows_[id] = std::move(w);
+}
+
+void Pool::erase_window(std::map<uint32_t, std::unique_ptr<Window>>::iterator it)
+{
+    if (it->second->ctx.cosched && setup_.admissions)
+        setup_.admissions->close(it->second->ctx.job_id);
+    windows_.erase(it);
 }
 
 void Pool::close_context(uint32_t id, const char *why)
@@ -469,7 +487,7 @@ void Pool::close_context(uint32_t id, const char *why)
     log_.verbose("rdma: closed context %u of step %s: %s", id, step_name(w.ctx).c_str(), why);
     if (resident_ == static_cast<int>(id))
         resident_ = -1;
-    windows_.erase(it);
+    erase_window(it);
     for (int fd : fds)
         drop(fd, nullptr);
     stats_dirty_ = true;

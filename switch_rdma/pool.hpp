@@ -25,7 +25,11 @@
 //               free) is copied back in and marked resident;
 //      release: the tasks of the context swapped in are told to release:
 //               they exchange ready marks with their peers and inject
-//               again; the agent records when every one answered ready.
+//               again; the agent records when every one answered ready;
+//  - the admissions of implicit coscheduling (cosched/admissions.hpp):
+//    while a context slurmctld marked coscheduled is open here (from
+//    slurmstepd's open to its close, or to the pool's end), its job is
+//    admitted; the local scheduler's verifier reads them on its thread.
 //
 // A context fails, and its tasks' control channels are closed (their calls
 // then fail with the reason), when a task reports failure (a peer died, or
@@ -48,6 +52,7 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "cosched/admissions.hpp"
 #include "lib/common/log.hpp"
 #include "sched_gang/switcher.hpp"
 #include "switch_rdma/context.hpp"
@@ -68,6 +73,9 @@ struct PoolSetup {
     // Whether every thread of a task's process is stopped (before its
     // queues are copied); /proc by default (tests substitute it).
     std::function<bool(pid_t)> is_stopped;
+    // Where the open coscheduled contexts' jobs are recorded (may be null:
+    // not recorded).  Shared with the local scheduler's verifier.
+    std::shared_ptr<cosched::Admissions> admissions;
 };
 
 class Pool : public gang::SwitchHook {
@@ -111,6 +119,10 @@ private:
     bool reply(Client &c, const std::string &msg, int fd = -1);
 
     void open_context(Client &c, const Context &ctx);
+    // Every open window goes in and out of windows_ through these two (its
+    // job's coscheduling admission follows).
+    void add_window(std::unique_ptr<Window> w);
+    void erase_window(std::map<uint32_t, std::unique_ptr<Window>>::iterator it);
     void close_context(uint32_t id, const char *why);
     void attach(Client &c, const control::Ids &ids);
     void fail_context(Window &w, const std::string &why);

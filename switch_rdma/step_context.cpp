@@ -21,6 +21,7 @@ Context make_context(const PoolConfig &pool, const StepShape &s)
     c.step_id = s.step_id;
     c.uid = s.uid;
     c.mode = mode_for(pool, s);
+    c.cosched = s.cosched;
     c.divisions = divisions_for(pool, s);
     c.port_base = pool.port_base;
     c.ntasks = s.ntasks;

@@ -7,6 +7,8 @@
 //              storm_pool_mode=divided; divided otherwise
 //   divisions  divided: the partition's n (OverSubscribe=FORCE:n), 1
 //              without FORCE; swapped: 1
+//   cosched    the partition is among storm_cosched_partitions: the node
+//              agents admit the job's tasks to implicit coscheduling
 //
 // Contract: make_context() returns the context without its id (the caller
 // allocates one from its ContextTable, see context_table.hpp) or throws
@@ -40,6 +42,7 @@ struct StepShape {
     uint32_t uid = 0;
     bool gang = false;    // Storm gang-schedules the step's partition
     uint32_t force_n = 0; // the partition's OverSubscribe=FORCE:n or YES:n; 0 or 1 without sharing
+    bool cosched = false; // the partition is among storm_cosched_partitions
     uint32_t ntasks = 0;
     std::vector<ContextNode> nodes;
     std::vector<std::string> node_names; // for messages; may be empty

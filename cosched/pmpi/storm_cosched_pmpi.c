@@ -21,7 +21,9 @@
  *
  * Everything fails open: no socket, a refusal or a broken connection
  * turns the hooks into plain pass-through (one line on stderr when
- * STORM_COSCHED_VERBOSE is set, and always for a refusal). */
+ * STORM_COSCHED_VERBOSE is set, and always for a refusal: the agent's
+ * ERROR, or slurmstepd's STORM_COSCHED_REFUSED in a step that is not
+ * coscheduled). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <mpi.h>
@@ -128,6 +130,13 @@ static void do_register(void)
     uint32_t iv = env_u32(STORM_COSCHED_INTERVAL_ENV, &ok_iv);
     if (ok_iv)
         g_interval_ns = (uint64_t)iv * 1000ull;
+    const char *refused = getenv(STORM_COSCHED_REFUSED_ENV);
+    if ((!path || !*path) && refused && *refused) {
+        /* slurmstepd's word: this step is not coscheduled (always said:
+         * the user asked for coscheduling). */
+        say("slurmstepd refused coscheduling: %s", refused);
+        return;
+    }
     if (!path || !*path || !ok_job || !g_job) {
         if (g_verbose)
             say("coscheduling off: %s", !path || !*path ? "no " STORM_COSCHED_SOCKET_ENV : "no SLURM_JOB_ID");

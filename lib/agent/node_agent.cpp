@@ -64,6 +64,7 @@ void NodeAgent::start()
                 ps.self_addr = network_->nodes.at(network_->self).sin_addr.s_addr;
                 ps.trusted = network_->pool_trusted;
                 ps.config = config_.pool;
+                ps.admissions = admissions_;
                 try {
                     pool_ = std::make_unique<rdma::Pool>(base_, ps, log_);
                     pool_->start();
@@ -82,7 +83,10 @@ void NodeAgent::start()
                 cs.stats_path = network_->cosched_socket.substr(0, network_->cosched_socket.rfind('/') + 1) +
                                 "storm-cosched.stats";
                 cs.config = config_.cosched;
-                cs.verifier = cosched::make_verifier(network_->step_lister, config_.cosched.partitions);
+                // Admits the jobs whose coscheduled contexts slurmstepd opened
+                // on the pool (none while the pool is off).
+                cs.verifier =
+                    cosched::make_verifier(network_->step_lister, admissions_, config_.cosched.partitions);
                 if (!network_->cosched_group.empty())
                     cs.enforcer.group = network_->cosched_group;
                 try {

@@ -29,7 +29,10 @@
 //    swapped and released at each switch (switch_rdma/pool.hpp).  Given a
 //    coscheduling socket and storm_cosched_partitions, it runs the local
 //    scheduler of implicit coscheduling (cosched/local.hpp); a failure to
-//    start it is logged and leaves the rest of the agent running.
+//    start it is logged and leaves the rest of the agent running.  The
+//    pool records which jobs have a coscheduled context open here
+//    (admissions()), and only those may register with the local scheduler:
+//    without the pool, none may.
 #pragma once
 
 #include <atomic>
@@ -77,8 +80,9 @@ struct AgentNetwork {
     std::vector<uid_t> pool_trusted;
     // Implicit coscheduling (cosched/), when a socket path is given and
     // storm_cosched_partitions is set: the request socket, and the cgroup
-    // (per slurmd) under which the jobs' cpu cgroups are made.  The step
-    // lister above checks who registers.
+    // (per slurmd) under which the jobs' cpu cgroups are made.  The pool
+    // above admits the jobs (their coscheduled contexts), the step lister
+    // checks which processes are theirs.
     std::string cosched_socket;
     std::string cosched_group;
 };
@@ -100,6 +104,8 @@ public:
     bool ping() noexcept;
     uint64_t wakeups() const noexcept { return wakeups_.load(); }
     const AgentConfig &config() const noexcept { return config_; }
+    // The jobs admitted to implicit coscheduling on this node (thread safe).
+    const cosched::Admissions &admissions() const noexcept { return *admissions_; }
 
 private:
     enum class Control : char { ping = 'p', stop = 's' };
@@ -117,6 +123,8 @@ private:
     std::unique_ptr<gang::Switcher> switcher_;
     std::unique_ptr<rdma::Pool> pool_;
     std::unique_ptr<cosched::Local> cosched_;
+    // Written by pool_, read by cosched_'s verifier (its worker thread).
+    std::shared_ptr<cosched::Admissions> admissions_ = std::make_shared<cosched::Admissions>();
     event_base *base_ = nullptr;
     event *control_ev_ = nullptr;
     int control_[2] = {-1, -1}; // [0] read by the loop, [1] written by callers

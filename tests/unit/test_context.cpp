@@ -61,6 +61,7 @@ void assert_same(const Context &a, const Context &b)
     assert_int_equal(a.step_id, b.step_id);
     assert_int_equal(a.uid, b.uid);
     assert_true(a.mode == b.mode);
+    assert_int_equal(a.cosched, b.cosched);
     assert_int_equal(a.divisions, b.divisions);
     assert_int_equal(a.port_base, b.port_base);
     assert_int_equal(a.ntasks, b.ntasks);
@@ -76,7 +77,15 @@ void test_encode_decode_round_trip(void **)
     Context c = sample();
     std::string text = c.encode();
     assert_string_equal(text.c_str(),
-                        "1;3;4242;7;1000;d;2;40000;10;10.0.0.1=0,2,4/10.0.0.2=1,3,5/192.168.7.200=6-9");
+                        "2;3;4242;7;1000;d;-;2;40000;10;10.0.0.1=0,2,4/10.0.0.2=1,3,5/192.168.7.200=6-9");
+    assert_same(Context::decode(text), c);
+    assert_false(Context::decode(text).cosched);
+    // Coscheduled (slurmctld's word, which the node agent trusts).
+    c.cosched = true;
+    text = c.encode();
+    assert_string_equal(text.c_str(),
+                        "2;3;4242;7;1000;d;c;2;40000;10;10.0.0.1=0,2,4/10.0.0.2=1,3,5/192.168.7.200=6-9");
+    assert_true(Context::decode(text).cosched);
     assert_same(Context::decode(text), c);
 
     // One node, swapped, ranks out of order and in runs.
@@ -90,7 +99,7 @@ void test_encode_decode_round_trip(void **)
     s.ntasks = 8;
     s.nodes = {{ip("127.0.0.1"), {4, 5, 6, 0, 1, 7, 2, 3}}};
     std::string t = s.encode();
-    assert_string_equal(t.c_str(), "1;63;1;0;0;s;1;40000;8;127.0.0.1=4-6,0-1,7,2-3");
+    assert_string_equal(t.c_str(), "2;63;1;0;0;s;-;1;40000;8;127.0.0.1=4-6,0-1,7,2-3");
     assert_same(Context::decode(t), s);
 
     // max_local_tasks on one node, and locate().
@@ -109,42 +118,59 @@ void test_encode_decode_round_trip(void **)
 
 void test_decode_rejects(void **)
 {
-    const std::string ok = "1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0,2,4/10.0.0.2=1,3,5";
+    const std::string ok = "2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0,2,4/10.0.0.2=1,3,5";
     Context::decode(ok);
     assert_true(contains(decode_error(""), "truncated"));
-    assert_true(contains(decode_error("2;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-5"), "unknown version"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;x;2;40000;6;10.0.0.1=0-5"), "unknown pool mode"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;;2;40000;6;10.0.0.1=0-5"), "unknown pool mode"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.256=0-5"), "bad node address"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;node1=0-5"), "bad node address"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;::1=0-5"), "bad node address"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;"), "no nodes"));
+    // Another format version: old and new Storm do not mix, and say so.
+    std::string e = decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-5");
+    assert_true(contains(e, "format version 1, this Storm reads version 2 only"));
+    assert_true(contains(decode_error("3;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "format version 3"));
+    assert_true(contains(decode_error("x;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "unknown version"));
+    assert_true(contains(decode_error("21;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "expected ';'"));
+    // The coscheduling flag: 'c' or '-', exactly one character; a version
+    // 1 body under version 2 has none.
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-5"), "bad coscheduling flag"));
+    assert_true(
+        contains(decode_error("2;3;4242;7;1000;d;x;2;40000;6;10.0.0.1=0-5"), "bad coscheduling flag"));
+    assert_true(
+        contains(decode_error("2;3;4242;7;1000;d;C;2;40000;6;10.0.0.1=0-5"), "bad coscheduling flag"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;;2;40000;6;10.0.0.1=0-5"), "bad coscheduling flag"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;cc;2;40000;6;10.0.0.1=0-5"), "expected ';'"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;"), "truncated"));
+    assert_true(Context::decode("2;3;4242;7;1000;s;c;1;40000;6;10.0.0.1=0-5").cosched);
+    assert_true(contains(decode_error("2;3;4242;7;1000;x;-;2;40000;6;10.0.0.1=0-5"), "unknown pool mode"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;;-;2;40000;6;10.0.0.1=0-5"), "unknown pool mode"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.256=0-5"), "bad node address"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;node1=0-5"), "bad node address"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;::1=0-5"), "bad node address"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;"), "no nodes"));
     // Duplicate and missing ranks.
     assert_true(
-        contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-3/10.0.0.2=3-5"), "listed twice"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0,0,1-4"), "listed twice"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-4"), "1 ranks have no node"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-6"), "out of range"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=3-1"), "decreasing"));
+        contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-3/10.0.0.2=3-5"), "listed twice"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0,0,1-4"), "listed twice"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-4"), "1 ranks have no node"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-6"), "out of range"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=3-1"), "decreasing"));
     // Too many ranks per node, in one range or in several.
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;65;10.0.0.1=0-64"), "too many ranks"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;65;10.0.0.1=0-64"), "too many ranks"));
     assert_true(
-        contains(decode_error("1;3;4242;7;1000;d;2;40000;65;10.0.0.1=0-31,32-63,64"), "too many ranks"));
+        contains(decode_error("2;3;4242;7;1000;d;-;2;40000;65;10.0.0.1=0-31,32-63,64"), "too many ranks"));
     // Ports out of range: below 1024, or the id's block past 65535.
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;80;6;10.0.0.1=0-5"), "out of range"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;65400;6;10.0.0.1=0-5"), "out of range"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;4294967296;6;10.0.0.1=0-5"), "port out of range"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;80;6;10.0.0.1=0-5"), "out of range"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;65400;6;10.0.0.1=0-5"), "out of range"));
+    assert_true(
+        contains(decode_error("2;3;4242;7;1000;d;-;2;4294967296;6;10.0.0.1=0-5"), "port out of range"));
     // Divisions.
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;0;40000;6;10.0.0.1=0-5"), "division count"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;s;2;40000;6;10.0.0.1=0-5"), "division count"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;0;40000;6;10.0.0.1=0-5"), "division count"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;s;-;2;40000;6;10.0.0.1=0-5"), "division count"));
     // Trailing junk and truncation.
     assert_true(contains(decode_error(ok + "x"), "expected"));
     assert_true(contains(decode_error(ok + ";"), "expected"));
     assert_true(contains(decode_error(ok + "/"), "bad node address"));
     assert_true(contains(decode_error(ok + ","), "expected rank"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000"), "expected ';'"));
-    assert_true(contains(decode_error("1;3;4242;-7;1000;d;2;40000;6;10.0.0.1=0-5"), "expected step id"));
-    assert_true(contains(decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1="), "expected rank"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000"), "expected ';'"));
+    assert_true(contains(decode_error("2;3;4242;-7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "expected step id"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1="), "expected rank"));
 }
 
 void test_validate(void **)
@@ -243,6 +269,11 @@ void test_step_context(void **)
     assert_int_equal(c.port_base, 40000);
     assert_int_equal(c.ntasks, 4);
     assert_int_equal(c.uid, 1001);
+    assert_false(c.cosched);
+    // A coscheduled partition's step: the flag, whatever the mode.
+    s.cosched = true;
+    assert_true(make_context(p, s).cosched);
+    s.cosched = false;
     // FORCE:4 without gang scheduling: divided, n = 4.
     s.force_n = 4;
     c = make_context(p, s);
@@ -311,6 +342,10 @@ void test_control_round_trips(void **)
     std::string m = control::open(c);
     Reader r = open_message(m, control::Type::open);
     assert_same(control::read_open(r), c);
+    c.cosched = true; // what slurmstepd tells the agent about the job
+    m = control::open(c);
+    r = open_message(m, control::Type::open);
+    assert_true(control::read_open(r).cosched);
 
     m = control::close(3, 4242, 7);
     r = open_message(m, control::Type::close);

@@ -1,7 +1,8 @@
 // Implicit coscheduling (cosched/): the scheduler's decisions on a fake
 // clock (GMET, least-CPU fairness, no starvation, false requests), the
 // settings, the request channel against fake tasks on its real socket
-// (malformed requests, a process registering for a job it is not part of),
+// (malformed requests, a process registering for a job it is not part of,
+// a job without a coscheduled context whatever its environment claims),
 // and both enforcers on a real child process.
 // <fstream> before cmocka.h, whose fail() macro breaks it.
 #include <fstream>
@@ -322,6 +323,9 @@ struct Bench {
     // The job step processes the fake StepLister reports, per job.
     std::map<uint32_t, std::vector<pid_t>> steps;
     int listings = 0; // how often the verifier asked the fake StepLister
+    // The jobs whose coscheduled contexts "slurmstepd opened" (the pool's
+    // part in the agent).
+    std::shared_ptr<Admissions> admissions = std::make_shared<Admissions>();
 
     explicit Bench(std::chrono::microseconds gmet = 0us)
     {
@@ -344,7 +348,7 @@ struct Bench {
                         out[j] = steps[j];
                 return out;
             },
-            {"work"}, dir + "/proc");
+            admissions, {"work"}, dir + "/proc");
         s.make_enforcer = [this] { return std::make_unique<FakeEnforcer>(&calls); };
         s.now = clock.now();
         local = std::make_unique<Local>(base, std::move(s), Logger("cosched-test"));
@@ -437,6 +441,8 @@ void test_channel_registration(void **)
 {
     Bench b;
     b.steps[7] = {getpid(), 99999};
+    b.admissions->open(7);
+    b.admissions->open(8);
     b.environ_says("7", "work");
     Task t1(b), t2(b);
     // Not scheduled at registration: at the next aligned instant.
@@ -503,6 +509,8 @@ void test_channel_refusals(void **)
     Bench b;
     b.steps[7] = {getpid()};
     b.steps[9] = {12345}; // this process is not among job 9's
+    b.admissions->open(7);
+    b.admissions->open(9);
     b.environ_says("7", "work");
     g_log.clear();
     {
@@ -520,9 +528,50 @@ void test_channel_refusals(void **)
         assert_true(logged("is not a process of job 9's steps"));
     }
     {
-        b.environ_says("7", "debug");
+        // Job 10 has no coscheduled context here: its environment claiming
+        // a coscheduled partition does not help.
+        b.steps[10] = {getpid()};
+        b.environ_says("10", "work");
         Task t(b);
-        assert_true(contains(t.reg(b, 7), "partition \"debug\" is not coscheduled"));
+        int listed = b.listings;
+        std::string e = t.reg(b, 10);
+        assert_true(contains(e, "cannot register for job 10: job 10 is not coscheduled on this node: "
+                                "slurmstepd opened no coscheduled step of it here "
+                                "(SLURM_JOB_PARTITION=\"work\" in its environment does not count)"));
+        assert_int_equal(b.listings, listed); // refused before asking slurmstepd
+        assert_true(logged("cannot register for job 10: job 10 is not coscheduled on this node"));
+        // Without the variable: the same refusal, without the note.
+        std::ofstream(b.dir + "/proc/" + std::to_string(getpid()) + "/environ", std::ios::binary)
+            << std::string("SLURM_JOB_ID=10\0", 16);
+        Task t2(b);
+        e = t2.reg(b, 10);
+        assert_true(contains(e, "slurmstepd opened no coscheduled step of it here") &&
+                    !contains(e, "SLURM_JOB_PARTITION"));
+    }
+    {
+        // Its environment naming another partition: the reason says so.
+        b.environ_says("10", "debug");
+        Task t(b);
+        assert_true(
+            contains(t.reg(b, 10),
+                     "job 10 is not coscheduled on this node (its partition \"debug\" is not coscheduled)"));
+    }
+    {
+        // Once slurmstepd opened a coscheduled context of job 10, it may
+        // register, whatever its environment says of the partition; once
+        // closed, no more.
+        b.admissions->open(10);
+        Task t(b);
+        assert_string_equal(t.reg(b, 10).c_str(), "K1");
+        assert_int_equal(b.local->tasks(10), 1);
+        b.admissions->close(10);
+        Task t2(b);
+        assert_true(contains(t2.reg(b, 10), "job 10 is not coscheduled on this node"));
+        assert_int_equal(b.local->tasks(10), 1); // the registered task stays
+        close(t.fd);
+        t.fd = -1;
+        b.spin();
+        assert_int_equal(b.local->scheduler().jobs(), 0);
     }
     {
         b.environ_says("7", "work");

@@ -1,11 +1,15 @@
 // The PMPI library (cosched/pmpi) end to end, without a cluster: two
 // unmodified MPI singletons (tests/unit/cosched_ping.c) with the library
 // preloaded, as --storm-cosched does, against the local scheduler on a
-// real socket (fake enforcer, the agent's verifier on the real /proc).
-// They register at MPI_Init, their arrivals switch the node between their
-// jobs, and they unregister at MPI_Finalize; a third one, killed, is
-// unregistered by its connection closing; one of a job outside the
-// coscheduled partitions is refused.  Against a fake agent that counts:
+// real socket (fake enforcer, the agent's verifier on the real /proc, the
+// jobs admitted as the pool does when slurmstepd opens their coscheduled
+// contexts).  They register at MPI_Init, their arrivals switch the node
+// between their jobs, and they unregister at MPI_Finalize; a third one,
+// killed, is unregistered by its connection closing; one of a job outside
+// the coscheduled partitions, and one whose environment claims a
+// coscheduled partition without a coscheduled context, are refused; one
+// whose step slurmstepd did not give the socket says why
+// (STORM_COSCHED_REFUSED).  Against a fake agent that counts:
 // every receive path the library hooks reports each receive exactly once,
 // and sends never.
 #include <fstream>
@@ -54,8 +58,10 @@ struct FakeEnforcer : Enforcer {
     void release(uint32_t job) override { calls->push_back("release " + std::to_string(job)); }
 };
 
+// `sock` empty: no STORM_COSCHED_SOCKET, and `refused` (if any) in
+// STORM_COSCHED_REFUSED, as slurmstepd does in a step not coscheduled.
 pid_t run_ping(const std::string &sock, uint32_t job, const char *partition, int rounds,
-               const std::string &err)
+               const std::string &err, const char *refused = nullptr)
 {
     pid_t p = fork();
     if (p == 0) {
@@ -63,7 +69,10 @@ pid_t run_ping(const std::string &sock, uint32_t job, const char *partition, int
         setenv("SLURM_JOB_ID", j.c_str(), 1);
         setenv("SLURM_JOB_PARTITION", partition, 1);
         setenv("SLURM_PROCID", "0", 1);
-        setenv(STORM_COSCHED_SOCKET_ENV, sock.c_str(), 1);
+        if (!sock.empty())
+            setenv(STORM_COSCHED_SOCKET_ENV, sock.c_str(), 1);
+        if (refused)
+            setenv(STORM_COSCHED_REFUSED_ENV, refused, 1);
         setenv("STORM_COSCHED_INTERVAL_US", "1000", 1);
         setenv("OMPI_MCA_ess_singleton_isolated", "1", 1); // no orted
         setenv("LD_PRELOAD", STORM_PMPI_SO, 1);
@@ -95,7 +104,10 @@ void test_pmpi_end_to_end(void **)
     s.config.partitions = {"work"};
     s.config.slice = 10s;
     s.config.gmet = 0us;
-    s.verifier = make_verifier(nullptr, {"work"});
+    auto admissions = std::make_shared<Admissions>();
+    for (uint32_t j : {41, 42, 43})
+        admissions->open(j);
+    s.verifier = make_verifier(nullptr, admissions, {"work"});
     s.make_enforcer = [&calls] { return std::make_unique<FakeEnforcer>(&calls); };
     auto local = std::make_unique<Local>(base, std::move(s), Logger("cosched-test"));
     local->start();
@@ -109,7 +121,9 @@ void test_pmpi_end_to_end(void **)
     pid_t b = run_ping(sock, 42, "work", 40, dir + "/b.err");
     pid_t c = run_ping(sock, 43, "work", 100000, dir + "/c.err");
     pid_t d = run_ping(sock, 44, "debug", 5, dir + "/d.err");
-    std::vector<pid_t> live = {a, b, d};
+    pid_t e = run_ping(sock, 45, "work", 5, dir + "/e.err");
+    pid_t f = run_ping("", 46, "debug", 5, dir + "/f.err", "job 46's partition \"debug\" is not coscheduled");
+    std::vector<pid_t> live = {a, b, d, e, f};
     std::map<pid_t, int> st;
     bool c_registered = false;
     for (int i = 0; i < 3000 && !live.empty(); ++i) {
@@ -132,22 +146,33 @@ void test_pmpi_end_to_end(void **)
         spin();
     assert_true(live.empty());
     assert_true(c_registered);
-    for (pid_t p : {a, b, d})
+    for (pid_t p : {a, b, d, e, f})
         assert_true(WIFEXITED(st[p]) && WEXITSTATUS(st[p]) == 0);
     auto has = [&](const std::string &x) { return std::find(calls.begin(), calls.end(), x) != calls.end(); };
     for (const char *x : {"attach 41", "attach 42", "attach 43", "release 41", "release 42", "release 43"})
         if (!has(x))
             fail_msg("no \"%s\" among the enforcer's calls", x);
-    assert_false(has("attach 44"));
+    for (const char *x : {"attach 44", "attach 45", "attach 46"})
+        assert_false(has(x));
     // The two jobs' arrivals reached the local scheduler as requests of
     // unknown status (which do not move a job picked at an aligned instant).
     const auto &stats = local->scheduler().stats();
     assert_true(stats.tick_held + stats.request_switches >= 2);
     assert_int_equal(stats.false_requests, 0);
     assert_int_equal(local->scheduler().jobs(), 0);
-    assert_true(contains(slurp(dir + "/d.err"),
-                         "the node agent refused coscheduling: cannot register for job 44: "
-                         "job 44's partition \"debug\" is not coscheduled"));
+    // What t0009 looks for: "refused coscheduling.*partition "debug" is
+    // not coscheduled".
+    assert_true(
+        contains(slurp(dir + "/d.err"),
+                 "the node agent refused coscheduling: cannot register for job 44: "
+                 "job 44 is not coscheduled on this node (its partition \"debug\" is not coscheduled)"));
+    assert_true(contains(slurp(dir + "/e.err"),
+                         "the node agent refused coscheduling: cannot register for job 45: "
+                         "job 45 is not coscheduled on this node: slurmstepd opened no "
+                         "coscheduled step of it here"));
+    assert_true(contains(slurp(dir + "/f.err"),
+                         "storm-cosched: rank 0 of job 46: slurmstepd refused "
+                         "coscheduling: job 46's partition \"debug\" is not coscheduled"));
     local.reset();
     event_base_free(base);
     std::system(("rm -rf " + dir).c_str());

@@ -1,7 +1,8 @@
 // Unit tests of the node agent's life cycle (lib/agent/node_agent.*): the
 // thread starts, its event loop answers, and stop() ends it cleanly, in
 // any order and any number of times; with storm_cosched_partitions it
-// serves coscheduling's request socket.
+// serves coscheduling's request socket, where a job may register only while
+// slurmstepd has a coscheduled context of it open on the agent's pool.
 #include "tests/unit/cmocka.hpp"
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 
 #include "cosched/protocol.h"
 #include "lib/agent/node_agent.hpp"
+#include "switch_rdma/control.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
 using storm::agent::AgentConfig;
@@ -172,10 +175,130 @@ void test_cosched_socket(void **)
     rmdir(dir.c_str());
 }
 
+// A task of `job` (run as this program again, with SLURM_JOB_ID=<job> in
+// the environment its /proc/<pid>/environ shows): registers on `sock`,
+// prints "OK" or the agent's refusal, and exits (which unregisters it).
+int task_main(const char *sock, const char *job)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0) {
+        std::printf("cannot connect: %s", std::strerror(errno));
+        return 1;
+    }
+    uint32_t j = static_cast<uint32_t>(std::strtoul(job, nullptr, 10));
+    unsigned char m[STORM_COSCHED_MSG_SIZE] = {STORM_COSCHED_VERSION,
+                                               STORM_COSCHED_REGISTER,
+                                               0,
+                                               0,
+                                               static_cast<unsigned char>(j >> 24),
+                                               static_cast<unsigned char>(j >> 16),
+                                               static_cast<unsigned char>(j >> 8),
+                                               static_cast<unsigned char>(j)};
+    if (send(fd, m, sizeof m, 0) != static_cast<ssize_t>(sizeof m))
+        return 1;
+    pollfd p{fd, POLLIN, 0};
+    char buf[512];
+    ssize_t n = poll(&p, 1, 5000) == 1 ? recv(fd, buf, sizeof buf - 1, 0) : -1;
+    if (n == STORM_COSCHED_MSG_SIZE && buf[1] == STORM_COSCHED_OK)
+        std::printf("OK");
+    else if (n > STORM_COSCHED_MSG_SIZE && buf[1] == STORM_COSCHED_ERROR)
+        std::printf("%.*s", static_cast<int>(n - STORM_COSCHED_MSG_SIZE), buf + STORM_COSCHED_MSG_SIZE);
+    else
+        std::printf("no answer");
+    return 0;
+}
+
+std::string register_as_task(const std::string &sock, uint32_t job)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    std::string j = std::to_string(job), env = "SLURM_JOB_ID=" + j;
+    pid_t c = fork();
+    if (c == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        char *envp[] = {env.data(), nullptr};
+        execle("/proc/self/exe", "test_node_agent", "--register", sock.c_str(), j.c_str(),
+               static_cast<char *>(nullptr), envp);
+        _exit(127);
+    }
+    close(p[1]);
+    std::string out;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(p[0], buf, sizeof buf)) > 0)
+        out.append(buf, static_cast<size_t>(n));
+    close(p[0]);
+    int st = 0;
+    waitpid(c, &st, 0);
+    return out;
+}
+
+// The trust chain in the agent: its pool records the coscheduled contexts
+// slurmstepd opens, and the local scheduler admits their jobs only, while
+// they are open; a context that is not coscheduled admits nothing.
+void test_cosched_admission(void **)
+{
+    char tmpl[] = "/tmp/storm-agent-test.XXXXXX";
+    std::string dir = mkdtemp(tmpl), sock = dir + "/" STORM_COSCHED_SOCKET_NAME,
+                pool = dir + "/" + storm::rdma::control::socket_name;
+    storm::agent::AgentNetwork net;
+    net.nodes = {prim_fixture::loopback(prim_fixture::free_port())};
+    net.self = 0;
+    net.auth = std::make_unique<prim_fixture::FakeAuth>();
+    net.pool_socket = pool;
+    net.pool_trusted = {getuid()}; // this test plays slurmstepd
+    net.cosched_socket = sock;
+    net.cosched_group = "storm-cosched-agent-test-" + std::to_string(getpid());
+    NodeAgent a(AgentConfig::from_switch_parameters("storm_cosched_partitions=work"), storm::Logger("t"),
+                std::move(net));
+    a.start();
+    storm::rdma::Context c;
+    c.id = 2;
+    c.job_id = 71;
+    c.uid = getuid();
+    c.divisions = 4; // a quarter of the pool each
+    c.port_base = 40000;
+    c.ntasks = 1;
+    c.nodes = {{prim_fixture::loopback(0).sin_addr.s_addr, {0}}};
+    c.cosched = true;
+    std::string e = register_as_task(sock, 71);
+    assert_true(std::strstr(e.c_str(), "job 71 is not coscheduled on this node: slurmstepd opened no "
+                                       "coscheduled step of it here") != nullptr);
+    // slurmstepd opens the step's coscheduled context: the job may register.
+    storm::rdma::control::request(pool, storm::rdma::control::open(c));
+    assert_int_equal(a.admissions().steps(71), 1);
+    assert_string_equal(register_as_task(sock, 71).c_str(), "OK");
+    // Its step ends: no more.
+    storm::rdma::control::request(pool, storm::rdma::control::close(2, 71, 0));
+    assert_false(a.admissions().admitted(71));
+    assert_non_null(std::strstr(register_as_task(sock, 71).c_str(), "job 71 is not coscheduled"));
+    // A context that is not coscheduled admits nothing.
+    c.id = 3;
+    c.job_id = 72;
+    c.cosched = false;
+    storm::rdma::control::request(pool, storm::rdma::control::open(c));
+    assert_non_null(std::strstr(register_as_task(sock, 72).c_str(), "job 72 is not coscheduled"));
+    // The agent's end ends every admission.
+    c.id = 4;
+    c.job_id = 73;
+    c.cosched = true;
+    storm::rdma::control::request(pool, storm::rdma::control::open(c));
+    assert_true(a.admissions().admitted(73));
+    a.stop();
+    assert_int_equal(a.admissions().jobs(), 0);
+    rmdir(dir.c_str());
+}
+
 } // namespace
 
-int main()
+int main(int argc, char **argv)
 {
+    if (argc == 4 && std::strcmp(argv[1], "--register") == 0)
+        return task_main(argv[2], argv[3]);
     storm::set_log_sink(capture_sink);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_start_ping_stop),
@@ -183,6 +306,7 @@ int main()
         cmocka_unit_test(test_double_start_refused),
         cmocka_unit_test(test_many_cycles),
         cmocka_unit_test(test_cosched_socket),
+        cmocka_unit_test(test_cosched_admission),
     };
     return cmocka_run_group_tests_name("node_agent", tests, nullptr, nullptr);
 }

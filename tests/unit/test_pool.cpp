@@ -2,7 +2,8 @@
 // fake tasks on its real control socket: who may open, close and attach;
 // the pool's accounting and credits; halt / swap / release with queue
 // contents saved and restored exactly; a corrupt queue index or a task
-// that never halts fails its context without blocking the switch.
+// that never halts fails its context without blocking the switch; the
+// jobs of open coscheduled contexts are admitted to coscheduling.
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
@@ -62,6 +63,7 @@ struct Bench {
     event_base *base = event_base_new();
     std::string dir;
     std::unique_ptr<Pool> pool;
+    std::shared_ptr<cosched::Admissions> admissions = std::make_shared<cosched::Admissions>();
     bool tasks_stopped = true;
     Bench(std::vector<uid_t> trusted = {0}, uint64_t pool_size = 1 << 20)
     {
@@ -77,6 +79,7 @@ struct Bench {
         s.config.packet_size = 1024;
         s.config.halt_wait_us = 50000;
         s.is_stopped = [this](pid_t) { return tasks_stopped; }; // the fake tasks are this process
+        s.admissions = admissions;
         pool = std::make_unique<Pool>(base, s, Logger("pool"));
         pool->start();
     }
@@ -478,6 +481,76 @@ void test_late_attach(void **)
     assert_string_equal(t1.next(b).c_str(), "G9");
 }
 
+// The pool records the jobs of the open coscheduled contexts (what the
+// local scheduler's verifier admits), per job, from slurmstepd's open to
+// its close; nothing else enters them.
+void test_cosched_admissions(void **)
+{
+    auto b = std::make_unique<Bench>();
+    auto &adm = *b->admissions;
+    Context plain = context(1, 600, PoolMode::divided, 4, 2, 1);
+    Context co = context(2, 601, PoolMode::divided, 4, 2, 1);
+    co.cosched = true;
+    // A context that is not coscheduled admits nothing; the task's user
+    // cannot open one (only slurmstepd's uids may).
+    assert_string_equal(b->request(control::open(plain)).c_str(), "ok");
+    assert_false(adm.admitted(600));
+    assert_true(contains(b->request(control::open(co), 65534), "only slurmstepd may open"));
+    assert_false(adm.admitted(601));
+    assert_int_equal(adm.jobs(), 0);
+    // slurmstepd opens a coscheduled one: admitted; asking again counts once.
+    assert_string_equal(b->request(control::open(co)).c_str(), "ok");
+    assert_true(adm.admitted(601));
+    assert_string_equal(b->request(control::open(co)).c_str(), "ok");
+    assert_int_equal(adm.steps(601), 1);
+    // A second step of the job: admitted while either is open.
+    Context co2 = co;
+    co2.id = 3;
+    co2.step_id = 1;
+    assert_string_equal(b->request(control::open(co2)).c_str(), "ok");
+    assert_int_equal(adm.steps(601), 2);
+    assert_string_equal(b->request(control::close(2, 601, 0)).c_str(), "ok");
+    assert_true(adm.admitted(601));
+    assert_int_equal(adm.steps(601), 1);
+    // A close for another step, or by a task's uid, changes nothing.
+    assert_true(contains(b->request(control::close(3, 601, 7)), "no context 3"));
+    assert_true(contains(b->request(control::close(3, 601, 1), 65534), "only slurmstepd may close"));
+    assert_int_equal(adm.steps(601), 1);
+    assert_string_equal(b->request(control::close(3, 601, 1)).c_str(), "ok");
+    assert_false(adm.admitted(601));
+    assert_int_equal(adm.jobs(), 0);
+    // A refused open (this node is not among its nodes) admits nothing.
+    Context away = co;
+    away.id = 4;
+    away.job_id = 602;
+    away.nodes.erase(away.nodes.begin());
+    away.nodes[0].ranks = {0, 1};
+    assert_true(contains(b->request(control::open(away)), "is not among the context's nodes"));
+    assert_false(adm.admitted(602));
+    // One opened without a window (no credit) still admits its job: the
+    // step runs.
+    Context nocredit = context(5, 603, PoolMode::divided, 8, 64, 1);
+    nocredit.cosched = true;
+    assert_string_equal(b->request(control::open(nocredit)).c_str(), "ok");
+    assert_true(adm.admitted(603));
+    // An id given to a new step (slurmstepd of the old one never closed
+    // it): the old job's admission goes with its context.
+    Context reuse = context(5, 604, PoolMode::swapped, 1, 2, 1);
+    assert_string_equal(b->request(control::open(reuse)).c_str(), "ok");
+    assert_false(adm.admitted(603));
+    assert_false(adm.admitted(604)); // not coscheduled
+    // A swapped coscheduled context (out of the pool) admits as well, and
+    // the pool's end forgets every admission.
+    Context sw = context(6, 605, PoolMode::swapped, 1, 2, 1);
+    sw.cosched = true;
+    assert_string_equal(b->request(control::open(sw)).c_str(), "ok");
+    assert_true(adm.admitted(605));
+    auto keep = b->admissions;
+    b.reset();
+    assert_false(keep->admitted(605));
+    assert_int_equal(keep->jobs(), 0);
+}
+
 } // namespace
 
 int main()
@@ -488,6 +561,7 @@ int main()
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_failures),
         cmocka_unit_test(test_late_attach),
+        cmocka_unit_test(test_cosched_admissions),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

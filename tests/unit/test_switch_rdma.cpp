@@ -3,7 +3,8 @@
 // slurmctld (slurm_prog_name, the job records, find_job_record) and
 // slurmstepd (slurmd's `conf` with a spool directory where a fake node
 // agent listens), with Slurm's own pack buffers and environment arrays
-// from libslurmfull.
+// from libslurmfull.  Partition "work" is coscheduled
+// (storm_cosched_partitions).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,7 @@ struct Plugin {
     void *h = nullptr;
     int (*init)(void);
     int (*fini)(void);
+    int (*reconfig)(void);
     int (*libstate_save)(char *);
     int (*libstate_restore)(char *, bool);
     int (*libstate_clear)(void);
@@ -91,6 +93,7 @@ struct Plugin {
         assert_non_null(h);
         sym(init, "init");
         sym(fini, "fini");
+        sym(reconfig, "switch_p_reconfig");
         sym(libstate_save, "switch_p_libstate_save");
         sym(libstate_restore, "switch_p_libstate_restore");
         sym(libstate_clear, "switch_p_libstate_clear");
@@ -111,6 +114,15 @@ struct Plugin {
 } P;
 
 std::string g_dir; // StateSaveLocation and SlurmdSpoolDir
+constexpr const char *kParams = "storm_ctx_max=2,storm_pool_size=67108864,storm_cosched_partitions=work";
+
+// New SwitchParameters, as `scontrol reconfigure` gives them.
+void reconfigure(const char *params)
+{
+    xfree(slurm_conf.switch_param);
+    slurm_conf.switch_param = xstrdup(params);
+    assert_int_equal(P.reconfig(), SLURM_SUCCESS);
+}
 
 // A step of job `job` with `per_node[i]` tasks on node i, ranks dealt
 // round robin over the nodes.
@@ -123,8 +135,14 @@ struct Step {
     std::vector<std::vector<uint32_t>> tids;
     std::vector<uint32_t *> tid_ptrs;
     std::string nodes;
-    Step(uint32_t job_id, uint32_t step_id, std::vector<uint16_t> per_node, uint16_t max_share = 1)
+    std::string part_name;
+    Step(uint32_t job_id, uint32_t step_id, std::vector<uint16_t> per_node, uint16_t max_share = 1,
+         const char *partition = nullptr)
     {
+        if (partition) {
+            part_name = partition;
+            part.name = const_cast<char *>(part_name.c_str());
+        }
         job.job_id = job_id;
         job.user_id = 1000;
         job.job_state = JOB_RUNNING;
@@ -184,6 +202,23 @@ std::string ctx_env(void *info)
     return out;
 }
 
+// The coscheduling variables a task of this jobinfo gets, its environment
+// holding `before` first (what srun passed on): name -> value, absent if
+// unset.
+std::map<std::string, std::string> cosched_env(void *info, const std::map<std::string, std::string> &before)
+{
+    char **env = env_array_create();
+    for (const auto &[k, v] : before)
+        env_array_overwrite(&env, k.c_str(), v.c_str());
+    assert_int_equal(P.attach(info, &env, 0, 0, 1, 1, 0), SLURM_SUCCESS);
+    std::map<std::string, std::string> out;
+    for (const char *k : {"STORM_COSCHED_SOCKET", "STORM_COSCHED_REFUSED"})
+        if (const char *v = getenvp(env, k))
+            out[k] = v;
+    env_array_free(env);
+    return out;
+}
+
 // Makes the packed bytes of `buf` readable from the start, as a receiver
 // sees them (its size is what was packed).
 void reread(buf_t *buf)
@@ -207,7 +242,7 @@ int setup(void **)
     g_dir = t;
     slurm_prog_name = xstrdup("slurmctld"); // before any running_in_*()
     slurm_conf.switch_type = xstrdup("switch/rdma");
-    slurm_conf.switch_param = xstrdup("storm_ctx_max=2,storm_pool_size=67108864");
+    slurm_conf.switch_param = xstrdup(kParams);
     slurm_conf.schedtype = xstrdup("sched/gang");
     conf = static_cast<slurmd_conf_t *>(xmalloc(sizeof(slurmd_conf_t)));
     conf->spooldir = xstrdup(g_dir.c_str());
@@ -230,7 +265,7 @@ void test_build_pack_attach(void **)
     void *info = nullptr;
     assert_int_equal(build(s, &info), SLURM_SUCCESS);
     std::string text = ctx_env(info);
-    assert_string_equal(text.c_str(), "1;0;100;0;1000;s;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
+    assert_string_equal(text.c_str(), "2;0;100;0;1000;s;-;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
 
     // Through Slurm's buffers, as srun, slurmd and slurmstepd see it.
     buf_t *buf = init_buf(1024);
@@ -268,10 +303,18 @@ void test_build_pack_attach(void **)
     free_buf(buf);
     buf = init_buf(1024);
     pack16(1, buf);
-    char bad_mode[] = "1;0;100;0;1000;q;1;40000;1;127.0.0.1=0";
+    char bad_mode[] = "2;0;100;0;1000;q;-;1;40000;1;127.0.0.1=0";
     packstr(bad_mode, buf);
     reread(buf);
     assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_ERROR);
+    free_buf(buf);
+    buf = init_buf(1024);
+    pack16(1, buf);
+    char old_format[] = "1;0;100;0;1000;d;1;40000;1;127.0.0.1=0"; // an older Storm's context
+    packstr(old_format, buf);
+    reread(buf);
+    assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_ERROR);
+    assert_null(copy);
     free_buf(buf);
     buf = init_buf(1024);
     pack16(1, buf); // truncated
@@ -290,9 +333,9 @@ void test_modes_and_refusals(void **)
     Step a(200, 0, {1}), b(201, 3, {1}, SHARED_FORCE | 1);
     void *ia = nullptr, *ib = nullptr, *ic = nullptr, *id = nullptr;
     assert_int_equal(build(a, &ia), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(ia).c_str(), "1;0;200;0;1000;d;1;40000;1;127.0.0.1=0");
+    assert_string_equal(ctx_env(ia).c_str(), "2;0;200;0;1000;d;-;1;40000;1;127.0.0.1=0");
     assert_int_equal(build(b, &ib), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(ib).c_str(), "1;1;201;3;1000;d;1;40000;1;127.0.0.1=0");
+    assert_string_equal(ctx_env(ib).c_str(), "2;1;201;3;1000;d;-;1;40000;1;127.0.0.1=0");
     // storm_ctx_max=2: the third waits (srun retries on INTERCONNECT_BUSY).
     Step c(202, 0, {1});
     assert_int_equal(build(c, &ic), SLURM_ERROR);
@@ -304,7 +347,7 @@ void test_modes_and_refusals(void **)
     P.step_complete(ia, a.layout.node_list);
     P.free_(ia);
     assert_int_equal(build(c, &ic), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ic), "1;0;202;0;"));
+    assert_true(contains(ctx_env(ic), "2;0;202;0;"));
     P.free_(ic); // c keeps id 0 until its job ends
     P.job_complete(202);
     // 65 tasks on a node: refused for good.
@@ -316,7 +359,7 @@ void test_modes_and_refusals(void **)
     Step e(204, 0, {64});
     void *ie = nullptr;
     assert_int_equal(build(e, &ie), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ie), "1;0;204;0;1000;d;1;"));
+    assert_true(contains(ctx_env(ie), "2;0;204;0;1000;d;-;1;"));
     // FORCE:8 without sched/gang: divided n=8; 64 tasks on a node leave
     // no credit, which does not refuse the step (its tasks get the reason).
     slurm_conf.schedtype = xstrdup("sched/backfill");
@@ -327,7 +370,7 @@ void test_modes_and_refusals(void **)
     P.free_(if_);
     P.job_complete(205);
     assert_int_equal(build(g, &ig), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ig), "1;0;206;0;1000;d;8;"));
+    assert_true(contains(ctx_env(ig), "2;0;206;0;1000;d;-;8;"));
     P.free_(ig);
     P.job_complete(206);
     xfree(slurm_conf.schedtype);
@@ -357,7 +400,7 @@ void test_restart(void **)
     Step c(302, 0, {1});
     void *ic = nullptr;
     assert_int_equal(build(c, &ic), SLURM_SUCCESS); // sweeps 300's entry, takes id 0
-    assert_true(contains(ctx_env(ic), "1;0;302;0;"));
+    assert_true(contains(ctx_env(ic), "2;0;302;0;"));
     P.free_(ic);
 
     // A stale file: it has job 400's step on id 1, the job state has 301
@@ -368,7 +411,7 @@ void test_restart(void **)
     Step d(303, 0, {1});
     void *id = nullptr;
     assert_int_equal(build(d, &id), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(id), "1;0;303;0;"));
+    assert_true(contains(ctx_env(id), "2;0;303;0;"));
     P.free_(id);
     Step e(304, 0, {1});
     void *ie = nullptr;
@@ -385,7 +428,7 @@ void test_restart(void **)
     Step f(305, 0, {1});
     void *if_ = nullptr;
     assert_int_equal(build(f, &if_), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(if_), "1;0;305;0;"));
+    assert_true(contains(ctx_env(if_), "2;0;305;0;"));
     P.free_(if_);
     // slurmctld -c: nothing recovered.
     assert_int_equal(P.libstate_restore(const_cast<char *>(g_dir.c_str()), false), SLURM_SUCCESS);
@@ -478,15 +521,107 @@ void test_stepd_open_close(void **)
     P.job_complete(500);
 }
 
+// The coscheduling flag: slurmctld marks the steps of the jobs of its
+// storm_cosched_partitions (reread at reconfigure); the flag survives
+// packing (slurmctld's job state across a restart, srun, slurmd,
+// slurmstepd); slurmstepd tells the node agent when it opens the context,
+// and gives STORM_COSCHED_SOCKET to those steps' tasks only, whatever
+// their environment says.
+void test_cosched_flag(void **)
+{
+    P.libstate_clear();
+    reconfigure("storm_ctx_max=8,storm_pool_size=67108864,storm_cosched_partitions=work");
+    Step w(600, 0, {1, 1}, 1, "work"), d(601, 0, {1}, 1, "debug"), n(602, 0, {1});
+    void *iw = nullptr, *id = nullptr, *in = nullptr;
+    assert_int_equal(build(w, &iw), SLURM_SUCCESS);
+    assert_int_equal(build(d, &id), SLURM_SUCCESS);
+    assert_int_equal(build(n, &in), SLURM_SUCCESS); // a job without a partition record
+    assert_string_equal(ctx_env(iw).c_str(), "2;0;600;0;1000;d;c;1;40000;2;127.0.0.1=0/127.0.0.1=1");
+    assert_string_equal(ctx_env(id).c_str(), "2;1;601;0;1000;d;-;1;40000;1;127.0.0.1=0");
+    assert_true(contains(ctx_env(in), "2;2;602;0;1000;d;-;"));
+
+    // The tasks: the socket in the coscheduled step only; a forged
+    // variable from srun's environment is dropped.
+    std::string sock = g_dir + "/storm-cosched.sock";
+    auto e = cosched_env(iw, {{"STORM_COSCHED_REFUSED", "forged"}, {"SLURM_JOB_PARTITION", "debug"}});
+    assert_int_equal(e.size(), 1);
+    assert_string_equal(e["STORM_COSCHED_SOCKET"].c_str(), sock.c_str());
+    e = cosched_env(id, {{"STORM_COSCHED_SOCKET", "/tmp/forged.sock"}, {"SLURM_JOB_PARTITION", "debug"}});
+    assert_int_equal(e.size(), 1);
+    assert_string_equal(e["STORM_COSCHED_REFUSED"].c_str(),
+                        "job 601's partition \"debug\" is not coscheduled");
+    // An environment claiming a coscheduled partition changes nothing.
+    e = cosched_env(id, {{"SLURM_JOB_PARTITION", "work"}});
+    assert_int_equal(e.count("STORM_COSCHED_SOCKET"), 0);
+    assert_true(contains(e["STORM_COSCHED_REFUSED"], "slurmctld did not mark step 601.0 coscheduled"));
+
+    // Packed and unpacked (slurmctld's job state, srun, slurmd, slurmstepd)
+    // and duplicated, the flag stays.
+    for (void *info : {iw, id}) {
+        buf_t *buf = init_buf(1024);
+        assert_int_equal(P.pack(info, buf, SLURM_PROTOCOL_VERSION), SLURM_SUCCESS);
+        reread(buf);
+        void *copy = nullptr, *dup = nullptr;
+        assert_int_equal(P.unpack(&copy, buf, SLURM_PROTOCOL_VERSION), SLURM_SUCCESS);
+        assert_int_equal(P.duplicate(copy, &dup), SLURM_SUCCESS);
+        assert_string_equal(ctx_env(dup).c_str(), ctx_env(info).c_str());
+        assert_int_equal(cosched_env(dup, {}).count("STORM_COSCHED_SOCKET"), info == iw);
+        P.free_(dup);
+        P.free_(copy);
+        free_buf(buf);
+    }
+
+    // slurmstepd tells the node agent the step is coscheduled (the agent
+    // admits its job while the context is open).
+    {
+        FakeAgent agent(control::ok(), 2);
+        stepd_step_rec_t job{};
+        dynamic_plugin_data_t dyn{iw, 0};
+        job.switch_job = &dyn;
+        assert_int_equal(P.job_init(&job), SLURM_SUCCESS);
+        assert_int_equal(P.postfini(&job), SLURM_SUCCESS);
+        agent.th.join();
+        assert_int_equal(agent.got.size(), 2);
+        storm::net::Reader r(agent.got[0]);
+        assert_true(control::header(r).type == control::Type::open);
+        auto ctx = control::read_open(r);
+        assert_int_equal(ctx.job_id, 600);
+        assert_true(ctx.cosched);
+    }
+
+    // Reconfigured: new steps follow the new list, existing ones keep theirs.
+    reconfigure("storm_ctx_max=8,storm_pool_size=67108864,storm_cosched_partitions=debug");
+    Step d2(601, 1, {1}, 1, "debug"), w2(600, 1, {1}, 1, "work");
+    void *id2 = nullptr, *iw2 = nullptr;
+    assert_int_equal(build(d2, &id2), SLURM_SUCCESS);
+    assert_int_equal(build(w2, &iw2), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(id2), ";601;1;1000;d;c;"));
+    assert_true(contains(ctx_env(iw2), ";600;1;1000;d;-;"));
+    assert_true(contains(ctx_env(iw), ";600;0;1000;d;c;"));
+    // Without storm_cosched_partitions nothing is coscheduled, and tasks
+    // get neither variable.
+    reconfigure("storm_ctx_max=8,storm_pool_size=67108864");
+    Step d3(601, 2, {1}, 1, "debug");
+    void *id3 = nullptr;
+    assert_int_equal(build(d3, &id3), SLURM_SUCCESS);
+    assert_true(contains(ctx_env(id3), ";601;2;1000;d;-;"));
+    assert_true(cosched_env(id3, {{"SLURM_JOB_PARTITION", "debug"}}).empty());
+
+    for (void *info : {iw, id, in, id2, iw2, id3})
+        P.free_(info);
+    for (uint32_t j : {600, 601, 602})
+        P.job_complete(j);
+    reconfigure(kParams);
+}
+
 } // namespace
 
 int main()
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_build_pack_attach),
-        cmocka_unit_test(test_modes_and_refusals),
-        cmocka_unit_test(test_restart),
-        cmocka_unit_test(test_stepd_open_close),
+        cmocka_unit_test(test_build_pack_attach), cmocka_unit_test(test_modes_and_refusals),
+        cmocka_unit_test(test_restart),           cmocka_unit_test(test_stepd_open_close),
+        cmocka_unit_test(test_cosched_flag),
     };
     return cmocka_run_group_tests_name("switch_rdma", tests, setup, teardown);
 }
