@@ -562,7 +562,7 @@ void test_channel_refusals(void **)
         // closed, no more.
         b.admissions->open(10);
         Task t(b);
-        assert_string_equal(t.reg(b, 10).c_str(), "K1");
+        assert_string_equal(t.reg(b, 10).c_str(), "K0");
         assert_int_equal(b.local->tasks(10), 1);
         b.admissions->close(10);
         Task t2(b);
