@@ -7,14 +7,18 @@
 #   cores of vn[1-2]: each node has one cpu cgroup per job under
 #   storm-cosched-vnN, exactly one of them holds the big cpu.shares at a
 #   time, both jobs are scheduled at some point, and both finish;
-# - the local schedulers' statistics show switches made by message
-#   arrivals, and each job got at least a quarter of each node's CPU;
+# - the tasks' arrivals reach the local schedulers, vn1 and vn2 hold the
+#   same job most of the time (instants aligned on the wall clock), and
+#   each job got at least a quarter of each node's CPU;
 # - a job of partition "debug" with --storm-cosched is refused with the
 #   reason on its stderr: slurmctld did not mark its steps coscheduled, so
 #   slurmstepd gives its tasks STORM_COSCHED_REFUSED instead of the socket
 #   and they never ask the node agent; it still runs;
 # - a job cancelled while registered leaves no cgroup; at the end no job_*
-#   group is left on any node.
+#   group is left on any node;
+# - with libstormmsg (the sender's status on every message): a node running
+#   another job switches to an all-to-all job on the arrival of its
+#   messages, before its next tick, and every message arrives.
 . "$(dirname "$0")/lib.sh"
 t_require_root
 t_require_installed
@@ -72,8 +76,12 @@ for n in 1 2; do
     cp "$STATE/nodes/vn$n/spool/storm-cosched.stats" "$T_WORK/stats.vn$n" 2> /dev/null || : > "$T_WORK/stats.vn$n"
     t_diag < "$T_WORK/stats.vn$n"
 done
-t_check "message arrivals moved a node to the job its peer runs (request switches)" \
-    [ "$(cat "$T_WORK/stats.vn1" "$T_WORK/stats.vn2" | awk '$1 == "request_switches" { s += $2 } END { print s + 0 }')" -gt 0 ]
+t_check "the tasks' arrivals reached the local schedulers (PMPI requests)" \
+    [ "$(cat "$T_WORK/stats.vn1" "$T_WORK/stats.vn2" |
+        awk '$1 == "request_switches" || $1 == "tick_held" || $1 == "early" { s += $2 } END { print s + 0 }')" -gt 0 ]
+t_check "vn1 and vn2 hold the same job (aligned instants) in at least 80% of the samples" \
+    [ "$(awk '{ n++ } (($1 > 1024) == ($3 > 1024)) && (($2 > 1024) == ($4 > 1024)) { same++ }
+        END { print (n && same * 100 >= n * 80) ? "yes" : "no" }' "$T_WORK/shares")" = yes ]
 t_check "no job starves: each got at least a quarter of each node's CPU time" \
     [ "$(awk -v a="$A" -v b="$B" '$1 == "job" { c[FILENAME, $2] = $6 }
         END { bad = 0; for (f = 1; f < ARGC; f++) { x = c[ARGV[f], a]; y = c[ARGV[f], b];
@@ -97,4 +105,33 @@ scancel "$C"; wait_job "$C" 60; sleep 1
 t_check "a cancelled job's tasks are unregistered (no cgroup left)" [ ! -d "$CPU/storm-cosched-vn1/job_$C" ]
 t_check "no job_* group is left on any node" \
     bash -c "! ls -d '$CPU'/storm-cosched-vn*/job_* 2> /dev/null | grep -q ."
+
+# libstormmsg carries the sender's status on every message.  A job H of two
+# tasks on vn2 alone holds vn2; then an all-to-all job M on vn1 and vn2
+# starts.  vn1 schedules M at once (nothing else is there); on vn2, M's
+# task gets messages from a scheduled sender and asks: vn2 switches to M on
+# that arrival, long before its next tick (slice 60 s).
+vc_up 3 --conf "PartitionName=work Nodes=vn[1-2] OverSubscribe=YES:4 MaxTime=INFINITE State=UP" \
+    --conf "SwitchParameters=storm_cosched_partitions=work,storm_cosched_slice=60s,storm_cosched_gmet=200ms"
+LIBDIR=$(t_make_var libdir)
+A2A=$T_WORK/msg_alltoall
+t_check "the all-to-all test builds against the installed library" \
+    cc -O2 -o "$A2A" "$STORM_SRCDIR/tests/integration/msg_alltoall.c" -I"$STORM_SRCDIR" -L"$LIBDIR" -lstormmsg \
+    -Wl,-rpath,"$LIBDIR"
+sched_of() { awk '$1 == "scheduled" { print $2 }' "$STATE/nodes/$1/spool/storm-cosched.stats" 2> /dev/null; }
+stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$STATE/nodes/$1/spool/storm-cosched.stats" 2> /dev/null; }
+H=$(as_user sbatch --parsable -p work --oversubscribe -N1 -n2 -O -w vn2 -D "$T_WORK" -o "$T_WORK/%j.out" \
+    --wrap "srun -O $A2A 100000000 1000")
+for _ in $(seq 150); do [ "$(sched_of vn2)" = "$H" ] && break; sleep 0.2; done
+t_check "a libstormmsg job registers by itself and holds vn2" [ "$(sched_of vn2)" = "$H" ]
+M=$(as_user sbatch --parsable -p work --oversubscribe -N2 -n2 -w 'vn[1-2]' -D "$T_WORK" -o "$T_WORK/%j.out" \
+    -e "$T_WORK/%j.err" --wrap "srun $A2A 20000 1000")
+wait_job "$M" 120
+sleep 1.5 # the statistics are rewritten every second
+t_diag < "$STATE/nodes/vn2/spool/storm-cosched.stats"
+t_check "vn2 switched to the all-to-all job on message arrival (then back to H when it ended)" \
+    [ "$(stat_of vn2 request_switches)" -ge 1 -a "$(sched_of vn2)" = "$H" ]
+t_check "  every message arrived once and in order" [ "$(grep -c 'ok:' "$T_WORK/$M.out")" = 2 ]
+scancel "$H"; wait_job "$H" 60; sleep 1
+t_check "no job_* group is left" bash -c "! ls -d '$CPU'/storm-cosched-vn*/job_* 2> /dev/null | grep -q ."
 t_done
