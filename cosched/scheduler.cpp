@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 namespace storm::cosched {
 
@@ -11,12 +12,15 @@ Scheduler::Scheduler(std::chrono::microseconds slice, std::chrono::microseconds 
 {
     if (slice_.count() <= 0 || gmet_.count() < 0 || gmet_ > slice_)
         throw std::invalid_argument("cosched: the slice must be positive and the GMET within it");
-    next_tick_ = next_multiple(now_(), slice_);
+    auto t = now_();
+    auto w = wall_ ? wall_() : std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch());
+    epoch_ = t - w;
+    next_tick_ = next_multiple(t, slice_);
 }
 
 Scheduler::Clock::time_point Scheduler::next_multiple(Clock::time_point now, std::chrono::microseconds period) const
 {
-    auto w = wall_ ? wall_() : std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch());
+    auto w = std::chrono::duration_cast<std::chrono::microseconds>(now - epoch_);
     return now + (period - w % period);
 }
 
@@ -45,19 +49,22 @@ std::chrono::microseconds Scheduler::cpu_time(uint32_t job) const
     return t;
 }
 
-uint32_t Scheduler::least_served() const
+uint32_t Scheduler::least_served(Clock::time_point at) const
 {
-    // jobs_ is ordered by id: the first of equals is the lowest id.
-    uint32_t best = 0;
-    const Job *b = nullptr;
+    std::vector<uint32_t> least; // in id order (jobs_ is ordered)
+    int64_t min = 0;
     for (const auto &[id, j] : jobs_) {
-        bool better = !b || j.cpu < b->cpu || (j.cpu == b->cpu && best == current_ && id != current_);
-        if (better) {
-            best = id;
-            b = &j;
-        }
+        int64_t slices = j.cpu / slice_; // whole slices: see the header
+        if (least.empty() || slices < min) {
+            least.assign(1, id);
+            min = slices;
+        } else if (slices == min)
+            least.push_back(id);
     }
-    return best;
+    if (least.empty())
+        return 0;
+    auto n = std::chrono::duration_cast<std::chrono::microseconds>(at - epoch_) / slice_;
+    return least[static_cast<size_t>(n % static_cast<int64_t>(least.size()))];
 }
 
 Scheduler::Switch Scheduler::switch_to(uint32_t job, Clock::time_point at)
@@ -78,8 +85,7 @@ void Scheduler::add(uint32_t job)
 {
     if (!job || jobs_.count(job))
         return;
-    // The least CPU time of the others as charged at the last instant (not
-    // up to now: nodes register at slightly different moments).
+    // The least CPU time of the others.
     Job j;
     bool first = true;
     for (const auto &[id, o] : jobs_) {
@@ -123,17 +129,17 @@ std::optional<Scheduler::Switch> Scheduler::on_timer()
         if (!start_at_ || now < *start_at_ || jobs_.empty())
             return std::nullopt;
         auto at = *start_at_;
-        charged_at_ = at;
         ++stats_.timer_switches;
-        return switch_to(least_served(), at);
+        return switch_to(least_served(at), at);
     }
     if (!tick_at_ || !gmet_passed(now))
         return std::nullopt; // next_deadline() is the GMET's end
-    // Decided at the tick's instant, or at the GMET's end if that is later.
+    // Decided at the tick's instant, or at the GMET's end if that is later
+    // (the tie-break still counts the tick's slice).
     auto at = std::max(*tick_at_, scheduled_at_ + gmet_);
-    tick_at_.reset();
     charge(at);
-    uint32_t next = least_served();
+    uint32_t next = least_served(*tick_at_);
+    tick_at_.reset();
     if (!next)
         return std::nullopt;
     if (next == current_) {

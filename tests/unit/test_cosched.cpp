@@ -84,25 +84,68 @@ void test_gmet_and_early_requests(void **)
     c.t += 1s;
     assert_true(none(s.on_request(1, Sender::scheduled)));
     assert_int_equal(s.stats().early, 2);
-    // The tick at 10 s: job 1 has had 2.5 s, job 2 7.4 s.
+    // The tick at 10 s: job 1 has had 2.5 s, job 2 7.4 s, both less than a
+    // slice: a tie, broken by the tick's number since the epoch (361, odd:
+    // the second of jobs 1 and 2), the same on every node: 2 is kept.
     c.t = s.next_deadline();
     assert_true(c.t == t0 + 10s);
-    sw = s.on_timer();
-    assert_true(sw && sw->from == 2 && sw->to == 1);
+    assert_true(none(s.on_timer()));
+    assert_int_equal(s.scheduled(), 2);
     assert_int_equal(s.stats().request_switches, 1);
-    assert_int_equal(s.stats().timer_switches, 2); // the start pick and the tick
-    // A request at 19.5 s: the tick at 20 s falls in job 2's GMET and is
-    // decided at its end, at 21.5 s (job 2 is then still the least served).
+    assert_int_equal(s.stats().timer_switches, 1); // the start pick
+    // A request at 19.5 s: the tick at 20 s falls in job 1's GMET and is
+    // decided at its end, at 21.5 s: job 2 has had 16.9 s (one whole slice),
+    // job 1 4.5 s: 1 is kept.
     c.t = t0 + 19500ms;
-    sw = s.on_request(2, Sender::scheduled);
-    assert_true(sw && sw->to == 2);
+    sw = s.on_request(1, Sender::scheduled);
+    assert_true(sw && sw->to == 1);
     c.t = t0 + 20s;
     assert_true(none(s.on_timer()));
     assert_true(s.next_deadline() == t0 + 21500ms);
     c.t = s.next_deadline();
-    assert_true(none(s.on_timer())); // 2 kept: 9.4 s against 12 s
-    assert_int_equal(s.scheduled(), 2);
+    assert_true(none(s.on_timer()));
+    assert_int_equal(s.scheduled(), 1);
+    assert_int_equal(s.cpu_time(2).count(), 16900000);
     assert_true(s.next_deadline() == t0 + 30s);
+    // At 30 s: job 1 has had 13 s, one slice as job 2: the tick's number
+    // (363, odd) gives job 2.
+    c.t = s.next_deadline();
+    sw = s.on_timer();
+    assert_true(sw && sw->from == 1 && sw->to == 2);
+}
+
+// Two nodes whose counts differ (mirrored: each ran the other job longer)
+// come back to the same decisions once the counts are equal in whole
+// slices.
+void test_nodes_heal(void **)
+{
+    FakeClock c;
+    auto t0 = c.t;
+    Scheduler a(1s, 0us, c.now()), b(1s, 0us, c.now());
+    for (Scheduler *x : {&a, &b}) {
+        x->add(1);
+        x->add(2);
+    }
+    c.t = t0 + 100ms;
+    a.on_timer();
+    b.on_timer();
+    assert_int_equal(a.scheduled(), b.scheduled());
+    // A request (libstormmsg, scheduled sender) moves b alone; at the
+    // tick at 1 s, a has given job 1 0.9 s and b job 2 0.85 s: each picks
+    // the other job, and their counts are mirrored.
+    c.t = t0 + 150ms;
+    b.on_request(a.scheduled() == 1 ? 2 : 1, Sender::scheduled);
+    assert_int_not_equal(a.scheduled(), b.scheduled());
+    int agree = 0;
+    for (int i = 0; i < 10; ++i) {
+        c.t = a.next_deadline();
+        a.on_timer();
+        b.on_timer();
+        agree += a.scheduled() == b.scheduled();
+        if (i >= 2) // from 3 s on: equal in whole slices, the same tie-break
+            assert_int_equal(a.scheduled(), b.scheduled());
+    }
+    assert_true(agree >= 8);
 }
 
 // Two nodes holding the same jobs, registered in different orders at
@@ -727,6 +770,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gmet_and_early_requests),
         cmocka_unit_test(test_nodes_agree),
+        cmocka_unit_test(test_nodes_heal),
         cmocka_unit_test(test_false_requests_never_preempt),
         cmocka_unit_test(test_least_cpu_fairness),
         cmocka_unit_test(test_no_starvation_under_requests),
