@@ -102,7 +102,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 row() { printf "  %-9s %4s  %-28s %10s %10s %10s %12s\n" "$@"; }
 cosched_stats() { # the local schedulers' switch counts, summed over vn1 and vn2
     cat "$STATE"/nodes/vn[12]/spool/storm-cosched.stats 2> /dev/null |
-        awk '$1 ~ /switches|requests|deferred/ { s[$1] += $2 } END { for (k in s) printf "%s %d  ", k, s[k] }'
+        awk '$1 ~ /switches|requests|early|tick_held/ { s[$1] += $2 } END { for (k in s) printf "%s %d  ", k, s[k] }'
 }
 
 declare -A solo resp span
