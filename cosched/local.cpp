@@ -163,8 +163,9 @@ void Local::write_stats()
     std::string t = "scheduled " + std::to_string(sched_.scheduled()) + "\nswitches " +
                     std::to_string(st.switches) + "\ntimer_switches " + std::to_string(st.timer_switches) +
                     "\nrequest_switches " + std::to_string(st.request_switches) + "\nfalse_requests " +
-                    std::to_string(st.false_requests) + "\nearly " + std::to_string(st.early) + "\ntick_held " + std::to_string(st.tick_held) +
-                    "\nignored " + std::to_string(st.ignored) + "\n";
+                    std::to_string(st.false_requests) + "\nearly " + std::to_string(st.early) +
+                    "\ntick_held " + std::to_string(st.tick_held) + "\nignored " +
+                    std::to_string(st.ignored) + "\n";
     for (const auto &[job, conns] : jobs_)
         t += "job " + std::to_string(job) + " tasks " + std::to_string(conns.size()) + " cpu_ms " +
              std::to_string(sched_.cpu_time(job).count() / 1000) + " scheduled " +

@@ -7,8 +7,8 @@
 namespace storm::cosched {
 
 Scheduler::Scheduler(std::chrono::microseconds slice, std::chrono::microseconds gmet, Now now, Wall wall)
-    : slice_(slice), gmet_(gmet), join_(std::min(slice, std::chrono::microseconds{100000})), now_(std::move(now)),
-      wall_(std::move(wall))
+    : slice_(slice), gmet_(gmet), join_(std::min(slice, std::chrono::microseconds{100000})),
+      now_(std::move(now)), wall_(std::move(wall))
 {
     if (slice_.count() <= 0 || gmet_.count() < 0 || gmet_ > slice_)
         throw std::invalid_argument("cosched: the slice must be positive and the GMET within it");
@@ -18,7 +18,8 @@ Scheduler::Scheduler(std::chrono::microseconds slice, std::chrono::microseconds 
     next_tick_ = next_multiple(t, slice_);
 }
 
-Scheduler::Clock::time_point Scheduler::next_multiple(Clock::time_point now, std::chrono::microseconds period) const
+Scheduler::Clock::time_point Scheduler::next_multiple(Clock::time_point now,
+                                                      std::chrono::microseconds period) const
 {
     auto w = std::chrono::duration_cast<std::chrono::microseconds>(now - epoch_);
     return now + (period - w % period);

@@ -134,7 +134,7 @@ private:
     Wall wall_;
     std::map<uint32_t, Job> jobs_;
     uint32_t current_ = 0;
-    Clock::time_point epoch_{};                 // steady time of wall-clock 0
+    Clock::time_point epoch_{}; // steady time of wall-clock 0
     Clock::time_point scheduled_at_{}, charged_at_{}, next_tick_{};
     std::optional<Clock::time_point> start_at_; // the start pick's instant
     std::optional<Clock::time_point> tick_at_;  // a tick waiting for the GMET

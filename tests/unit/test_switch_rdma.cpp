@@ -464,6 +464,15 @@ struct FakeAgent {
             }
         });
     }
+    // After a job_init and a postfini: the context slurmstepd opened.
+    storm::rdma::Context opened()
+    {
+        th.join();
+        assert_int_equal(got.size(), 2);
+        storm::net::Reader r(got[0]);
+        assert_true(control::header(r).type == control::Type::open);
+        return control::read_open(r);
+    }
     ~FakeAgent()
     {
         if (th.joinable())
@@ -493,11 +502,7 @@ void test_stepd_open_close(void **)
         FakeAgent agent(control::ok(), 2);
         assert_int_equal(P.job_init(&job), SLURM_SUCCESS);
         assert_int_equal(P.postfini(&job), SLURM_SUCCESS);
-        agent.th.join();
-        assert_int_equal(agent.got.size(), 2);
-        storm::net::Reader r(agent.got[0]);
-        assert_true(control::header(r).type == control::Type::open);
-        auto ctx = control::read_open(r);
+        auto ctx = agent.opened();
         assert_int_equal(ctx.job_id, 500);
         assert_int_equal(ctx.step_id, 2);
         assert_int_equal(ctx.nodes.size(), 2);
@@ -580,11 +585,7 @@ void test_cosched_flag(void **)
         job.switch_job = &dyn;
         assert_int_equal(P.job_init(&job), SLURM_SUCCESS);
         assert_int_equal(P.postfini(&job), SLURM_SUCCESS);
-        agent.th.join();
-        assert_int_equal(agent.got.size(), 2);
-        storm::net::Reader r(agent.got[0]);
-        assert_true(control::header(r).type == control::Type::open);
-        auto ctx = control::read_open(r);
+        auto ctx = agent.opened();
         assert_int_equal(ctx.job_id, 600);
         assert_true(ctx.cosched);
     }
