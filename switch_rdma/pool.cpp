@@ -10,9 +10,7 @@
 #include <stdexcept>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
@@ -101,7 +99,9 @@ void Pool::Stage::add(uint32_t v)
 }
 
 Pool::Pool(event_base *base, PoolSetup setup, Logger log)
-    : base_(base), setup_(std::move(setup)), log_(std::move(log))
+    : base_(base), setup_(std::move(setup)), log_(std::move(log)),
+      server_(base, setup_.socket_path, log_, "rdma", "control socket",
+              [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
 }
 
@@ -115,37 +115,19 @@ Pool::~Pool()
     clients_.clear();
     while (!windows_.empty())
         erase_window(windows_.begin()); // their jobs' admissions end with the pool
-    for (event *e : {accept_ev_, halt_timer_, stats_timer_})
+    for (event *e : {halt_timer_, stats_timer_})
         if (e)
             event_free(e);
-    if (listen_fd_ >= 0) {
-        ::close(listen_fd_);
-        unlink(setup_.socket_path.c_str());
-    }
+    // server_ closes the control socket and removes its file.
 }
 
 void Pool::start()
 {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (setup_.socket_path.size() >= sizeof sa.sun_path)
-        throw std::runtime_error("rdma: control socket path too long: " + setup_.socket_path);
-    std::memcpy(sa.sun_path, setup_.socket_path.c_str(), setup_.socket_path.size() + 1);
-    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd_ < 0)
-        throw std::system_error(errno, std::generic_category(), "rdma: socket");
-    unlink(setup_.socket_path.c_str()); // a stale socket of an earlier slurmd
-    if (bind(listen_fd_, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
-        throw std::system_error(errno, std::generic_category(), "rdma: bind " + setup_.socket_path);
-    // Tasks run as their users; each peer is checked with SO_PEERCRED.
-    if (chmod(setup_.socket_path.c_str(), 0666) != 0 || listen(listen_fd_, 128) != 0)
-        throw std::system_error(errno, std::generic_category(), "rdma: listen " + setup_.socket_path);
-    accept_ev_ = event_new(base_, listen_fd_, EV_READ | EV_PERSIST, on_accept, this);
+    server_.start();
     halt_timer_ = evtimer_new(base_, on_halt_timeout, this);
     stats_timer_ = event_new(base_, -1, EV_PERSIST, on_stats_timer, this);
     timeval one{1, 0};
-    if (!accept_ev_ || !halt_timer_ || !stats_timer_ || event_add(accept_ev_, nullptr) != 0 ||
-        event_add(stats_timer_, &one) != 0)
+    if (!halt_timer_ || !stats_timer_ || event_add(stats_timer_, &one) != 0)
         throw std::runtime_error("rdma: cannot register the control socket's events");
     log_.verbose("rdma: pool of %llu bytes, packets of %u bytes, control socket %s",
                  static_cast<unsigned long long>(setup_.config.pool_size), setup_.config.packet_size,
@@ -165,37 +147,18 @@ int Pool::resident_context() const noexcept { return resident_; }
 
 // ---- control socket ---------------------------------------------------------
 
-void Pool::on_accept(int fd, short, void *arg)
+void Pool::on_client(int fd, const ucred &cred)
 {
-    auto *self = static_cast<Pool *>(arg);
-    for (;;) {
-        int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                self->log_.error("rdma: accept on %s: %s", self->setup_.socket_path.c_str(),
-                                 std::strerror(errno));
-            return;
-        }
-        ucred cred{};
-        socklen_t len = sizeof cred;
-        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            self->log_.error("rdma: cannot read a client's credentials: %s", std::strerror(errno));
-            ::close(c);
-            continue;
-        }
-        auto client = std::make_unique<Client>();
-        client->fd = c;
-        client->uid = cred.uid;
-        client->pid = cred.pid;
-        client->ev = event_new(self->base_, c, EV_READ | EV_PERSIST, on_readable, self);
-        if (!client->ev || event_add(client->ev, nullptr) != 0) {
-            if (client->ev)
-                event_free(client->ev);
-            ::close(c);
-            continue;
-        }
-        self->clients_[c] = std::move(client);
+    auto client = std::make_unique<Client>();
+    client->fd = fd;
+    client->uid = cred.uid;
+    client->pid = cred.pid;
+    client->ev = net::watch_readable(base_, fd, on_readable, this);
+    if (!client->ev) {
+        ::close(fd);
+        return;
     }
+    clients_[fd] = std::move(client);
 }
 
 void Pool::on_readable(int fd, short, void *arg)

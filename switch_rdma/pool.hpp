@@ -1,8 +1,8 @@
 // The node's buffer pool: the node agent's side of communication contexts.
 //
 // It owns, on the agent's loop thread:
-//  - the control socket (control.hpp) where slurmstepd opens and closes
-//    the step's context and the tasks attach to it;
+//  - the control socket (control.hpp; a net::UnixServer) where slurmstepd
+//    opens and closes the step's context and the tasks attach to it;
 //  - each open context's window: a memfd holding one share per local task
 //    (layout.hpp), mapped and locked (pinned) by the agent, whose queue
 //    headers it initialises, and handed to the tasks at attach;
@@ -54,6 +54,7 @@
 
 #include "cosched/admissions.hpp"
 #include "lib/common/log.hpp"
+#include "lib/net/unix_server.hpp"
 #include "sched_gang/switcher.hpp"
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
@@ -109,7 +110,7 @@ private:
         void add(uint32_t v);
     };
 
-    static void on_accept(int fd, short, void *arg);
+    void on_client(int fd, const ucred &cred);
     static void on_readable(int fd, short, void *arg);
     static void on_halt_timeout(int, short, void *arg);
     static void on_stats_timer(int, short, void *arg);
@@ -143,9 +144,8 @@ private:
     event_base *base_;
     PoolSetup setup_;
     Logger log_;
+    net::UnixServer server_; // the control socket
     gang::Switcher *switcher_ = nullptr;
-    int listen_fd_ = -1;
-    event *accept_ev_ = nullptr;
     event *halt_timer_ = nullptr;
     event *stats_timer_ = nullptr;
     std::map<int, std::unique_ptr<Client>> clients_;      // by fd
