@@ -22,7 +22,13 @@
 //               packets (or whole shares, storm_pool_swap=full) are copied
 //               to the context's backing store and the window's pages
 //               released; the running job's swapped context (if the pool is
-//               free) is copied back in and marked resident;
+//               free) is copied back in and marked resident.  Nothing is
+//               copied before every thread of the leaving tasks is seen
+//               stopped (/proc): until then a timer checks again (200 us,
+//               doubling to 3.2 ms) and the switch goes on without waiting;
+//               once they are, the swap happens from the timer and the
+//               context that came in is released; after 100 ms the context
+//               stays in the pool;
 //      release: the tasks of the context swapped in are told to release:
 //               they exchange ready marks with their peers and inject
 //               again; the agent records when every one answered ready;
@@ -132,7 +138,14 @@ private:
     void window_halted(Window &w);
     void finish_halt();
     void load_running();
-    bool stopped(const Window &w);
+    bool leaves_pool(const Window &w) const;
+    const Client *running_task(const Window &w) const;
+    void wait_stopped(Window &w);
+    void arm_stop_timer(Window &w);
+    void stop_waiting(Window &w);
+    static void on_stop_timer(int, short, void *arg);
+    void check_stopped(Window &w);
+    void swap_out_late(Window &w);
     void release_window(Window &w);
     void release_task(Window &w, int fd);
 
