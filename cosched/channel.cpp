@@ -10,8 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <system_error>
 #include <unistd.h>
 
@@ -143,8 +141,9 @@ Verifier make_verifier(gang::StepLister lister, std::shared_ptr<const Admissions
 }
 
 Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, Handler &handler, Logger log)
-    : base_(base), path_(std::move(socket_path)), verifier_(std::move(verifier)), handler_(handler),
-      log_(std::move(log))
+    : base_(base), verifier_(std::move(verifier)), handler_(handler), log_(std::move(log)),
+      server_(base, std::move(socket_path), log_, "cosched", "request socket",
+              [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
 }
 
@@ -168,35 +167,16 @@ Channel::~Channel()
         ::close(fd);
     }
     clients_.clear();
-    if (accept_ev_)
-        event_free(accept_ev_);
-    if (listen_fd_ >= 0) {
-        ::close(listen_fd_);
-        unlink(path_.c_str());
-    }
+    // server_ closes the socket and removes its file.
 }
 
 void Channel::start()
 {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (path_.size() >= sizeof sa.sun_path)
-        throw std::runtime_error("cosched: socket path too long: " + path_);
-    std::memcpy(sa.sun_path, path_.c_str(), path_.size() + 1);
-    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd_ < 0)
-        throw std::system_error(errno, std::generic_category(), "cosched: socket");
-    unlink(path_.c_str()); // a stale socket of an earlier slurmd
-    if (bind(listen_fd_, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
-        throw std::system_error(errno, std::generic_category(), "cosched: bind " + path_);
-    // Tasks run as their users; each peer is checked with SO_PEERCRED.
-    if (chmod(path_.c_str(), 0666) != 0 || listen(listen_fd_, 128) != 0)
-        throw std::system_error(errno, std::generic_category(), "cosched: listen " + path_);
+    server_.start();
     if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
         throw std::system_error(errno, std::generic_category(), "cosched: pipe");
-    accept_ev_ = event_new(base_, listen_fd_, EV_READ | EV_PERSIST, on_accept, this);
     wake_ev_ = event_new(base_, wake_[0], EV_READ | EV_PERSIST, on_verified, this);
-    if (!accept_ev_ || !wake_ev_ || event_add(accept_ev_, nullptr) != 0 || event_add(wake_ev_, nullptr) != 0)
+    if (!wake_ev_ || event_add(wake_ev_, nullptr) != 0)
         throw std::runtime_error("cosched: cannot register the request socket's events");
     thread_ = std::thread([this] { worker(); });
 }
@@ -252,36 +232,24 @@ void Channel::on_verified(int fd, short, void *arg)
     }
 }
 
-void Channel::on_accept(int fd, short, void *arg)
+void Channel::on_client(int fd, const ucred &cred)
 {
-    auto *self = static_cast<Channel *>(arg);
-    for (;;) {
-        int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                self->log_.error("cosched: accept on %s: %s", self->path_.c_str(), std::strerror(errno));
-            return;
-        }
-        ucred cred{};
-        socklen_t len = sizeof cred;
-        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) {
-            self->log_.error("cosched: cannot read a client's credentials: %s", std::strerror(errno));
-            ::close(c);
-            continue;
-        }
-        auto client = std::make_unique<Client>();
-        client->fd = c;
-        client->pid = cred.pid;
-        client->uid = cred.uid;
-        client->ev = event_new(self->base_, c, EV_READ | EV_PERSIST, on_readable, self);
-        if (!client->ev || event_add(client->ev, nullptr) != 0) {
-            if (client->ev)
-                event_free(client->ev);
-            ::close(c);
-            continue;
-        }
-        self->clients_[c] = std::move(client);
+    if (cred.pid <= 0) {
+        // A peer in another pid namespace: nothing could verify it.
+        log_.error("cosched: cannot read a client's credentials: its pid is not visible here");
+        ::close(fd);
+        return;
     }
+    auto client = std::make_unique<Client>();
+    client->fd = fd;
+    client->pid = cred.pid;
+    client->uid = cred.uid;
+    client->ev = net::watch_readable(base_, fd, on_readable, this);
+    if (!client->ev) {
+        ::close(fd);
+        return;
+    }
+    clients_[fd] = std::move(client);
 }
 
 void Channel::on_readable(int fd, short, void *arg)

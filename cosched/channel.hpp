@@ -22,6 +22,9 @@
 // message is one log line naming the pid, the uid and why; the connection
 // is closed.
 //
+// The listening socket (mode 0666, a stale one replaced, its file removed
+// with the channel) is a net::UnixServer (lib/net/unix_server.hpp).
+//
 // Contract: everything runs on the loop thread.  The Handler outlives the
 // channel.  The destructor closes every connection without calling the
 // handler (the owner releases its jobs itself).
@@ -42,6 +45,7 @@
 #include "cosched/admissions.hpp"
 #include "cosched/scheduler.hpp"
 #include "lib/common/log.hpp"
+#include "lib/net/unix_server.hpp"
 #include "sched_gang/switcher.hpp"
 
 struct event_base;
@@ -118,7 +122,7 @@ private:
         uint32_t job;
         Verdict verdict;
     };
-    static void on_accept(int fd, short, void *arg);
+    void on_client(int fd, const ucred &cred);
     static void on_readable(int fd, short, void *arg);
     static void on_verified(int fd, short, void *arg);
     void worker() noexcept;
@@ -129,12 +133,10 @@ private:
     void refuse(Client &c, const std::string &why);
 
     event_base *base_;
-    std::string path_;
     Verifier verifier_;
     Handler &handler_;
     Logger log_;
-    int listen_fd_ = -1;
-    event *accept_ev_ = nullptr;
+    net::UnixServer server_;
     std::map<int, std::unique_ptr<Client>> clients_;
     uint64_t refused_ = 0;
     uint64_t next_serial_ = 0;

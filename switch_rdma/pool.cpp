@@ -10,9 +10,7 @@
 #include <stdexcept>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
@@ -30,6 +28,12 @@ namespace storm::rdma {
 namespace {
 
 constexpr size_t kStages = 4096;
+
+// A swap-out whose tasks' threads are not all stopped yet re-checks them
+// on a timer: after 200 us, doubling up to 3.2 ms, for at most 100 ms.
+constexpr uint32_t kStopCheckFirstUs = 200;
+constexpr uint32_t kStopCheckMaxUs = 3200;
+constexpr std::chrono::milliseconds kStopWait{100};
 
 uint32_t micros_since(std::chrono::steady_clock::time_point t0)
 {
@@ -78,12 +82,20 @@ struct Pool::Window {
     std::chrono::steady_clock::time_point release_sent{};
     std::vector<std::string> backing; // per share, while not resident
     std::map<uint32_t, int> attached; // local index -> client fd
+    // A swap-out waiting for its tasks' threads to stop (wait_stopped()):
+    // the timer, when it gives up, and its next delay (0: not waiting).
+    Pool *pool = nullptr;
+    event *stop_timer = nullptr;
+    std::chrono::steady_clock::time_point stop_until{};
+    uint32_t stop_delay_us = 0;
     QueueHeader *header(uint32_t local) const
     {
         return reinterpret_cast<QueueHeader *>(base + uint64_t{local} * share.bytes);
     }
     ~Window()
     {
+        if (stop_timer)
+            event_free(stop_timer);
         if (base)
             munmap(base, bytes);
         if (memfd >= 0)
@@ -101,7 +113,9 @@ void Pool::Stage::add(uint32_t v)
 }
 
 Pool::Pool(event_base *base, PoolSetup setup, Logger log)
-    : base_(base), setup_(std::move(setup)), log_(std::move(log))
+    : base_(base), setup_(std::move(setup)), log_(std::move(log)),
+      server_(base, setup_.socket_path, log_, "rdma", "control socket",
+              [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
 }
 
@@ -115,37 +129,19 @@ Pool::~Pool()
     clients_.clear();
     while (!windows_.empty())
         erase_window(windows_.begin()); // their jobs' admissions end with the pool
-    for (event *e : {accept_ev_, halt_timer_, stats_timer_})
+    for (event *e : {halt_timer_, stats_timer_})
         if (e)
             event_free(e);
-    if (listen_fd_ >= 0) {
-        ::close(listen_fd_);
-        unlink(setup_.socket_path.c_str());
-    }
+    // server_ closes the control socket and removes its file.
 }
 
 void Pool::start()
 {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (setup_.socket_path.size() >= sizeof sa.sun_path)
-        throw std::runtime_error("rdma: control socket path too long: " + setup_.socket_path);
-    std::memcpy(sa.sun_path, setup_.socket_path.c_str(), setup_.socket_path.size() + 1);
-    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd_ < 0)
-        throw std::system_error(errno, std::generic_category(), "rdma: socket");
-    unlink(setup_.socket_path.c_str()); // a stale socket of an earlier slurmd
-    if (bind(listen_fd_, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
-        throw std::system_error(errno, std::generic_category(), "rdma: bind " + setup_.socket_path);
-    // Tasks run as their users; each peer is checked with SO_PEERCRED.
-    if (chmod(setup_.socket_path.c_str(), 0666) != 0 || listen(listen_fd_, 128) != 0)
-        throw std::system_error(errno, std::generic_category(), "rdma: listen " + setup_.socket_path);
-    accept_ev_ = event_new(base_, listen_fd_, EV_READ | EV_PERSIST, on_accept, this);
+    server_.start();
     halt_timer_ = evtimer_new(base_, on_halt_timeout, this);
     stats_timer_ = event_new(base_, -1, EV_PERSIST, on_stats_timer, this);
     timeval one{1, 0};
-    if (!accept_ev_ || !halt_timer_ || !stats_timer_ || event_add(accept_ev_, nullptr) != 0 ||
-        event_add(stats_timer_, &one) != 0)
+    if (!halt_timer_ || !stats_timer_ || event_add(stats_timer_, &one) != 0)
         throw std::runtime_error("rdma: cannot register the control socket's events");
     log_.verbose("rdma: pool of %llu bytes, packets of %u bytes, control socket %s",
                  static_cast<unsigned long long>(setup_.config.pool_size), setup_.config.packet_size,
@@ -165,37 +161,18 @@ int Pool::resident_context() const noexcept { return resident_; }
 
 // ---- control socket ---------------------------------------------------------
 
-void Pool::on_accept(int fd, short, void *arg)
+void Pool::on_client(int fd, const ucred &cred)
 {
-    auto *self = static_cast<Pool *>(arg);
-    for (;;) {
-        int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                self->log_.error("rdma: accept on %s: %s", self->setup_.socket_path.c_str(),
-                                 std::strerror(errno));
-            return;
-        }
-        ucred cred{};
-        socklen_t len = sizeof cred;
-        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            self->log_.error("rdma: cannot read a client's credentials: %s", std::strerror(errno));
-            ::close(c);
-            continue;
-        }
-        auto client = std::make_unique<Client>();
-        client->fd = c;
-        client->uid = cred.uid;
-        client->pid = cred.pid;
-        client->ev = event_new(self->base_, c, EV_READ | EV_PERSIST, on_readable, self);
-        if (!client->ev || event_add(client->ev, nullptr) != 0) {
-            if (client->ev)
-                event_free(client->ev);
-            ::close(c);
-            continue;
-        }
-        self->clients_[c] = std::move(client);
+    auto client = std::make_unique<Client>();
+    client->fd = fd;
+    client->uid = cred.uid;
+    client->pid = cred.pid;
+    client->ev = net::watch_readable(base_, fd, on_readable, this);
+    if (!client->ev) {
+        ::close(fd);
+        return;
     }
+    clients_[fd] = std::move(client);
 }
 
 void Pool::on_readable(int fd, short, void *arg)
@@ -673,17 +650,28 @@ void Pool::window_halted(Window &w)
     // A halt that outlasted its switch.
     if (running_jobs_.count(w.ctx.job_id)) {
         release_window(w); // its job runs again already
-    } else if (stopped(w)) {
-        auto t0 = std::chrono::steady_clock::now();
-        save_out(w);
-        load_running();
-        ++swaps_;
-        swap_us_.add(micros_since(t0));
-        for (auto &[id, o] : windows_)
-            if (o->resident && o->state == Window::State::halted && running_jobs_.count(o->ctx.job_id)) {
-                release_window(*o);
-            }
+    } else if (!running_task(w)) {
+        swap_out_late(w);
+    } else {
+        wait_stopped(w);
     }
+}
+
+// `w` leaves the pool outside a switch (a halt that outlasted its switch, or
+// tasks that stopped late): the running job's context comes in, and is
+// released at once (its job runs already).
+void Pool::swap_out_late(Window &w)
+{
+    stop_waiting(w);
+    auto t0 = std::chrono::steady_clock::now();
+    save_out(w);
+    load_running();
+    ++swaps_;
+    swap_us_.add(micros_since(t0));
+    stats_dirty_ = true;
+    for (auto &[id, o] : windows_)
+        if (o->resident && o->state == Window::State::halted && running_jobs_.count(o->ctx.job_id))
+            release_window(*o);
 }
 
 void Pool::on_halt_timeout(int, short, void *arg)
@@ -753,27 +741,99 @@ bool Pool::load_in(Window &w)
     return true;
 }
 
-// Every thread of every attached task of `w` is stopped: no application
-// thread can be touching its queues while they are copied.  (A task the
-// switcher has not found yet is not stopped: its context stays.)
-bool Pool::stopped(const Window &w)
+// A resident swapped context, halted, whose job does not run: it leaves the
+// pool as soon as its tasks are stopped.
+bool Pool::leaves_pool(const Window &w) const
 {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    return w.ctx.mode == PoolMode::swapped && w.resident && w.state == Window::State::halted &&
+           !running_jobs_.count(w.ctx.job_id);
+}
+
+// The first attached task of `w` that has a thread not stopped, or null when
+// every thread of every one is: then no application thread can be touching
+// its queues while they are copied (the callers copy them in the same call
+// of the loop, which is the thread that continues jobs).  A task the
+// switcher has not found yet is not stopped: its context stays.
+const Pool::Client *Pool::running_task(const Window &w) const
+{
     for (const auto &[l, fd] : w.attached) {
         auto c = clients_.find(fd);
         if (c == clients_.end())
             continue;
-        while (!(setup_.is_stopped ? setup_.is_stopped(c->second->pid) : threads_stopped(c->second->pid))) {
-            if (std::chrono::steady_clock::now() >= until) {
-                log_.verbose(
-                    "rdma: context %u: rank %u (pid %d) is not stopped: the context stays in the pool",
-                    w.ctx.id, c->second->rank, c->second->pid);
-                return false;
-            }
-            usleep(50); // the agent may be real-time: leave the CPU to the task
+        pid_t pid = c->second->pid;
+        if (!(setup_.is_stopped ? setup_.is_stopped(pid) : threads_stopped(pid)))
+            return c->second.get();
+    }
+    return nullptr;
+}
+
+// SIGSTOP takes effect asynchronously: `w`'s tasks are checked again on a
+// timer, the loop going on meanwhile (gang strobes, other contexts), and
+// `w` is swapped out from the timer once they are all stopped
+// (on_stop_timer).  A wait in progress starts again (each switch waits at
+// most kStopWait, as the agent did when it slept on its loop).
+void Pool::wait_stopped(Window &w)
+{
+    if (!w.stop_timer) {
+        w.pool = this;
+        w.stop_timer = evtimer_new(base_, on_stop_timer, &w);
+        if (!w.stop_timer) {
+            log_.error("rdma: context %u: cannot watch its tasks stop: the context stays in the pool",
+                       w.ctx.id);
+            return;
         }
     }
-    return true;
+    w.stop_until = std::chrono::steady_clock::now() + kStopWait;
+    w.stop_delay_us = kStopCheckFirstUs;
+    arm_stop_timer(w);
+}
+
+void Pool::arm_stop_timer(Window &w)
+{
+    // The next check, or the last one when the wait ends sooner.
+    int64_t left =
+        std::chrono::duration_cast<std::chrono::microseconds>(w.stop_until - std::chrono::steady_clock::now())
+            .count();
+    timeval tv{0, static_cast<suseconds_t>(std::clamp<int64_t>(left, 0, w.stop_delay_us))};
+    if (evtimer_add(w.stop_timer, &tv) != 0) {
+        w.stop_delay_us = 0;
+        log_.error("rdma: context %u: cannot watch its tasks stop: the context stays in the pool", w.ctx.id);
+    }
+}
+
+void Pool::stop_waiting(Window &w)
+{
+    if (w.stop_delay_us && w.stop_timer)
+        evtimer_del(w.stop_timer);
+    w.stop_delay_us = 0;
+}
+
+void Pool::on_stop_timer(int, short, void *arg)
+{
+    auto &w = *static_cast<Window *>(arg);
+    w.pool->check_stopped(w);
+}
+
+void Pool::check_stopped(Window &w)
+{
+    if (!w.stop_delay_us)
+        return;
+    if (!leaves_pool(w)) {
+        stop_waiting(w); // its job runs again, or it left the pool meanwhile
+        return;
+    }
+    if (const Client *c = running_task(w)) {
+        if (std::chrono::steady_clock::now() >= w.stop_until) {
+            stop_waiting(w);
+            log_.verbose("rdma: context %u: rank %u (pid %d) is not stopped: the context stays in the pool",
+                         w.ctx.id, c->rank, c->pid);
+            return;
+        }
+        w.stop_delay_us = std::min(w.stop_delay_us * 2, kStopCheckMaxUs);
+        arm_stop_timer(w);
+        return;
+    }
+    swap_out_late(w);
 }
 
 // The first waiting context of a running job comes into a free pool.
@@ -796,10 +856,18 @@ void Pool::swap(const std::set<uint32_t> &, const std::set<uint32_t> &running, u
     int before = resident_;
     // Out of the pool: every halted context whose job does not run now
     // (it left at this switch, or its halt finished after an earlier one).
-    for (auto &[id, w] : windows_)
-        if (w->ctx.mode == PoolMode::swapped && w->resident && w->state == Window::State::halted &&
-            !running.count(w->ctx.job_id) && stopped(*w))
+    // Its tasks' threads not all stopped yet, it waits (wait_stopped()):
+    // the switch goes on, and the context leaves the pool once they are.
+    for (auto &[id, w] : windows_) {
+        if (!leaves_pool(*w))
+            continue;
+        if (running_task(*w)) {
+            wait_stopped(*w);
+        } else {
+            stop_waiting(*w);
             save_out(*w);
+        }
+    }
     load_running();
     if (resident_ != before) {
         ++swaps_;

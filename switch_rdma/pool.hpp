@@ -1,8 +1,8 @@
 // The node's buffer pool: the node agent's side of communication contexts.
 //
 // It owns, on the agent's loop thread:
-//  - the control socket (control.hpp) where slurmstepd opens and closes
-//    the step's context and the tasks attach to it;
+//  - the control socket (control.hpp; a net::UnixServer) where slurmstepd
+//    opens and closes the step's context and the tasks attach to it;
 //  - each open context's window: a memfd holding one share per local task
 //    (layout.hpp), mapped and locked (pinned) by the agent, whose queue
 //    headers it initialises, and handed to the tasks at attach;
@@ -22,7 +22,13 @@
 //               packets (or whole shares, storm_pool_swap=full) are copied
 //               to the context's backing store and the window's pages
 //               released; the running job's swapped context (if the pool is
-//               free) is copied back in and marked resident;
+//               free) is copied back in and marked resident.  Nothing is
+//               copied before every thread of the leaving tasks is seen
+//               stopped (/proc): until then a timer checks again (200 us,
+//               doubling to 3.2 ms) and the switch goes on without waiting;
+//               once they are, the swap happens from the timer and the
+//               context that came in is released; after 100 ms the context
+//               stays in the pool;
 //      release: the tasks of the context swapped in are told to release:
 //               they exchange ready marks with their peers and inject
 //               again; the agent records when every one answered ready;
@@ -54,6 +60,7 @@
 
 #include "cosched/admissions.hpp"
 #include "lib/common/log.hpp"
+#include "lib/net/unix_server.hpp"
 #include "sched_gang/switcher.hpp"
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
@@ -109,7 +116,7 @@ private:
         void add(uint32_t v);
     };
 
-    static void on_accept(int fd, short, void *arg);
+    void on_client(int fd, const ucred &cred);
     static void on_readable(int fd, short, void *arg);
     static void on_halt_timeout(int, short, void *arg);
     static void on_stats_timer(int, short, void *arg);
@@ -131,7 +138,14 @@ private:
     void window_halted(Window &w);
     void finish_halt();
     void load_running();
-    bool stopped(const Window &w);
+    bool leaves_pool(const Window &w) const;
+    const Client *running_task(const Window &w) const;
+    void wait_stopped(Window &w);
+    void arm_stop_timer(Window &w);
+    void stop_waiting(Window &w);
+    static void on_stop_timer(int, short, void *arg);
+    void check_stopped(Window &w);
+    void swap_out_late(Window &w);
     void release_window(Window &w);
     void release_task(Window &w, int fd);
 
@@ -143,9 +157,8 @@ private:
     event_base *base_;
     PoolSetup setup_;
     Logger log_;
+    net::UnixServer server_; // the control socket
     gang::Switcher *switcher_ = nullptr;
-    int listen_fd_ = -1;
-    event *accept_ev_ = nullptr;
     event *halt_timer_ = nullptr;
     event *stats_timer_ = nullptr;
     std::map<int, std::unique_ptr<Client>> clients_;      // by fd

@@ -1,9 +1,11 @@
 // The node's buffer pool (switch_rdma/pool.hpp) against fake slurmstepd and
 // fake tasks on its real control socket: who may open, close and attach;
 // the pool's accounting and credits; halt / swap / release with queue
-// contents saved and restored exactly; a corrupt queue index or a task
-// that never halts fails its context without blocking the switch; the
-// jobs of open coscheduled contexts are admitted to coscheduling.
+// contents saved and restored exactly; a swap whose tasks are not stopped
+// yet waits on a timer, the loop going on, and completes once they are; a
+// corrupt queue index or a task that never halts fails its context without
+// blocking the switch; the jobs of open coscheduled contexts are admitted
+// to coscheduling.
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
@@ -17,6 +19,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 #include <event2/event.h>
 
@@ -450,6 +453,147 @@ void test_failures(void **)
     assert_true(contains(c2.error, "the context has failed"));
 }
 
+// A loop event that counts its firings (the loop stays responsive).
+struct Ticker {
+    event *ev;
+    int ticks = 0;
+    explicit Ticker(event_base *base)
+    {
+        ev = event_new(
+            base, -1, EV_PERSIST, [](int, short, void *arg) { ++static_cast<Ticker *>(arg)->ticks; }, this);
+        timeval ms{0, 1000};
+        event_add(ev, &ms);
+    }
+    ~Ticker() { event_free(ev); }
+};
+
+std::vector<std::string> g_log;
+void capture_sink(LogLevel, const char *line) { g_log.emplace_back(line); }
+bool logged(const std::string &part)
+{
+    for (const auto &l : g_log)
+        if (contains(l, part))
+            return true;
+    return false;
+}
+
+// Tasks not stopped yet when the switch swaps: the swap waits on a timer,
+// not on the loop (other events fire meanwhile), and completes once they
+// stop, the running job's context coming in and being released; a context
+// whose job runs again meanwhile is never copied; one whose tasks do not
+// stop within 100 ms stays in the pool, as a halt that outlasts its switch
+// does when its tasks do not stop.
+void test_swap_waits_for_stop(void **)
+{
+    Bench b;
+    Context ca = context(1, 700, PoolMode::swapped, 1, 2, 1),
+            cb = context(2, 701, PoolMode::swapped, 1, 2, 1);
+    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
+    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
+    Task a, bt;
+    assert_true(a.attach(b, 1, 700, 0));
+    assert_true(bt.attach(b, 2, 701, 0));
+    b.pool->swap({}, {700}, 2);
+    b.pool->release({700}, 2);
+    assert_string_equal(a.next(b).c_str(), "G1");
+    a.say(b, control::Type::ready, 1);
+    fill(a.q(), 4, 20);
+
+    // Job 700 leaves; its task is not stopped yet.
+    assert_true(b.pool->halt({700}, 3));
+    assert_string_equal(a.next(b).c_str(), "H3");
+    a.say(b, control::Type::halted, 3);
+    b.tasks_stopped = false;
+    auto t0 = std::chrono::steady_clock::now();
+    b.pool->swap({700}, {701}, 3);
+    b.pool->release({701}, 3);
+    assert_true(std::chrono::steady_clock::now() - t0 < 20ms); // the switch did not wait
+    assert_int_equal(b.pool->resident_context(), 1);
+    {
+        Ticker tick(b.base);
+        t0 = std::chrono::steady_clock::now();
+        b.spin(30ms);
+        // The loop ran the whole time: the ticker fired again and again
+        // (libevent's timers are coarser than 1 ms here).
+        assert_true(tick.ticks >= 3);
+        assert_true(std::chrono::steady_clock::now() - t0 < 60ms);
+    }
+    assert_int_equal(b.pool->resident_context(), 1); // still waiting, nothing copied
+    assert_string_equal(bt.next(b).c_str(), "");
+    // Its task stops: the swap completes from the timer soon after.
+    b.tasks_stopped = true;
+    b.spin(30ms);
+    assert_int_equal(b.pool->resident_context(), 2);
+    assert_true(holds(a.q(), 4, 20));
+    assert_string_equal(bt.next(b).c_str(), "G1"); // its job runs already
+    bt.say(b, control::Type::ready, 1);
+    fill(bt.q(), 2, 60);
+
+    // Job 701 leaves, not stopped yet, and runs again before it stops: its
+    // context is never copied, and the next switch releases it.
+    assert_true(b.pool->halt({701}, 4));
+    assert_string_equal(bt.next(b).c_str(), "H4");
+    bt.say(b, control::Type::halted, 4);
+    b.tasks_stopped = false;
+    b.pool->swap({701}, {700}, 4);
+    b.pool->release({700}, 4);
+    b.spin(5ms);
+    assert_false(b.pool->halt({700}, 5)); // 700's context is out of the pool
+    assert_string_equal(a.next(b).c_str(), "H5");
+    a.say(b, control::Type::halted, 5);
+    b.pool->swap({700}, {701}, 5);
+    b.pool->release({701}, 5);
+    assert_string_equal(bt.next(b).c_str(), "G4");
+    b.tasks_stopped = true;
+    b.spin(30ms);
+    assert_int_equal(b.pool->resident_context(), 2);
+    assert_string_equal(a.next(b).c_str(), "");
+    bt.say(b, control::Type::ready, 4);
+
+    // Tasks that never stop within 100 ms: the context stays in the pool,
+    // with one line naming the task; stopping later changes nothing until
+    // the next switch.
+    g_log.clear();
+    set_log_sink(capture_sink);
+    assert_true(b.pool->halt({701}, 6));
+    assert_string_equal(bt.next(b).c_str(), "H6");
+    bt.say(b, control::Type::halted, 6);
+    b.tasks_stopped = false;
+    t0 = std::chrono::steady_clock::now();
+    b.pool->swap({701}, {700}, 6);
+    b.pool->release({700}, 6);
+    assert_true(std::chrono::steady_clock::now() - t0 < 20ms);
+    b.spin(150ms);
+    set_log_sink(nullptr);
+    assert_true(logged("rdma: context 2: rank 0 (pid " + std::to_string(getpid()) +
+                       ") is not stopped: the context stays in the pool"));
+    b.tasks_stopped = true;
+    b.spin(30ms);
+    assert_int_equal(b.pool->resident_context(), 2);
+    assert_true(holds(bt.q(), 2, 60));
+    b.pool->swap({}, {700}, 7);
+    b.pool->release({700}, 7);
+    assert_int_equal(b.pool->resident_context(), 1);
+    assert_string_equal(a.next(b).c_str(), "G5");
+    a.say(b, control::Type::ready, 5);
+
+    // A halt that outlasts its switch, its task not stopped when it answers:
+    // the context leaves the pool once the task stops.
+    assert_true(b.pool->halt({700}, 8));
+    assert_string_equal(a.next(b).c_str(), "H8");
+    b.spin(60ms); // past storm_pool_halt_wait: the switch goes on
+    b.pool->swap({700}, {701}, 8);
+    b.pool->release({701}, 8);
+    assert_int_equal(b.pool->resident_context(), 1);
+    b.tasks_stopped = false;
+    a.say(b, control::Type::halted, 8);
+    assert_int_equal(b.pool->resident_context(), 1);
+    b.tasks_stopped = true;
+    b.spin(30ms);
+    assert_int_equal(b.pool->resident_context(), 2);
+    assert_string_equal(bt.next(b).c_str(), "G6");
+}
+
 // A task that attaches after the context's first halt is halted at the
 // current epoch at once, so that it sends the halt marks its peers expect.
 void test_late_attach(void **)
@@ -560,6 +704,7 @@ int main()
         cmocka_unit_test(test_attach_rules),
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_swap_waits_for_stop),
         cmocka_unit_test(test_late_attach),
         cmocka_unit_test(test_cosched_admissions),
     };

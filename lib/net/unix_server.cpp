@@ -1,0 +1,102 @@
+#include "lib/net/unix_server.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <system_error>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+namespace storm::net {
+
+UnixServer::UnixServer(event_base *base, std::string path, Logger log, std::string prefix, std::string what,
+                       OnClient on_client)
+    : base_(base), path_(std::move(path)), log_(std::move(log)), prefix_(std::move(prefix)),
+      what_(std::move(what)), on_client_(std::move(on_client))
+{
+}
+
+UnixServer::~UnixServer() { close_socket(); }
+
+void UnixServer::close_socket() noexcept
+{
+    if (ev_) {
+        event_free(ev_);
+        ev_ = nullptr;
+    }
+    if (fd_ >= 0) {
+        ::close(fd_);
+        fd_ = -1;
+        unlink(path_.c_str());
+    }
+}
+
+void UnixServer::start()
+{
+    if (fd_ >= 0)
+        throw std::logic_error(prefix_ + ": the " + what_ + " " + path_ + " is bound already");
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (path_.size() >= sizeof sa.sun_path)
+        throw std::runtime_error(prefix_ + ": " + what_ + " path too long: " + path_);
+    std::memcpy(sa.sun_path, path_.c_str(), path_.size() + 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        throw std::system_error(errno, std::generic_category(), prefix_ + ": socket");
+    unlink(path_.c_str()); // a stale socket of an earlier slurmd
+    if (bind(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0) {
+        int e = errno;
+        ::close(fd);
+        throw std::system_error(e, std::generic_category(), prefix_ + ": bind " + path_);
+    }
+    fd_ = fd; // from here on a failure removes the file again
+    // Tasks run as their users; each peer is checked with SO_PEERCRED.
+    if (chmod(path_.c_str(), 0666) != 0 || listen(fd_, 128) != 0) {
+        int e = errno;
+        close_socket();
+        throw std::system_error(e, std::generic_category(), prefix_ + ": listen " + path_);
+    }
+    ev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_accept, this);
+    if (!ev_ || event_add(ev_, nullptr) != 0) {
+        close_socket();
+        throw std::runtime_error(prefix_ + ": cannot register the " + what_ + "'s events");
+    }
+}
+
+void UnixServer::on_accept(int fd, short, void *arg)
+{
+    auto *self = static_cast<UnixServer *>(arg);
+    for (;;) {
+        int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                self->log_.error("%s: accept on %s: %s", self->prefix_.c_str(), self->path_.c_str(),
+                                 std::strerror(errno));
+            return;
+        }
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+            self->log_.error("%s: cannot read a client's credentials: %s", self->prefix_.c_str(),
+                             std::strerror(errno));
+            ::close(c);
+            continue;
+        }
+        self->on_client_(c, cred);
+    }
+}
+
+event *watch_readable(event_base *base, int fd, void (*cb)(int, short, void *), void *arg) noexcept
+{
+    event *ev = event_new(base, fd, EV_READ | EV_PERSIST, cb, arg);
+    if (ev && event_add(ev, nullptr) != 0) {
+        event_free(ev);
+        ev = nullptr;
+    }
+    return ev;
+}
+
+} // namespace storm::net

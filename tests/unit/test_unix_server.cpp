@@ -1,0 +1,235 @@
+// The node agent's unix control sockets (lib/net/unix_server.hpp): the
+// socket file's mode, a client's SO_PEERCRED credentials, a stale file
+// replaced, the file removed with the server, and clear errors.
+#include "tests/unit/cmocka.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <functional>
+#include <memory>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <system_error>
+#include <unistd.h>
+#include <vector>
+
+#include <event2/event.h>
+
+#include "lib/net/unix_server.hpp"
+#include "tests/unit/helpers.hpp"
+
+using namespace storm;
+using namespace std::chrono_literals;
+using test_helpers::contains;
+using test_helpers::error_of;
+
+namespace {
+
+struct Bench {
+    event_base *base = event_base_new();
+    std::string dir;
+    struct Accepted {
+        int fd;
+        ucred cred;
+    };
+    std::vector<Accepted> accepted;
+    Bench()
+    {
+        char tmpl[] = "/tmp/storm-unix-server-test.XXXXXX";
+        dir = mkdtemp(tmpl);
+    }
+    ~Bench()
+    {
+        for (auto &a : accepted)
+            close(a.fd);
+        event_base_free(base);
+        std::system(("rm -rf " + dir).c_str());
+    }
+    std::string sock() const { return dir + "/s.sock"; }
+    std::unique_ptr<net::UnixServer> server(const std::string &path)
+    {
+        return std::make_unique<net::UnixServer>(base, path, Logger("test"), "test", "test socket",
+                                                 [this](int fd, const ucred &cred) {
+                                                     accepted.push_back({fd, cred});
+                                                 });
+    }
+    // Runs the loop until `done` or 2 s have passed.
+    bool spin_until(const std::function<bool()> &done)
+    {
+        auto until = std::chrono::steady_clock::now() + 2s;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() >= until)
+                return false;
+            timeval tv{0, 10000};
+            event_base_loopexit(base, &tv);
+            event_base_dispatch(base);
+        }
+        return true;
+    }
+};
+
+int connect_to(const std::string &path)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, path.c_str());
+    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int g_reads = 0;
+void on_read(int fd, short, void *)
+{
+    char buf[64];
+    if (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0)
+        ++g_reads;
+}
+
+// The file is a socket of mode 0666 (tasks of every user reach it); a
+// client's SO_PEERCRED reaches on_client, on a non-blocking close-on-exec
+// connection that watch_readable() watches.
+void test_mode_and_credentials(void **)
+{
+    Bench b;
+    umask(022);
+    auto s = b.server(b.sock());
+    assert_false(s->listening());
+    s->start();
+    assert_true(s->listening());
+    struct stat st {};
+    assert_int_equal(stat(b.sock().c_str(), &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0666);
+
+    int c = connect_to(b.sock());
+    assert_true(c >= 0);
+    assert_true(b.spin_until([&] { return b.accepted.size() == 1; }));
+    const auto &a = b.accepted[0];
+    assert_int_equal(a.cred.pid, getpid());
+    assert_int_equal(a.cred.uid, getuid());
+    assert_int_equal(a.cred.gid, getgid());
+    assert_true(fcntl(a.fd, F_GETFL) & O_NONBLOCK);
+    assert_true(fcntl(a.fd, F_GETFD) & FD_CLOEXEC);
+
+    event *ev = net::watch_readable(b.base, a.fd, on_read, nullptr);
+    assert_non_null(ev);
+    g_reads = 0;
+    assert_int_equal(send(c, "hi", 2, 0), 2);
+    assert_true(b.spin_until([] { return g_reads == 1; }));
+    assert_int_equal(send(c, "again", 5, 0), 5); // persistent
+    assert_true(b.spin_until([] { return g_reads == 2; }));
+    event_free(ev);
+
+    // A second client, and the first one's connection is not disturbed.
+    int c2 = connect_to(b.sock());
+    assert_true(c2 >= 0);
+    assert_true(b.spin_until([&] { return b.accepted.size() == 2; }));
+    assert_int_equal(b.accepted[1].cred.pid, getpid());
+    close(c);
+    close(c2);
+}
+
+// A stale socket of an earlier agent (bound, never removed) and any other
+// file left at the path are replaced.
+void test_stale_replaced(void **)
+{
+    Bench b;
+    int stale = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, b.sock().c_str());
+    assert_int_equal(bind(stale, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+    close(stale);
+    assert_int_equal(connect_to(b.sock()), -1); // nobody listens there
+    {
+        auto s = b.server(b.sock());
+        s->start();
+        int c = connect_to(b.sock());
+        assert_true(c >= 0);
+        assert_true(b.spin_until([&] { return b.accepted.size() == 1; }));
+        close(c);
+    }
+    std::system(("echo junk > " + b.sock()).c_str());
+    auto s = b.server(b.sock());
+    s->start();
+    struct stat st {};
+    assert_int_equal(stat(b.sock().c_str(), &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    int c = connect_to(b.sock());
+    assert_true(c >= 0);
+    close(c);
+}
+
+// The file goes with the server; the accepted connections are the owner's
+// and stay open.
+void test_unlinked_on_destruction(void **)
+{
+    Bench b;
+    auto s = b.server(b.sock());
+    s->start();
+    int c = connect_to(b.sock());
+    assert_true(c >= 0);
+    assert_true(b.spin_until([&] { return b.accepted.size() == 1; }));
+    s.reset();
+    assert_int_equal(access(b.sock().c_str(), F_OK), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(send(c, "x", 1, MSG_NOSIGNAL), 1);
+    char buf[4];
+    assert_int_equal(recv(b.accepted[0].fd, buf, sizeof buf, 0), 1);
+    close(c);
+    // A server never started removes nothing (another agent's socket).
+    auto other = b.server(b.sock());
+    other->start();
+    auto idle = b.server(b.sock());
+    idle.reset();
+    assert_int_equal(access(b.sock().c_str(), F_OK), 0);
+}
+
+// Failures are errors naming the component, the path and the reason, and
+// leave no file behind.
+void test_errors(void **)
+{
+    Bench b;
+    std::string missing = b.dir + "/missing/s.sock";
+    auto s = b.server(missing);
+    std::string e = error_of<std::system_error>([&] { s->start(); });
+    assert_true(contains(e, "test: bind " + missing));
+    assert_true(contains(e, std::strerror(ENOENT)));
+    assert_false(s->listening());
+    s.reset();
+    assert_int_equal(access((b.dir + "/missing").c_str(), F_OK), -1);
+
+    std::string longpath = b.dir + "/" + std::string(200, 'x');
+    auto l = b.server(longpath);
+    e = error_of<std::runtime_error>([&] { l->start(); });
+    assert_true(contains(e, "test: test socket path too long: " + longpath));
+
+    // Started twice: a logic error, the first socket untouched.
+    auto t = b.server(b.sock());
+    t->start();
+    assert_true(contains(error_of<std::logic_error>([&] { t->start(); }), "is bound already"));
+    int c = connect_to(b.sock());
+    assert_true(c >= 0);
+    close(c);
+}
+
+} // namespace
+
+int main()
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mode_and_credentials),
+        cmocka_unit_test(test_stale_replaced),
+        cmocka_unit_test(test_unlinked_on_destruction),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
