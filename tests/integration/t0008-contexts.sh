@@ -38,7 +38,7 @@ timeout 60 srun -p debug -N4 -n8 -O sh -c 'echo "$SLURM_PROCID $STORM_CTX"' > "$
 t_diag < "$T_WORK/ctx.out"
 t_check "each task of a step gets the step's context (8 tasks, 4 nodes, divided)" \
     bash -c "[ \$(awk '{print \$2}' '$T_WORK/ctx.out' | sort -u | wc -l) = 1 ] &&
-             [ \$(grep -c ';d;1;' '$T_WORK/ctx.out') = 8 ]"
+             [ \$(grep -c ';d;-;1;' '$T_WORK/ctx.out') = 8 ]"
 timeout 120 srun -p debug -N4 -n8 -O "$A2A" 500 3000 > "$T_WORK/one.out" 2> "$T_WORK/one.err"
 rc=$?
 t_diag < "$T_WORK/one.err"
