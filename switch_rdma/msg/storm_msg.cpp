@@ -77,6 +77,23 @@ void fill_cosched(struct storm_msg_cosched_stats *s, const Endpoint &e)
     s->requests_deferred = t.requests_deferred.load();
 }
 
+// A statistics call: the live endpoint's figures, or those kept at
+// finalize.
+template <class S> int read_stats(S *s, void (*fill_from)(S *, const Endpoint &), const S &at_finalize)
+{
+    return guarded([&]() -> int {
+        if (!s)
+            throw MsgError(EFAULT, "NULL statistics");
+        if (g_ep)
+            fill_from(s, *g_ep);
+        else if (g_finalized)
+            *s = at_finalize;
+        else
+            throw MsgError(EINVAL, "storm_msg_init() was not called");
+        return 0;
+    });
+}
+
 } // namespace
 
 extern "C" {
@@ -171,27 +188,6 @@ int storm_msg_finalize(void)
 }
 
 const char *storm_msg_error(void) { return t_error.c_str(); }
-
-namespace {
-
-// A statistics call: the live endpoint's figures, or those kept at
-// finalize.
-template <class S> int read_stats(S *s, void (*fill_from)(S *, const Endpoint &), const S &at_finalize)
-{
-    return guarded([&]() -> int {
-        if (!s)
-            throw MsgError(EFAULT, "NULL statistics");
-        if (g_ep)
-            fill_from(s, *g_ep);
-        else if (g_finalized)
-            *s = at_finalize;
-        else
-            throw MsgError(EINVAL, "storm_msg_init() was not called");
-        return 0;
-    });
-}
-
-} // namespace
 
 int storm_msg_stats(struct storm_msg_stats *s) { return read_stats(s, fill, g_final); }
 
