@@ -126,6 +126,13 @@ CgroupEnforcer::~CgroupEnforcer()
 {
     while (!jobs_.empty())
         release(jobs_.begin()->first);
+    for (int i = 0; i < 20 && !busy_.empty(); ++i) { // exiting processes: up to 1 s
+        retry();
+        if (!busy_.empty())
+            usleep(50000);
+    }
+    for (const auto &[dir, n] : busy_)
+        log_.error("cosched: cannot remove %s: %s", dir.c_str(), std::strerror(EBUSY));
     rmdir(base_.c_str()); // fails, harmlessly, if something else lives there
 }
 
@@ -215,9 +222,30 @@ void CgroupEnforcer::release(uint32_t job)
     }
     // Children they started since: where their parents came from.
     empty_into(dir, root_ + (fallback == "/" ? "" : fallback));
-    if (rmdir(dir.c_str()) != 0 && errno != ENOENT)
-        log_.error("cosched: cannot remove %s: %s", dir.c_str(), std::strerror(errno));
+    if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+        if (errno == EBUSY) // a process still exiting in it: again later
+            busy_.emplace(dir, 0);
+        else
+            log_.error("cosched: cannot remove %s: %s", dir.c_str(), std::strerror(errno));
+    }
     jobs_.erase(it);
+}
+
+void CgroupEnforcer::retry()
+{
+    for (auto it = busy_.begin(); it != busy_.end();) {
+        empty_into(it->first, root_);
+        if (rmdir(it->first.c_str()) == 0 || errno == ENOENT) {
+            it = busy_.erase(it);
+            continue;
+        }
+        if (errno != EBUSY || ++it->second == 30) { // half a minute: something lives there
+            log_.error("cosched: cannot remove %s: %s", it->first.c_str(), std::strerror(errno));
+            it = busy_.erase(it);
+            continue;
+        }
+        ++it;
+    }
 }
 
 // ---- nice ----------------------------------------------------------------------

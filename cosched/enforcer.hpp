@@ -51,6 +51,8 @@ public:
     virtual void set_scheduled(uint32_t job, bool scheduled) = 0;
     // Gives the job's processes back what they had and forgets the job.
     virtual void release(uint32_t job) = 0;
+    // Finishes what a release could not yet (called about once a second).
+    virtual void retry() {}
 };
 
 struct EnforcerSetup {
@@ -70,7 +72,11 @@ public:
     const char *name() const noexcept override { return "cgroup cpu.shares"; }
     void attach(uint32_t job, const std::vector<pid_t> &pids, bool scheduled) override;
     void set_scheduled(uint32_t job, bool scheduled) override;
+    // A job's group that still holds exiting processes (rmdir: EBUSY) is
+    // emptied and removed again by retry(), and at the latest when the
+    // enforcer goes away.
     void release(uint32_t job) override;
+    void retry() override;
     const std::string &root() const noexcept { return root_; }
     std::string job_dir(uint32_t job) const;
     // The cpu hierarchy mounted in this mount namespace ("" if none).
@@ -88,6 +94,7 @@ private:
     std::string root_, base_;
     bool mounted_ = false;
     std::map<uint32_t, Job> jobs_;
+    std::map<std::string, int> busy_; // groups left to remove -> attempts
 };
 
 class NiceEnforcer : public Enforcer {

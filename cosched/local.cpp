@@ -152,6 +152,7 @@ void Local::on_timer(int, short, void *arg)
 void Local::on_stats_timer(int, short, void *arg)
 {
     auto *self = static_cast<Local *>(arg);
+    self->enforcer_->retry();
     // The scheduled job's CPU time grows while nothing else changes.
     if (self->stats_dirty_ || self->sched_.scheduled())
         self->write_stats();

@@ -101,7 +101,14 @@ t_check "  and still runs" grep -q '^rounds [1-9]' "$T_WORK/$D.out"
 
 C=$(job work 60 --storm-cosched)
 for _ in $(seq 100); do [ -d "$CPU/storm-cosched-vn1/job_$C" ] && break; sleep 0.2; done
-scancel "$C"; wait_job "$C" 60; sleep 1
+scancel "$C"; wait_job "$C" 60
+for _ in $(seq 50); do [ -d "$CPU/storm-cosched-vn1/job_$C" ] || break; sleep 0.2; done
+if [ -d "$CPU/storm-cosched-vn1/job_$C" ]; then # what holds it
+    for p in $(cat "$CPU/storm-cosched-vn1/job_$C/cgroup.procs"); do
+        echo "in job_$C: $p $(tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null)"
+    done | t_diag
+    grep -h 'cosched' "$STATE/log/slurmd-vn1.log" | tail -5 | t_diag
+fi
 t_check "a cancelled job's tasks are unregistered (no cgroup left)" [ ! -d "$CPU/storm-cosched-vn1/job_$C" ]
 t_check "no job_* group is left on any node" \
     bash -c "! ls -d '$CPU'/storm-cosched-vn*/job_* 2> /dev/null | grep -q ."
