@@ -13,6 +13,7 @@
 #include "lib/common/files.hpp"
 #include "lib/common/params.hpp"
 #include "lib/common/percentile.hpp"
+#include "lib/common/precise_base.hpp"
 #include "lib/common/realtime.hpp"
 #include "lib/common/signals.hpp"
 
@@ -51,12 +52,7 @@ MachineManager::~MachineManager() { stop(); }
 
 void MachineManager::start()
 {
-    event_config *ec = event_config_new();
-    if (!ec)
-        throw std::runtime_error("gang manager: event_config_new failed");
-    event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
-    base_ = event_base_new_with_config(ec);
-    event_config_free(ec);
+    base_ = new_precise_base();
     if (!base_)
         throw std::runtime_error("gang manager: event_base_new failed");
     prim::EngineConfig pc;

@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "lib/common/precise_base.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
 
@@ -26,7 +27,7 @@ void NodeAgent::start()
         throw std::logic_error("node agent already started");
     if (pipe2(control_, O_CLOEXEC | O_NONBLOCK) < 0)
         throw std::system_error(errno, std::generic_category(), "node agent: pipe");
-    base_ = event_base_new();
+    base_ = new_precise_base(); // halt waits and stop checks of a few ms
     if (!base_) {
         stop();
         throw std::runtime_error("node agent: event_base_new failed");
