@@ -5,8 +5,8 @@
 # cores; "the NIC" is the node agent's pool of storm_pool_size bytes
 # (default 1 MiB, 4 KiB packets) and the tasks' progress threads.
 #
-#   sudo contrib/bench/bench-switch.sh [-p "divided swapped stages"]
-#                                      [-n "2 8 64"] [-c COUNT]
+#   sudo contrib/bench/bench-switch.sh [-p "divided swapped quanta stages"]
+#                                      [-n "2 8 64"] [-c COUNT] [-q "1 2 5 20 50"]
 #
 # COUNT (default 2000) messages per size in "divided"; ten times as many
 # 65536-byte messages per job in "swapped".
@@ -23,6 +23,9 @@
 #           bandwidth jobs under stock Slurm's uncoordinated time sharing.
 #           Total = the sum of the jobs' bandwidths, each over its own
 #           elapsed time (seed 002 section 4.1).
+#  quanta   total bandwidth of 2 such jobs with swapped pools at each
+#           gang quantum (-q, ms), beside 2 Open MPI bandwidth jobs under
+#           stock Slurm's uncoordinated time sharing.
 #  stages   for each node count (-n): two all-to-all jobs gang-scheduled at
 #           50 ms on every node; the time of each switch stage (halt:
 #           strobe to every local task halted; swap: copying out and in;
@@ -35,22 +38,23 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 VC=$top/contrib/vcluster/storm-vcluster
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-PARTS="divided swapped stages" NODES="2 8 64" COUNT=2000
+PARTS="divided swapped quanta stages" NODES="2 8 64" COUNT=2000 QUANTA="1 2 5 20 50"
 SIZES="64 256 1024 4096 16384 65536 262144"
-while getopts p:n:c: o; do
+while getopts p:n:c:q: o; do
     case $o in
     p) PARTS=$OPTARG ;;
     n) NODES=$OPTARG ;;
     c) COUNT=$OPTARG ;;
-    *) echo "usage: $0 [-p PARTS] [-n NODES] [-c COUNT]" >&2; exit 2 ;;
+    q) QUANTA=$OPTARG ;;
+    *) echo "usage: $0 [-p PARTS] [-n NODES] [-c COUNT] [-q QUANTA_MS]" >&2; exit 2 ;;
     esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench-switch: must run as root" >&2; exit 2; }
-libdir=$(sed -n 's/^libdir = //p' "$BUILD/Makefile"); incdir=$(sed -n 's/^includedir = //p' "$BUILD/Makefile")
-prefix=$(sed -n 's/^prefix = //p' "$BUILD/Makefile")
-# shellcheck disable=SC2034 # used by the eval of libdir below
-exec_prefix=$prefix
-libdir=$(eval echo "$libdir"); incdir=$(eval echo "$incdir")
+make_var() { # a variable of the build's Makefile, fully expanded
+    printf 'storm-print-var:\n\t@echo $(%s)\n' "$1" |
+        make -s --no-print-directory -C "$BUILD" -f Makefile -f - storm-print-var
+}
+libdir=$(make_var libdir); incdir=$(make_var includedir)
 [ -f "$incdir/storm/storm_msg.h" ] || { echo "bench-switch: libstormmsg not installed (run contrib/storm-setup)" >&2; exit 2; }
 work=/var/tmp/storm-bench-switch
 trap '"$VC" down > /dev/null 2>&1' EXIT
@@ -130,6 +134,21 @@ swapped)
     for k in 1 2 4 8; do
         printf "  %4s %16s %18s %18s %14s %14s\n" "$k" "${tot[stock.$k]}" "${tot[div.$k]}" "${tot[swap.$k]}" \
             "$(ratio "${tot[swap.$k]}" "${tot[swap.1]}")" "$(ratio "${tot[swap.$k]}" "${tot[div.$k]}")"
+    done
+    ;;
+quanta)
+    echo
+    echo "== total bandwidth (MB/s) of 2 gang-scheduled msg_bw jobs on vn[1-2] with swapped pools, by quantum"
+    gp="PartitionName=g Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO"
+    up stock 2 "$gp"
+    stock=$(bw_jobs 2 "srun --mpi=pmix $work/mpi_bw $((COUNT * 10)) 65536" g)
+    printf "  %10s %14s %10s %10s %12s\n" quantum "total MB/s" switches swaps "vs stock"
+    printf "  %10s %14s %10s %10s %12s\n" "stock MPI" "$stock" - - 1.00
+    for q in $QUANTA; do
+        up storm 2 "$gp" "SchedulerParameters=storm_gang_quantum=${q}ms"
+        t=$(bw_jobs 2 "srun $work/msg_bw -n $((COUNT * 10)) 65536" g)
+        st() { awk -v k="$1" '$1 == k { print $2 }' "$STATE/nodes/vn1/spool/storm-pool.stats"; }
+        printf "  %10s %14s %10s %10s %12s\n" "${q} ms" "$t" "$(st switches)" "$(st swaps)" "$(ratio "$t" "$stock")"
     done
     ;;
 stages)
