@@ -140,27 +140,13 @@ bool place_in_slot(const Rows &rows, size_t s, uint32_t n, std::vector<uint32_t>
 
 } // namespace
 
-Placement place(const PackView &view, const std::vector<uint32_t> &candidates, uint32_t count,
-                unsigned max_slots)
-{
-    Placement p;
-    Rows rows(view, candidates);
-    if (count == 0 || count > rows.candidates())
-        return p;
-    for (size_t s = 0; s <= rows.busy.size(); ++s) {
-        if (s == rows.busy.size() && s >= max_slots)
-            break;
-        if (place_in_slot(rows, s, count, p.nodes)) {
-            p.kind = s < rows.busy.size() ? Placement::existing : Placement::new_slot;
-            p.slot = static_cast<unsigned>(s);
-            return p;
-        }
-    }
-    return p;
-}
+namespace {
 
-Placement first_fit(const PackView &view, const std::vector<uint32_t> &candidates, uint32_t count,
-                    unsigned max_slots)
+// The lowest slot (an existing one, or a new one below max_slots) where
+// fit(rows, slot, count, nodes) places the job.
+template <class Fit>
+Placement lowest_slot(const PackView &view, const std::vector<uint32_t> &candidates, uint32_t count,
+                      unsigned max_slots, Fit fit)
 {
     Placement p;
     Rows rows(view, candidates);
@@ -169,12 +155,8 @@ Placement first_fit(const PackView &view, const std::vector<uint32_t> &candidate
     for (size_t s = 0; s <= rows.busy.size(); ++s) {
         if (s == rows.busy.size() && s >= max_slots)
             break;
-        std::vector<uint8_t> free = rows.free_in(s);
         p.nodes.clear();
-        for (uint32_t i = 0; i < rows.nodes && p.nodes.size() < count; ++i)
-            if (free[i])
-                p.nodes.push_back(i);
-        if (p.nodes.size() == count) {
+        if (fit(rows, s, count, p.nodes)) {
             p.kind = s < rows.busy.size() ? Placement::existing : Placement::new_slot;
             p.slot = static_cast<unsigned>(s);
             return p;
@@ -182,6 +164,30 @@ Placement first_fit(const PackView &view, const std::vector<uint32_t> &candidate
     }
     p.nodes.clear();
     return p;
+}
+
+// cons_tres's choice within a slot: the first free nodes in order.
+bool first_free(const Rows &rows, size_t s, uint32_t count, std::vector<uint32_t> &out)
+{
+    std::vector<uint8_t> free = rows.free_in(s);
+    for (uint32_t i = 0; i < rows.nodes && out.size() < count; ++i)
+        if (free[i])
+            out.push_back(i);
+    return out.size() == count;
+}
+
+} // namespace
+
+Placement place(const PackView &view, const std::vector<uint32_t> &candidates, uint32_t count,
+                unsigned max_slots)
+{
+    return lowest_slot(view, candidates, count, max_slots, place_in_slot);
+}
+
+Placement first_fit(const PackView &view, const std::vector<uint32_t> &candidates, uint32_t count,
+                    unsigned max_slots)
+{
+    return lowest_slot(view, candidates, count, max_slots, first_free);
 }
 
 PackView pack_view(const Matrix &m, uint32_t nodes)
