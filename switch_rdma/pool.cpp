@@ -20,6 +20,7 @@
 #include "lib/common/files.hpp"
 #include "lib/common/percentile.hpp"
 #include "lib/common/procs.hpp"
+#include "lib/net/fd_passing.hpp"
 #include "switch_rdma/layout.hpp"
 #include "switch_rdma/window.hpp"
 
@@ -186,27 +187,17 @@ void Pool::on_readable(int fd, short, void *arg)
 void Pool::read_client(Client &c)
 {
     std::string buf(control::max_message + 1, '\0');
-    char cmsgbuf[CMSG_SPACE(sizeof(int))];
-    iovec iov{buf.data(), buf.size()};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cmsgbuf;
-    mh.msg_controllen = sizeof cmsgbuf;
-    ssize_t n = recvmsg(c.fd, &mh, MSG_CMSG_CLOEXEC);
+    int passed = -1, flags = 0;
+    ssize_t n = net::recv_with_fd(c.fd, buf, passed, 0, &flags);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    int passed = -1;
-    for (cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-            std::memcpy(&passed, CMSG_DATA(cm), sizeof passed);
     if (passed >= 0)
         ::close(passed); // nobody passes descriptors to the agent
     if (n <= 0) {
         drop(c.fd, n == 0 ? nullptr : std::strerror(errno));
         return;
     }
-    if (mh.msg_flags & MSG_TRUNC) {
+    if (flags & MSG_TRUNC) {
         drop(c.fd, "message too long");
         return;
     }
@@ -216,26 +207,7 @@ void Pool::read_client(Client &c)
 
 bool Pool::reply(Client &c, const std::string &msg, int fd)
 {
-    iovec iov{const_cast<char *>(msg.data()), msg.size()};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    char cmsgbuf[CMSG_SPACE(sizeof(int))];
-    if (fd >= 0) {
-        std::memset(cmsgbuf, 0, sizeof cmsgbuf);
-        mh.msg_control = cmsgbuf;
-        mh.msg_controllen = sizeof cmsgbuf;
-        cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    }
-    ssize_t n;
-    do
-        n = sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    return n == static_cast<ssize_t>(msg.size());
+    return net::send_with_fd(c.fd, msg, fd, MSG_DONTWAIT) == static_cast<ssize_t>(msg.size());
 }
 
 void Pool::drop(int fd, const char *why)

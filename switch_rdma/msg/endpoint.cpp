@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "lib/net/fd_passing.hpp"
 #include "lib/net/wire.hpp"
 #include "switch_rdma/msg/frames.hpp"
 
@@ -179,18 +180,8 @@ void Endpoint::attach(const std::string &path)
         error(ETIMEDOUT, "the node agent at " + path + " did not answer the attach within " +
                              std::to_string(timeout_s_) + " s");
     std::string buf(64 * 1024, '\0');
-    iovec iov{buf.data(), buf.size()};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cbuf;
-    mh.msg_controllen = sizeof cbuf;
-    ssize_t got = recvmsg(ctl_fd_, &mh, MSG_CMSG_CLOEXEC);
     int memfd = -1;
-    for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            std::memcpy(&memfd, CMSG_DATA(c), sizeof memfd);
+    ssize_t got = net::recv_with_fd(ctl_fd_, buf, memfd);
     struct FdCloser {
         int &fd;
         ~FdCloser()

@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "lib/net/fd_passing.hpp"
 #include "lib/net/wire.hpp"
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
@@ -214,19 +215,7 @@ public:
             a.epoch = epoch;
             a.resident = attach_resident;
             std::string m = control::attached(a);
-            iovec iov{m.data(), m.size()};
-            alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-            msghdr mh{};
-            mh.msg_iov = &iov;
-            mh.msg_iovlen = 1;
-            mh.msg_control = cbuf;
-            mh.msg_controllen = sizeof cbuf;
-            cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-            cm->cmsg_level = SOL_SOCKET;
-            cm->cmsg_type = SCM_RIGHTS;
-            cm->cmsg_len = CMSG_LEN(sizeof(int));
-            std::memcpy(CMSG_DATA(cm), &memfd_, sizeof(int));
-            assert_true(sendmsg(c, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(m.size()));
+            assert_true(storm::net::send_with_fd(c, m, memfd_) == static_cast<ssize_t>(m.size()));
             tasks_[ids.rank].conn = c;
             tasks_[ids.rank].attached = true;
         }

@@ -23,6 +23,7 @@
 
 #include <event2/event.h>
 
+#include "lib/net/fd_passing.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/layout.hpp"
 #include "switch_rdma/pool.hpp"
@@ -159,27 +160,20 @@ struct Task {
         if (send(fd, m.data(), m.size(), 0) != static_cast<ssize_t>(m.size()))
             return false;
         b.spin();
-        char buf[4096], cbuf[CMSG_SPACE(sizeof(int))];
-        iovec iov{buf, sizeof buf};
-        msghdr mh{};
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof cbuf;
-        ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
+        std::string buf(4096, '\0');
+        int mfd = -1;
+        ssize_t n = net::recv_with_fd(fd, buf, mfd, MSG_DONTWAIT);
         if (n <= 0)
             return false;
-        net::Reader r(buf, static_cast<size_t>(n));
+        net::Reader r(buf.data(), static_cast<size_t>(n));
         auto h = control::header(r);
         if (h.type == control::Type::error) {
             error = control::read_reason(r);
+            if (mfd >= 0)
+                close(mfd);
             return false;
         }
         a = control::read_attached(r);
-        int mfd = -1;
-        for (cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-            if (cm->cmsg_type == SCM_RIGHTS)
-                std::memcpy(&mfd, CMSG_DATA(cm), sizeof mfd);
         if (mfd < 0)
             return false;
         map_len = static_cast<size_t>(a.offset + a.bytes);
