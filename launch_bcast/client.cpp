@@ -421,7 +421,8 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
 {
     if (src.entries.empty() || src.entries.size() != src.paths.size())
         throw BcastError("nothing to broadcast");
-    if (o.chunk_size == 0 || o.chunk_size > kMaxChunk)
+    const uint32_t chunk = chunk_size_of(o);
+    if (chunk > kMaxChunk)
         throw BcastError("chunk size must be 1 byte to " + std::to_string(kMaxChunk >> 20) + " MiB");
     NoSigpipe guard;
     OpenRequest req;
@@ -435,7 +436,7 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
 
     Run run(o, src);
     run.total = src.total_bytes();
-    run.window = o.window ? o.window : std::max<unsigned>(2, (16u << 20) / o.chunk_size);
+    run.window = o.window ? o.window : std::max<unsigned>(2, (16u << 20) / chunk);
     run.base = event_base_new();
     if (!run.base)
         throw BcastError("cannot create an event loop");
@@ -465,7 +466,7 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
         run.stop("lost the connection to the Storm agent on " + run.o.agent_name + ": " + why);
     });
     // Reading starts at once, while the nodes open their files.
-    run.reader = std::make_unique<ChunkReader>(src, o.chunk_size, o.compress, 4);
+    run.reader = std::make_unique<ChunkReader>(src, chunk, o.compress, 4);
     run.ready = event_new(
         run.base, run.reader->fd(), EV_READ | EV_PERSIST,
         [](evutil_socket_t, short, void *arg) {

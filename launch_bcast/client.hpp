@@ -54,7 +54,8 @@ struct ClientOptions {
     std::string cred;                         // Slurm's sbcast credential, packed
     std::string dest;                         // absolute
     uint32_t flags = 0;                       // Flags
-    uint32_t chunk_size = 32u << 10;
+    uint32_t chunk_size = 0;                  // 0: chunk_size_of() chooses
+    bool multicast = false;                   // the agents multicast the data (shim::aim sets it)
     unsigned window = 0;                      // chunks in flight; 0: 16 MiB worth
     uint8_t fanout = 1;                       // of the data tree
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
@@ -63,5 +64,13 @@ struct ClientOptions {
 };
 
 void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);
+
+// The chunk size a broadcast uses: o.chunk_size if set, else 32 KiB for a
+// pipeline through the nodes (short to fill), 256 KiB where the agents
+// multicast (fewer announcements; no pipeline to fill).
+inline uint32_t chunk_size_of(const ClientOptions &o)
+{
+    return o.chunk_size ? o.chunk_size : o.multicast ? 256u << 10 : 32u << 10;
+}
 
 } // namespace storm::bcast

@@ -30,7 +30,8 @@ const char *kUsage =
     "  -f, --force             replace DEST where it exists\n"
     "  -p, --preserve          keep SOURCE's access and modification times\n"
     "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
-    "  -s, --size=SIZE         chunk size (default 32k; k and m suffixes)\n"
+    "  -s, --size=SIZE         chunk size (default 32k, or 256k where the agents\n"
+    "                          multicast; k and m suffixes)\n"
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
     "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"
@@ -235,7 +236,6 @@ int main(int argc, char **argv)
         if (dot != std::string::npos)
             step = parse_uint(job_arg.substr(dot + 1).c_str(), "step id", 0, UINT32_MAX - 1);
     }
-    o.window = static_cast<unsigned>(std::max<uint64_t>(2, window_bytes / o.chunk_size));
     if (progress < 0)
         progress = isatty(STDERR_FILENO) ? 1 : 0;
 
@@ -244,6 +244,7 @@ int main(int argc, char **argv)
         auto target = shim::bcast_target(job, step);
         auto auth = shim::daemon_authenticator();
         shim::aim(o, target);
+        o.window = static_cast<unsigned>(std::max<uint64_t>(2, window_bytes / bcast::chunk_size_of(o)));
         auto send = [&](const bcast::Source &s, const std::string &to, const std::string &what) {
             o.dest = to;
             Progress p(progress == 1, what);

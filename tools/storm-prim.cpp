@@ -11,7 +11,8 @@
 //   storm-prim nodes                             the node table
 //
 // Options: -n NODES; -f F, the fanout of multi-chunk transfers (default 2);
-// -c SIZE, the chunk size (64k); -w W, chunks in flight (64).
+// -c SIZE, the chunk size (64k, or 256k where the agents multicast); -w W,
+// chunks in flight (64).
 //
 // NODES is a set of indices into Slurm's node table ("0-63,70") or "all"
 // (the default).  SIZE accepts k/M suffixes.  The data of xfer/verify is a
@@ -164,6 +165,8 @@ int main(int argc, char **argv)
         ec.window = window;
     if (chunk)
         ec.chunk_size = chunk;
+    else if (acfg.mcast.enabled())
+        ec.chunk_size = 256u << 10; // the agents multicast: fewer, larger chunks
     event_base *base = event_base_new();
     auto auth = shim::daemon_authenticator();
     auto engine = std::make_unique<prim::Engine>(base, ec, *auth, Logger("storm-prim"));
@@ -205,7 +208,7 @@ int main(int argc, char **argv)
     } else if (cmd == "verify" && args.size() == 2) {
         std::string data = pattern(args[0], parse_size(args[1]));
         prim::CawResult r;
-        do_caw("crc:" + args[0], prim::Relation::eq, static_cast<int64_t>(prim::fnv1a64(data)), std::nullopt,
+        do_caw("crc:" + args[0], prim::Relation::eq, static_cast<int64_t>(prim::crc32c(data)), std::nullopt,
                r);
         std::printf("verify %s: %s\n", args[0].c_str(),
                     !r.ok     ? ("no answer from " + r.failed.str()).c_str()

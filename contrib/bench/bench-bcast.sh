@@ -6,6 +6,7 @@
 #
 #   sudo contrib/bench/bench-bcast.sh [-n "8 16 64 256"] [-s "4 12 100"]
 #                                     [-r "unshaped shaped"] [-t SECONDS]
+#                                     [-m GROUP:PORT|off]
 #
 # For each node count, regime (links shaped to 100 Mbit/s, or unshaped) and
 # file size (MB): the time of stock sbcast and of storm-bcast, and for 12 MB
@@ -16,20 +17,24 @@
 # must at least spend).  Ratios are stock / Storm (higher is better for
 # Storm); "storm/limit" divides Storm's time by the higher limit.  A stock
 # run that fails, or outlasts -t SECONDS (default 300), prints as failed.
-# Every Storm copy is checked (md5) on the first and last node.
+# Every Storm copy is checked (md5) on the first and last node.  Storm's
+# agents carry the data by multicast on -m GROUP:PORT (default
+# 239.255.77.1:6831; SwitchParameters storm_mcast), or through the tree of
+# TCP connections alone with -m off.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 BCAST=$BUILD/tools/storm-bcast
 VC=$top/contrib/vcluster/storm-vcluster
-NODES="8 16 64 256" SIZES="4 12 100" REGIMES="unshaped shaped" STOCK_TIMEOUT=300
-while getopts n:s:r:t: o; do
+NODES="8 16 64 256" SIZES="4 12 100" REGIMES="unshaped shaped" STOCK_TIMEOUT=300 MCAST=239.255.77.1:6831
+while getopts n:s:r:t:m: o; do
     case $o in
     n) NODES=$OPTARG ;;
     s) SIZES=$OPTARG ;;
     r) REGIMES=$OPTARG ;;
     t) STOCK_TIMEOUT=$OPTARG ;;
-    *) echo "usage: $0 [-n NODES] [-s SIZES_MB] [-r REGIMES] [-t SECONDS]" >&2; exit 2 ;;
+    m) MCAST=$OPTARG ;;
+    *) echo "usage: $0 [-n NODES] [-s SIZES_MB] [-r REGIMES] [-t SECONDS] [-m GROUP:PORT|off]" >&2; exit 2 ;;
     esac
 done
 RATE_MBIT=100
@@ -78,7 +83,9 @@ copy_limit() {
 rows=()
 for n in $NODES; do
     "$VC" down > /dev/null 2>&1
-    "$VC" up "$n" --conf "MessageTimeout=10" > "$work/up.out" 2>&1 ||
+    mc=()
+    [ "$MCAST" = off ] || mc=(--conf "SwitchParameters=storm_mcast=$MCAST")
+    "$VC" up "$n" --conf "MessageTimeout=10" "${mc[@]}" > "$work/up.out" 2>&1 ||
         { cat "$work/up.out"; echo "bench-bcast: cannot start $n nodes" >&2; continue; }
     eval "$("$VC" env)"
     # srun with stock Slurm's launcher: the same cluster, a client config
@@ -134,7 +141,7 @@ for n in $NODES; do
     scancel "$jid"
 done
 echo
-echo "Broadcast: stock Slurm vs Storm, seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
+echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP connections" || echo "multicast on $MCAST")), seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
 echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine)"
 printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %12s\n' nodes regime MB sbcast storm ratio "srun stock" \
     "srun storm" ratio link copy storm/limit

@@ -11,13 +11,17 @@
 # 12 MB; with links unshaped and, for N=64, shaped to 100 Mbit/s.  Prints
 # one table with the ratios (stock / Storm: higher is better for Storm).
 # Environment: REPS (default 200; sbcast runs REPS/10 times), BUILD (the
-# build tree with tools/storm-prim, default: this source tree).
+# build tree with tools/storm-prim, default: this source tree), MCAST (the
+# agents' multicast group, SwitchParameters storm_mcast, default
+# 239.255.77.1:6831, or "off": transfers use the tree of TCP connections
+# alone).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 PRIM=$BUILD/tools/storm-prim
 VC=$top/contrib/vcluster/storm-vcluster
 REPS=${REPS:-200}
+MCAST=${MCAST:-239.255.77.1:6831}
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(8 64 256)
 work=/var/tmp/storm-bench-prim
 [ -x "$PRIM" ] || { echo "bench-primitives: $PRIM not built (run contrib/storm-setup)" >&2; exit 2; }
@@ -47,7 +51,9 @@ run_case() { # N SHAPE
     local n=$1 shape=$2 label
     label="$n nodes${shape:+, $shape}"
     "$VC" down > /dev/null 2>&1
-    "$VC" up "$n" ${shape:+--rate "$shape"} --conf "MessageTimeout=10" > "$work/up.out" 2>&1 ||
+    local mc=()
+    [ "$MCAST" = off ] || mc=(--conf "SwitchParameters=storm_mcast=$MCAST")
+    "$VC" up "$n" ${shape:+--rate "$shape"} --conf "MessageTimeout=10" "${mc[@]}" > "$work/up.out" 2>&1 ||
         { cat "$work/up.out"; echo "bench-primitives: cannot start $n nodes" >&2; return 1; }
     eval "$("$VC" env)"
     local jid
@@ -89,7 +95,7 @@ run_case() { # N SHAPE
 for n in "${sizes[@]}"; do run_case "$n" ""; done
 for n in "${sizes[@]}"; do [ "$n" = 64 ] && run_case 64 100mbit; done
 echo
-echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs)"
+echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs; multicast: $MCAST)"
 printf '%-22s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
     "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
 for r in "${rows[@]}"; do echo "$r"; done

@@ -1,6 +1,7 @@
 // The node agent's settings, read from slurm.conf's SwitchParameters.
 //
 //   SwitchParameters=storm_agent_port=6830,storm_fanout=8,storm_rt_priority=10
+//   SwitchParameters=...,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500
 //
 // Every key in SwitchParameters is Storm's when SwitchType=switch/rdma, so
 // unknown keys are errors (ConfigError names the key and the known ones).
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "lib/common/params.hpp"
+#include "lib/net/mcast.hpp"
 #include "cosched/config.hpp"
 #include "switch_rdma/pool_config.hpp"
 
@@ -29,6 +31,9 @@ struct AgentConfig {
     // Implicit coscheduling's local scheduler (cosched/config.hpp); off
     // unless storm_cosched_partitions is given.
     cosched::CoschedConfig cosched;
+    // Multicast data path of large transfers (lib/net/mcast.hpp): off
+    // unless storm_mcast=GROUP:PORT is given.
+    net::McastConfig mcast;
 
     // Throws ConfigError on a bad value or an unknown key.  `text` may be null.
     static AgentConfig from_switch_parameters(const char *text)
@@ -40,6 +45,19 @@ struct AgentConfig {
         c.rt_priority = static_cast<unsigned>(p.take_uint("storm_rt_priority", 0, 99, default_rt_priority));
         c.pool.take(p);
         c.cosched.take(p);
+        std::string group =
+            p.take_string("storm_mcast", "a multicast group and port, e.g. 239.255.77.1:6831", "");
+        if (!group.empty()) {
+            try {
+                net::parse_mcast_group(group, c.mcast.group, c.mcast.port);
+            } catch (const std::invalid_argument &e) {
+                throw ConfigError("SwitchParameters: invalid value \"" + group + "\" for storm_mcast (" +
+                                  e.what() + "; allowed: GROUP:PORT, e.g. 239.255.77.1:6831)");
+            }
+        }
+        c.mcast.mtu = static_cast<unsigned>(p.take_uint("storm_mcast_mtu", 576, 65535, c.mcast.mtu));
+        c.mcast.wait =
+            std::chrono::milliseconds(p.take_duration_us("storm_mcast_wait", 1000, 10000000, 30000) / 1000);
         p.reject_unknown();
         return c;
     }

@@ -43,6 +43,7 @@ void NodeAgent::start()
             ec.self = network_->self;
             ec.nodes = network_->nodes;
             ec.fanout = config_.fanout;
+            ec.mcast = config_.mcast;
             engine_ = std::make_unique<prim::Engine>(base_, ec, *network_->auth, log_);
             heartbeat_ = std::make_unique<prim::HeartbeatReceiver>(
                 *engine_, "main", prim::HeartbeatMaster::Config{}.queue_length);
@@ -102,7 +103,7 @@ void NodeAgent::start()
                 if (heartbeat_->on_signal(ev))
                     return;
                 engine_->set_variable("event:" + ev, static_cast<int64_t>(count));
-                engine_->set_variable("crc:" + ev, static_cast<int64_t>(prim::fnv1a64(data)));
+                engine_->set_variable("crc:" + ev, static_cast<int64_t>(prim::crc32c(data)));
             });
             if (network_->authorizer) {
                 uint32_t self = network_->self;

@@ -18,7 +18,7 @@
 //  - With a network, start() also binds the agent port and runs STORM's
 //    primitives (lib/prim) on the loop; each signalled remote event sets
 //    the variables "event:<name>" (how many times) and "crc:<name>" (the
-//    FNV-1a of its data) that COMPARE-AND-WRITE can test, so an initiator
+//    CRC-32C of its data) that COMPARE-AND-WRITE can test, so an initiator
 //    can check with one COMPARE-AND-WRITE that a whole set holds the data.
 //    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp),
 //    and, given an authorizer, users' broadcasts: it heads those its

@@ -39,14 +39,19 @@ const char *msg_type_name(MsgType t) noexcept
         return "bcast_close";
     case MsgType::bcast_reply:
         return "bcast_reply";
+    case MsgType::xfer_mc:
+        return "xfer_mc";
+    case MsgType::xfer_nack:
+        return "xfer_nack";
     }
     return "unknown";
 }
 
 uint32_t max_payload(MsgType t) noexcept
 {
-    return t == MsgType::xfer || t == MsgType::bcast_open || t == MsgType::bcast_data ? kMaxDataPayload
-                                                                                      : kMaxControlPayload;
+    return t == MsgType::xfer || t == MsgType::xfer_mc || t == MsgType::bcast_open || t == MsgType::bcast_data
+               ? kMaxDataPayload
+               : kMaxControlPayload;
 }
 
 void encode_frame(std::string &out, MsgType type, uint64_t op, std::string_view payload)
@@ -76,7 +81,7 @@ FrameHeader decode_header(const void *p)
         throw FrameError("protocol version " + std::to_string(version) + " (this agent speaks " +
                          std::to_string(kProtocolVersion) + ")");
     uint8_t type = r.u8();
-    if (type < static_cast<uint8_t>(MsgType::hello) || type > static_cast<uint8_t>(MsgType::bcast_reply))
+    if (type < static_cast<uint8_t>(MsgType::hello) || type > static_cast<uint8_t>(MsgType::xfer_nack))
         throw FrameError("unknown message type " + std::to_string(type));
     uint16_t flags = r.u16();
     if (flags)

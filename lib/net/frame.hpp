@@ -46,6 +46,9 @@ enum class MsgType : uint8_t {
     bcast_data = 9,   // client -> agent: one chunk of a file
     bcast_close = 10, // client -> agent: every chunk sent, commit
     bcast_reply = 11, // agent -> client: opened / chunks done / committed / failed
+    // XFER-AND-SIGNAL whose data travels by multicast (lib/net/mcast.hpp):
+    xfer_mc = 12,   // down the tree: a chunk's announcement and seal (its data only as a repair)
+    xfer_nack = 13, // up one hop: the chunk's data did not arrive, send it over this connection
 };
 
 class FrameError : public std::runtime_error {
@@ -60,8 +63,8 @@ struct FrameHeader {
 };
 
 const char *msg_type_name(MsgType t) noexcept;
-// The payload limit of a type: kMaxDataPayload for xfer, bcast_open and
-// bcast_data, else control.
+// The payload limit of a type: kMaxDataPayload for xfer, xfer_mc,
+// bcast_open and bcast_data, else control.
 uint32_t max_payload(MsgType t) noexcept;
 
 // Appends a header and `payload` to out.  Throws FrameError if the payload

@@ -44,6 +44,8 @@ public:
         u32(static_cast<uint32_t>(b.size()));
         buf_.append(b.data(), b.size());
     }
+    // Exactly n bytes, without a length.
+    void raw(const void *p, size_t n) { buf_.append(static_cast<const char *>(p), n); }
     const std::string &data() const noexcept { return buf_; }
     std::string take() noexcept { return std::move(buf_); }
 
@@ -86,6 +88,14 @@ public:
         need(len);
         std::string_view v(reinterpret_cast<const char *>(p_ + off_), len);
         off_ += len;
+        return v;
+    }
+    // Exactly n bytes, without a length.
+    std::string_view raw(size_t n)
+    {
+        need(n);
+        std::string_view v(reinterpret_cast<const char *>(p_ + off_), n);
+        off_ += n;
         return v;
     }
     size_t remaining() const noexcept { return n_ - off_; }

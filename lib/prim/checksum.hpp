@@ -1,4 +1,5 @@
-// FNV-1a, 64 bit: the integrity check agents publish for received data.
+// Checksums: CRC-32C, the integrity check agents publish for received data
+// and broadcasts carry per chunk; FNV-1a, 64 bit, for short strings.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,9 @@ inline uint64_t fnv1a64(std::string_view data) noexcept
     }
     return h;
 }
+
+// CRC-32C (Castagnoli) of `data`; the check value of "123456789" is
+// 0xe3069283.
+uint32_t crc32c(std::string_view data) noexcept;
 
 } // namespace storm::prim

@@ -1,6 +1,7 @@
 #include "lib/prim/engine.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -99,7 +100,9 @@ struct Engine::Hop {
     MsgType type;
     unsigned fanout;
     std::function<std::string(const RangeSet &)> body;
-    net::DataRef data; // appended to every frame of the hop, by reference
+    net::DataRef data; // appended to every frame of the hop, by reference (xfer_mc: kept for repairs)
+    // xfer_mc: the announcement with the data, for a child that asks
+    std::function<std::string(const RangeSet &)> repair;
     Answer answer;
     Finish finish;
     unsigned waiting = 0;
@@ -167,6 +170,26 @@ Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, 
 void Engine::sweep()
 {
     auto stale = std::chrono::steady_clock::now() - 3 * cfg_.timeout;
+    if (mcast_)
+        mcast_->expire(3 * cfg_.timeout);
+    // Announcements whose data neither came nor was sent on request (the
+    // parent gave up on this node): the transfer failed upstream.
+    std::vector<uint64_t> stuck;
+    for (auto &[origin, q] : mc_waits_)
+        if (!q.empty() && q.front().arrived < stale) {
+            log_.error(
+                "transfer %016llx of event %s: chunk at %llu never came (by multicast nor from the parent): "
+                "dropped with the %zu after it",
+                static_cast<unsigned long long>(origin), q.front().event.c_str(),
+                static_cast<unsigned long long>(q.front().offset), q.size() - 1);
+            stuck.push_back(origin);
+        }
+    for (uint64_t origin : stuck) {
+        for (auto &w : mc_waits_[origin])
+            if (mcast_)
+                mcast_->forget(w.origin, w.offset);
+        mc_waits_.erase(origin);
+    }
     for (auto it = incoming_.begin(); it != incoming_.end();) {
         if (it->second->last < stale) {
             log_.error("transfer %016llx of event %s stopped at %llu of %zu bytes: dropped",
@@ -182,6 +205,9 @@ void Engine::sweep()
 Engine::~Engine()
 {
     *alive_ = false;
+    mcast_.reset(); // no more completions or sends
+    if (mc_timer_)
+        event_free(mc_timer_);
     if (sweep_)
         event_free(sweep_);
     if (listener_)
@@ -210,6 +236,27 @@ void Engine::listen()
     if (!listener_)
         throw std::system_error(errno, std::generic_category(),
                                 "engine: cannot listen on port " + std::to_string(ntohs(a.sin_port)));
+    if (cfg_.mcast.enabled()) {
+        net::McastConfig mc = cfg_.mcast;
+        if (mc.iface.s_addr == INADDR_ANY)
+            mc.iface = a.sin_addr;
+        try {
+            mcast_ = std::make_unique<net::Mcast>(base_, mc, cfg_.self, log_);
+            mcast_->on_complete([this](uint64_t origin, uint64_t) {
+                if (mc_waits_.count(origin))
+                    mc_pump(origin);
+            });
+            mc_timer_ = event_new(
+                base_, -1, 0,
+                [](evutil_socket_t, short, void *arg) { static_cast<Engine *>(arg)->mc_check(); }, this);
+            char group[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &mc.group, group, sizeof group);
+            log_.verbose("multicast data path on group %s:%u", group, mc.port);
+        } catch (const std::exception &e) {
+            mcast_.reset();
+            log_.error("multicast is off on this node, transfers use the tree alone: %s", e.what());
+        }
+    }
 }
 
 void Engine::on_accept(int fd)
@@ -286,9 +333,10 @@ Route Engine::route(unsigned fanout, std::chrono::milliseconds timeout) const
 
 void Engine::forward(const RangeSet &set, Route route, MsgType type,
                      const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
-                     net::DataRef data)
+                     net::DataRef data, std::function<std::string(const RangeSet &)> repair)
 {
     auto hop = std::make_shared<Hop>();
+    hop->repair = std::move(repair);
     hop->type = type;
     hop->fanout = route.fanout;
     hop->body = body;
@@ -303,7 +351,7 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             uint64_t child_op = next_op();
             child_ops_[child_op] = {op, slice};
             hop->waiting++;
-            c->send(type, child_op, body(slice), hop->data);
+            c->send(type, child_op, body(slice), type == MsgType::xfer_mc ? net::DataRef{} : hop->data);
         },
         [&](uint32_t root, const std::string &why) {
             hop->answer.add_failure(RangeSet::single(root), "agent unreachable: " + why);
@@ -425,7 +473,8 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
                 uint64_t nop = next_op();
                 child_ops_[nop] = {op, sub};
                 hop->waiting++;
-                pc->send(hop->type, nop, hop->body(sub), hop->data);
+                pc->send(hop->type, nop, hop->body(sub),
+                         hop->type == MsgType::xfer_mc ? net::DataRef{} : hop->data);
             } catch (const std::exception &e) {
                 hop->answer.failed = hop->answer.failed.unite(sub);
             }
@@ -472,6 +521,12 @@ void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view
     switch (h.type) {
     case MsgType::xfer:
         handle_xfer(c, h.op, payload);
+        break;
+    case MsgType::xfer_mc:
+        handle_xfer_mc(c, h.op, payload);
+        break;
+    case MsgType::xfer_nack:
+        handle_xfer_nack(c, h.op, payload);
         break;
     case MsgType::caw:
         handle_caw(c, h.op, payload);
@@ -645,12 +700,9 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
         spread(set, route, event, origin, chunk);
         return;
     }
-    size_t len = data.size();
     std::weak_ptr<Connection> up = c.shared_from_this();
-    forward(
-        set, route, MsgType::xfer,
-        [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
-        local, [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); }, chunk);
+    forward_chunk(set, route, origin, event, offset, total, chunk, local,
+                  [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
 }
 
 void Engine::xfer_unacked(const RangeSet &set, const std::string &event, std::string data)
@@ -728,20 +780,285 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
     }
     Route route = this->route(std::clamp(fanout, 1u, 64u), timeout);
     Answer local;
-    if (set.nth(0) == cfg_.self)
-        apply_chunk(event, origin, offset, total, std::string_view(data.ptr, data.len), local);
-    size_t len = data.len;
     std::weak_ptr<bool> alive = alive_;
+    Finish finish = [done = std::move(done), event, alive](const Answer &a) {
+        if (alive.expired() || !*alive.lock())
+            return;
+        done(xfer_result(a.failed, a.reasons, event));
+    };
+    if (set.nth(0) == cfg_.self) {
+        apply_chunk(event, origin, offset, total, std::string_view(data.ptr, data.len), local);
+        forward_chunk(set, route, origin, event, offset, total, std::move(data), local, std::move(finish));
+        return;
+    }
+    size_t len = data.len;
     forward(
         set, route, MsgType::xfer,
         [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
-        local,
-        [done = std::move(done), event, alive](const Answer &a) {
-            if (alive.expired() || !*alive.lock())
+        local, std::move(finish), std::move(data));
+}
+
+// ---- XFER-AND-SIGNAL by multicast ------------------------------------------
+
+namespace {
+
+// An xfer_mc payload: the xfer fields, the chunk's length and seal, and the
+// data itself only in a repair (its length, then the bytes by reference).
+std::string xfer_mc_head(const RangeSet &set, const Route &route, uint64_t origin, const std::string &event,
+                         uint64_t offset, uint64_t total, size_t len, const net::ChunkSeal &seal,
+                         bool with_data)
+{
+    Writer w;
+    set.encode(w);
+    route.encode(w);
+    w.u64(origin);
+    w.bytes(event);
+    w.u64(offset);
+    w.u64(total);
+    w.u32(static_cast<uint32_t>(len));
+    w.raw(seal.key, sizeof seal.key);
+    w.raw(seal.tag, sizeof seal.tag);
+    w.u32(static_cast<uint32_t>(with_data ? len : 0));
+    return w.take();
+}
+
+} // namespace
+
+void Engine::mc_count(uint64_t McastCounters::*field)
+{
+    uint64_t v = ++(mc_.*field);
+    const char *name = field == &McastCounters::sent       ? "mcast:sent"
+                       : field == &McastCounters::received ? "mcast:received"
+                       : field == &McastCounters::repaired ? "mcast:repaired"
+                                                           : "mcast:repairs_served";
+    vars_[name] = static_cast<int64_t>(v);
+}
+
+void Engine::forward_chunk(const RangeSet &set, Route route, uint64_t origin, const std::string &event,
+                           uint64_t offset, uint64_t total, net::DataRef chunk, Answer local, Finish finish)
+{
+    size_t len = chunk.len;
+    // Multicast pays for large transfers to several nodes.  Every agent of
+    // the cluster receives the group's datagrams, so a set of fewer than
+    // half of them keeps to the tree.  Every chunk of one transfer takes
+    // the same path, so announcements keep their order (a transfer
+    // streamed chunk by chunk, of unknown total 0, always).
+    bool big = total >= cfg_.mcast.min_chunk || total == 0;
+    bool wide = set.size() >= 3 && 2 * static_cast<size_t>(set.size()) >= cfg_.nodes.size();
+    if (!mcast_ || route.unanswered() || !big || !wide || len == 0) {
+        forward(
+            set, route, MsgType::xfer,
+            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
+            std::move(local), std::move(finish), std::move(chunk));
+        return;
+    }
+    // Only announcements and answers travel the tree now: a wide one (few
+    // hops), whatever narrow tree the caller chose for the data.
+    route.fanout = static_cast<uint8_t>(std::clamp(std::max<unsigned>(route.fanout, cfg_.fanout), 1u, 64u));
+    auto sealed = std::make_shared<std::string>(len, '\0');
+    net::ChunkSeal seal{};
+    try {
+        seal = net::seal_chunk(chunk.ptr, len, sealed->data());
+    } catch (const std::exception &e) {
+        log_.error("multicast: cannot seal a chunk (%s): sending it over the tree", e.what());
+        forward(
+            set, route, MsgType::xfer,
+            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
+            std::move(local), std::move(finish), std::move(chunk));
+        return;
+    }
+    net::DataRef wire{sealed, sealed->data(), len};
+    // The announcement leaves once the bytes are in the kernel, behind them.
+    mcast_->send(origin, offset, wire,
+                 [this, set, route, origin, event, offset, total, len, seal, chunk = std::move(chunk),
+                  local = std::move(local), finish = std::move(finish)]() mutable {
+                     mc_count(&McastCounters::sent);
+                     auto body = [=](const RangeSet &slice) {
+                         return xfer_mc_head(slice, route, origin, event, offset, total, len, seal, false);
+                     };
+                     auto repair = [=](const RangeSet &slice) {
+                         return xfer_mc_head(slice, route, origin, event, offset, total, len, seal, true);
+                     };
+                     forward(set, route, MsgType::xfer_mc, body, std::move(local), std::move(finish),
+                             std::move(chunk), repair);
+                 });
+}
+
+void Engine::handle_xfer_mc(Connection &c, uint64_t op, std::string_view payload)
+{
+    Reader r(payload);
+    McWait w;
+    w.set = RangeSet::decode(r);
+    w.route = Route::decode(r);
+    w.origin = r.u64();
+    w.event = std::string(r.bytes(kMaxName));
+    w.offset = r.u64();
+    w.total = r.u64();
+    w.len = r.u32();
+    std::string_view key = r.raw(net::kMcastKey), tag = r.raw(net::kMcastTag);
+    std::string_view data = r.bytes(net::kMaxDataPayload);
+    r.finish();
+    if (w.set.empty() || w.set.nth(0) != cfg_.self)
+        throw net::FrameError("xfer_mc for set " + w.set.str() + " sent to agent " +
+                              std::to_string(cfg_.self));
+    if (w.event.empty())
+        throw net::FrameError("xfer_mc without an event name");
+    if (w.route.unanswered())
+        throw net::FrameError("an unanswered multicast transfer");
+    // total 0: a streamed transfer, whose offsets are sequence numbers
+    if (w.len == 0 || w.len > net::kMaxDataPayload ||
+        (w.total != 0 && (w.offset > w.total || w.len > w.total - w.offset)))
+        throw net::FrameError("xfer_mc chunk [" + std::to_string(w.offset) + ", +" + std::to_string(w.len) +
+                              ") outside a transfer of " + std::to_string(w.total) + " bytes");
+    if (!data.empty() && data.size() != w.len)
+        throw net::FrameError("xfer_mc repair of " + std::to_string(data.size()) + " bytes for a chunk of " +
+                              std::to_string(w.len));
+    std::memcpy(w.seal.key, key.data(), key.size());
+    std::memcpy(w.seal.tag, tag.data(), tag.size());
+    w.up = c.shared_from_this();
+    w.op = op;
+    w.arrived = std::chrono::steady_clock::now();
+    if (!data.empty()) {
+        // A repair, which parents send only when asked: of an announcement
+        // still waiting, or else of one whose bytes came meanwhile.
+        auto it = mc_waits_.find(w.origin);
+        if (it == mc_waits_.end())
+            return;
+        for (auto &e : it->second)
+            if (e.op == op && e.up.lock().get() == &c) {
+                e.data = net::DataRef{c.current_payload(), data.data(), data.size()};
+                mc_pump(w.origin);
                 return;
-            done(xfer_result(a.failed, a.reasons, event));
-        },
-        std::move(data));
+            }
+        return;
+    }
+    uint64_t origin = w.origin;
+    mc_waits_[origin].push_back(std::move(w));
+    mc_pump(origin);
+}
+
+void Engine::mc_pump(uint64_t origin)
+{
+    if (mc_pumping_) {
+        mc_repump_.insert(origin); // a completion while draining: after this pump
+        return;
+    }
+    auto it = mc_waits_.find(origin);
+    if (it == mc_waits_.end())
+        return;
+    mc_pumping_ = true;
+    auto &q = it->second;
+    bool drained = false;
+    while (!q.empty()) {
+        McWait &w = q.front();
+        auto up = w.up.lock();
+        if (!up || up->closed()) {
+            // The parent is gone, and with it whoever waits for our
+            // answer: its own parent counts this subtree as failed.
+            if (mcast_)
+                mcast_->forget(w.origin, w.offset);
+            q.pop_front();
+            continue;
+        }
+        net::DataRef d = w.data;
+        if (!d.len && mcast_) {
+            if (auto buf = mcast_->take(w.origin, w.offset, w.len, w.seal)) {
+                d = net::DataRef{buf, buf.get(), w.len};
+                mc_count(&McastCounters::received);
+            } else if (!drained) {
+                drained = true; // the bytes may be queued on the socket, unread
+                mcast_->drain();
+                continue;
+            }
+        } else if (d.len) {
+            mc_count(&McastCounters::repaired);
+        }
+        if (!d.len) {
+            if (mc_timer_ && !evtimer_pending(mc_timer_, nullptr)) {
+                auto ms = cfg_.mcast.wait.count();
+                timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+                evtimer_add(mc_timer_, &tv);
+            } else if (!mc_timer_ && !w.nacked) { // no multicast here: ask at once
+                w.nacked = true;
+                up->send(MsgType::xfer_nack, w.op, "");
+            }
+            break;
+        }
+        McWait x = std::move(w);
+        q.pop_front();
+        Answer local;
+        try {
+            apply_chunk(x.event, x.origin, x.offset, x.total, std::string_view(d.ptr, d.len), local);
+        } catch (const std::exception &e) {
+            local.add_failure(RangeSet::single(cfg_.self), e.what());
+        }
+        std::weak_ptr<Connection> wup = x.up;
+        uint64_t op = x.op;
+        auto body = [x](const RangeSet &slice) {
+            return xfer_mc_head(slice, x.route, x.origin, x.event, x.offset, x.total, x.len, x.seal, false);
+        };
+        auto repair = [x](const RangeSet &slice) {
+            return xfer_mc_head(slice, x.route, x.origin, x.event, x.offset, x.total, x.len, x.seal, true);
+        };
+        forward(
+            x.set, x.route, MsgType::xfer_mc, body, local,
+            [this, wup, op](const Answer &a) { reply(wup, MsgType::xfer_ack, op, a); }, d, repair);
+    }
+    if (q.empty())
+        mc_waits_.erase(it);
+    mc_pumping_ = false;
+    while (!mc_repump_.empty()) {
+        uint64_t next = *mc_repump_.begin();
+        mc_repump_.erase(mc_repump_.begin());
+        if (next != origin)
+            mc_pump(next);
+    }
+}
+
+void Engine::mc_check()
+{
+    auto now = std::chrono::steady_clock::now();
+    bool waiting = false;
+    for (auto &[origin, q] : mc_waits_)
+        for (auto &w : q) {
+            if (w.data.len || w.nacked)
+                continue;
+            if (now - w.arrived < cfg_.mcast.wait) {
+                waiting = true;
+                continue;
+            }
+            if (mcast_ && mcast_->complete(w.origin, w.offset))
+                continue; // here, waiting behind an earlier chunk
+            auto up = w.up.lock();
+            if (up && !up->closed()) {
+                w.nacked = true;
+                up->send(MsgType::xfer_nack, w.op, "");
+            }
+        }
+    if (waiting) {
+        auto ms = cfg_.mcast.wait.count();
+        timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+        evtimer_add(mc_timer_, &tv);
+    }
+}
+
+void Engine::handle_xfer_nack(Connection &c, uint64_t op, std::string_view payload)
+{
+    if (!payload.empty())
+        throw net::FrameError("xfer_nack with a payload");
+    auto it = child_ops_.find(op);
+    if (it == child_ops_.end())
+        return; // answered or timed out meanwhile
+    if (it->second.second.nth(0) != c.peer())
+        throw net::FrameError("repair request for an operation sent to another agent");
+    auto hit = hops_.find(it->second.first);
+    if (hit == hops_.end())
+        return;
+    auto &hop = hit->second;
+    if (hop->type != MsgType::xfer_mc || !hop->repair)
+        throw net::FrameError("repair request for an operation without multicast data");
+    mc_count(&McastCounters::repairs_served);
+    c.send(MsgType::xfer_mc, op, hop->repair(it->second.second), hop->data);
 }
 
 void Engine::erase_variables(const std::string &prefix)

@@ -24,6 +24,18 @@
 // leaves the initiator only when an earlier one was acknowledged by the
 // whole set), so every link of the tree is busy at once on large transfers.
 // A node signals the remote event when it holds every byte.
+//
+// Where the network carries multicast (EngineConfig::mcast), the node that
+// heads the set (of at least half of the node table) of a transfer of at
+// least mcast.min_chunk bytes (or of one streamed chunk by chunk, of total
+// 0: the broadcasts) sends each
+// chunk once to the group, sealed with a per-chunk key, and sends down the
+// tree only the chunk's announcement (xfer_mc: offset, key and tag).  Each
+// node takes the bytes from multicast if they match the seal, else asks its
+// parent for them (xfer_nack) after mcast.wait; the answers, the
+// all-or-none reporting and the routing around dead nodes are the tree's,
+// as without multicast.  Chunks of one transfer are applied in the order
+// their announcements arrive.
 // The local event (the completion callback) reports success only if every
 // node of the set got every byte; otherwise it names the nodes that did not
 // (a node that was unreachable, died or timed out, with the subtree it
@@ -44,6 +56,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -56,6 +69,7 @@
 #include "lib/common/log.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/net/connection.hpp"
+#include "lib/net/mcast.hpp"
 #include "lib/net/rangeset.hpp"
 
 struct event_base;
@@ -76,6 +90,19 @@ struct EngineConfig {
     unsigned window = 64;                     // chunks in flight per transfer
     std::chrono::milliseconds timeout{10000}; // per hop: an answer must come within this
     size_t max_event_bytes = 1u << 30;        // largest transfer a node accepts
+    // Multicast data path (lib/net/mcast.hpp), on an agent whose
+    // mcast.port is set; an iface of 0.0.0.0 means this node's address.
+    net::McastConfig mcast;
+};
+
+// What the multicast data path did on this node, also kept in the
+// variables "mcast:sent", "mcast:received" and "mcast:repaired" that
+// COMPARE-AND-WRITE can test.
+struct McastCounters {
+    uint64_t sent = 0;     // chunks this node multicast for sets it headed
+    uint64_t received = 0; // announced chunks taken from multicast
+    uint64_t repaired = 0; // announced chunks fetched from the parent instead
+    uint64_t repairs_served = 0;
 };
 
 enum class Relation : uint8_t { ge = 1, lt = 2, eq = 3, ne = 4 };
@@ -206,6 +233,10 @@ public:
     // Connections this engine holds (for tests and status).
     size_t connections() const noexcept { return peers_.size() + accepted_.size(); }
     uint64_t frames_rejected() const noexcept { return rejected_; }
+    // The multicast data path: null when off (not configured, or the
+    // socket could not be opened, which listen() logs).
+    net::Mcast *mcast() noexcept { return mcast_.get(); }
+    const McastCounters &mcast_counters() const noexcept { return mc_; }
     // Transfers being received (partial); stale ones are dropped after
     // three timeouts without a chunk.
     size_t partial_transfers() const noexcept { return incoming_.size(); }
@@ -236,9 +267,10 @@ private:
     };
     using Finish = std::function<void(const Answer &)>;
     Route route(unsigned fanout, std::chrono::milliseconds timeout) const;
+    // For xfer_mc, `data` stays here for repairs, which `repair` encodes.
     void forward(const RangeSet &set, Route route, net::MsgType type,
                  const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
-                 net::DataRef data = {});
+                 net::DataRef data = {}, std::function<std::string(const RangeSet &)> repair = {});
     // Calls send(slice, connection) for the root of each slice of `set`
     // below this node (the whole set, to its first member, when this node
     // does not head it, or with `whole`).  A root that cannot be reached at
@@ -268,6 +300,36 @@ private:
 
     // XFER pieces
     void start_chunks(const std::shared_ptr<Transfer> &t);
+    // This node heads `set` and holds the chunk: multicasts it and forwards
+    // its announcement where that applies, else forwards the chunk.
+    void forward_chunk(const RangeSet &set, Route route, uint64_t origin, const std::string &event,
+                       uint64_t offset, uint64_t total, net::DataRef chunk, Answer local, Finish finish);
+    // Multicast announcements waiting for their data, by transfer, in
+    // order of arrival.
+    struct McWait {
+        std::weak_ptr<net::Connection> up;
+        uint64_t op;
+        RangeSet set;
+        Route route;
+        uint64_t origin, offset, total;
+        uint32_t len;
+        std::string event;
+        net::ChunkSeal seal;
+        net::DataRef data; // set when it came with the announcement (a repair)
+        std::chrono::steady_clock::time_point arrived;
+        bool nacked = false;
+    };
+    void handle_xfer_mc(net::Connection &c, uint64_t op, std::string_view payload);
+    void handle_xfer_nack(net::Connection &c, uint64_t op, std::string_view payload);
+    void mc_pump(uint64_t origin);
+    void mc_check();
+    void mc_count(uint64_t McastCounters::*field);
+    std::map<uint64_t, std::deque<McWait>> mc_waits_;
+    bool mc_pumping_ = false;
+    std::set<uint64_t> mc_repump_;
+    event *mc_timer_ = nullptr;
+    std::unique_ptr<net::Mcast> mcast_;
+    McastCounters mc_;
     void handle_xfer(net::Connection &c, uint64_t op, std::string_view payload);
     void apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
                      std::string_view data, Answer &local);

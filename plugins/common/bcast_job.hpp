@@ -31,6 +31,7 @@ struct BcastTarget {
     std::string head; // the node whose agent heads the broadcast
     sockaddr_in agent{};
     uint32_t agent_index = 0;
+    bool multicast = false; // the agents multicast data (SwitchParameters storm_mcast)
 };
 
 // step: a step id, or NO_VAL for the whole allocation.
@@ -60,6 +61,7 @@ inline BcastTarget bcast_target(uint32_t job, uint32_t step, uint32_t het_offset
     t.nodes = static_cast<uint32_t>(names.size());
     t.head = names.front();
     auto config = agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
+    t.multicast = config.mcast.enabled();
     auto table = slurm_node_table();
     bool found = false;
     for (size_t i = 0; i < table.size() && !found; ++i)
@@ -81,6 +83,7 @@ inline void aim(bcast::ClientOptions &o, const BcastTarget &t)
     o.agent = t.agent;
     o.agent_index = t.agent_index;
     o.agent_name = t.head;
+    o.multicast = t.multicast;
 }
 
 // BcastParameters' DestDir (where relative destinations go), or "".

@@ -10,7 +10,8 @@ set -u
 : "${STORM_BUILDDIR:=$STORM_SRCDIR}"
 : "${STORM_PLUGINDIR:=$(sed -n 's/^SLURM_PLUGINDIR = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
 VC="$STORM_SRCDIR/contrib/vcluster/storm-vcluster"
-T_NAME=$(basename "$0" .sh)
+# (a script that runs another with other settings names its own run)
+T_NAME=${T_NAME:-$(basename "$0" .sh)}
 # Work files must be visible on every virtual node: not /tmp (private per node).
 T_WORK="$STORM_BUILDDIR/test-work/$T_NAME"
 T_PASS=0 T_FAIL=0 T_N=0

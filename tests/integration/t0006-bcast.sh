@@ -10,14 +10,24 @@
 # ended, another user's job -- fails with a message naming the node and
 # cause, exit 1, no launch, and no file (partial or whole, temporary or
 # final) on any node.  A killed node's slurmd removes its part on restart.
+# With T_BCAST_MCAST=1 (t0010) the agents carry the data by multicast, and
+# it also checks that they did, and that a node whose network drops the
+# multicast gets every chunk over the tree instead.
 . "$(dirname "$0")/lib.sh"
 t_require_root
 t_require_installed
 command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
 BCAST="$STORM_BUILDDIR/tools/storm-bcast"
 N=16
-vc_up "$N"
+MCAST=${T_BCAST_MCAST:-0}
+if [ "$MCAST" = 1 ]; then
+    vc_up "$N" --conf "SwitchParameters=storm_mcast=239.255.77.1:6831"
+else
+    vc_up "$N"
+fi
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+PRIM="$STORM_BUILDDIR/tools/storm-prim"
+prim() { "$PRIM" "$@" > "$T_WORK/prim.out" 2>&1; local rc=$?; t_diag < "$T_WORK/prim.out"; return $rc; }
 NODES=$("$VC" nodes | tr "\n" " ")
 # as the unprivileged user nobody, with a 60 s allocation of all nodes
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
@@ -48,6 +58,25 @@ t_check "every node has it byte for byte" \
     bash -c "[ \$(for n in $NODES; do '$VC' exec \$n sh -c 'md5sum < /tmp/data12'; done | grep -c '$sum') = $N ]"
 t_check "owned by nobody:nogroup with the source's mode 640 everywhere" \
     bash -c "[ \$(for n in $NODES; do '$VC' exec \$n stat -c '%U:%G %a' /tmp/data12; done | grep -c '^nobody:nogroup 640\$') = $N ]"
+if [ "$MCAST" = 1 ]; then
+    t_check "  the head multicast the chunks (COMPARE-AND-WRITE on its count)" prim -n 0 caw mcast:sent ge 40
+    t_check "  and every other node took them from multicast" prim -n 1-$((N - 1)) caw mcast:received ge 40
+    # vn6's (index 5) link drops the group's datagrams: they go to a class
+    # of 8 bit/s with room for one packet, everything else passes
+    {
+        echo "qdisc add dev svh6 root handle 1: htb default 1 r2q 1000"
+        echo "class add dev svh6 parent 1: classid 1:1 htb rate 10gbit"
+        echo "class add dev svh6 parent 1: classid 1:2 htb rate 8bit ceil 8bit"
+        echo "qdisc add dev svh6 parent 1:2 pfifo limit 1"
+        echo "filter add dev svh6 parent 1: protocol ip u32 match ip dst 239.255.77.1/32 flowid 1:2"
+    } > "$T_WORK/drop.tc"
+    tc -batch "$T_WORK/drop.tc" 2>&1 | grep -v 'quantum of class' | t_diag
+    t_check "the network drops the multicast to vn6: storm-bcast 12 MB still succeeds" b -f "$SRC/data12" /tmp/data12
+    tc qdisc del dev svh6 root
+    t_check "  vn6 has it byte for byte" bash -c "[ \"\$('$VC' exec vn6 sh -c 'md5sum < /tmp/data12')\" = '$sum' ]"
+    t_check "  every chunk of it came to vn6 over the tree" prim -n 5 caw mcast:repaired ge 40
+    t_check "  while the others still took it from multicast" prim -n 1-4,6-$((N - 1)) caw mcast:received ge 80
+fi
 t_check "an existing file is not replaced without --force" fails b "$SRC/data12" /tmp/data12 2>/dev/null
 t_check "  and the message says so per node" grep -q "vn1: /tmp/data12 exists (--force replaces it)" "$T_WORK/b.out"
 t_check "with --force it is (and compressed, with 256k chunks, fanout 2)" b -f -C -s 256k -F 2 "$SRC/data12" /tmp/data12

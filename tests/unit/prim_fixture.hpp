@@ -97,7 +97,9 @@ struct Cluster {
     std::vector<std::unique_ptr<Engine>> agents;
     std::unique_ptr<Engine> initiator;
 
-    Cluster(unsigned n, unsigned fanout, std::chrono::milliseconds timeout = 2000ms)
+    // With `mcast`, every agent also runs the multicast data path.
+    Cluster(unsigned n, unsigned fanout, std::chrono::milliseconds timeout = 2000ms,
+            std::optional<net::McastConfig> mcast = std::nullopt)
     {
         for (unsigned i = 0; i < n; ++i)
             table.push_back(loopback(free_port()));
@@ -108,6 +110,8 @@ struct Cluster {
             c.fanout = fanout;
             c.timeout = timeout;
             c.chunk_size = 64 << 10;
+            if (mcast)
+                c.mcast = *mcast;
             agents.push_back(std::make_unique<Engine>(base, c, auth, Logger("agent" + std::to_string(i))));
             agents.back()->listen();
         }

@@ -2,6 +2,8 @@
 // node agent's settings (lib/agent/agent_config.hpp).
 #include "tests/unit/cmocka.hpp"
 
+#include <arpa/inet.h>
+
 #include <string>
 
 #include "lib/agent/agent_config.hpp"
@@ -137,6 +139,31 @@ void test_agent_config(void **)
                  "storm_agent_port"));
     assert_true(contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("mtu=9000"); }),
                          "unknown key mtu"));
+    // Multicast: off by default; a group and port, an MTU, a wait.
+    assert_false(d.mcast.enabled());
+    auto m = storm::agent::AgentConfig::from_switch_parameters(
+        "storm_mcast=239.255.77.1:6831,storm_mcast_mtu=9000,storm_mcast_wait=5ms");
+    assert_true(m.mcast.enabled());
+    assert_int_equal(m.mcast.port, 6831);
+    assert_int_equal(ntohl(m.mcast.group.s_addr), 0xefff4d01u);
+    assert_int_equal(m.mcast.mtu, 9000);
+    assert_int_equal(m.mcast.wait.count(), 5);
+    assert_true(contains(
+        error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast=10.0.0.1:6831"); }),
+        "invalid value \"10.0.0.1:6831\" for storm_mcast ('10.0.0.1' is not a multicast group "
+        "(224.0.0.0/4)"));
+    assert_true(
+        contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast=239.1.1.1"); }),
+                 "is not GROUP:PORT"));
+    assert_true(contains(
+        error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast=239.1.1.1:0"); }),
+        "is not a port from 1 to 65535"));
+    assert_true(
+        contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast_mtu=100"); }),
+                 "storm_mcast_mtu"));
+    assert_true(
+        contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast_wait=0"); }),
+                 "storm_mcast_wait"));
 }
 
 } // namespace

@@ -1,0 +1,442 @@
+#include "lib/net/mcast.hpp"
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <endian.h>
+#include <netinet/udp.h>
+#include <stdexcept>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <system_error>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <openssl/evp.h>
+
+#include "lib/net/frame.hpp"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace storm::net {
+namespace {
+
+constexpr uint32_t kMagic = 0x53544d43; // "STMC"
+constexpr size_t kHeader = 32;
+constexpr size_t kIpUdp = 28;
+constexpr size_t kMaxDatagram = 65507;
+constexpr unsigned kMaxGsoSegments = 64;
+
+struct SegHeader {
+    uint32_t sender;
+    uint64_t origin, offset;
+    uint32_t chunk_len;
+    uint16_t seg, seg_bytes;
+};
+
+void put_header(unsigned char *p, const SegHeader &h)
+{
+    uint32_t m = htobe32(kMagic), s = htobe32(h.sender), l = htobe32(h.chunk_len);
+    uint64_t o = htobe64(h.origin), f = htobe64(h.offset);
+    uint16_t g = htobe16(h.seg), b = htobe16(h.seg_bytes);
+    std::memcpy(p, &m, 4);
+    std::memcpy(p + 4, &s, 4);
+    std::memcpy(p + 8, &o, 8);
+    std::memcpy(p + 16, &f, 8);
+    std::memcpy(p + 24, &l, 4);
+    std::memcpy(p + 28, &g, 2);
+    std::memcpy(p + 30, &b, 2);
+}
+
+bool get_header(const char *p, size_t n, SegHeader &h)
+{
+    if (n < kHeader)
+        return false;
+    uint32_t m, s, l;
+    uint64_t o, f;
+    uint16_t g, b;
+    std::memcpy(&m, p, 4);
+    std::memcpy(&s, p + 4, 4);
+    std::memcpy(&o, p + 8, 8);
+    std::memcpy(&f, p + 16, 8);
+    std::memcpy(&l, p + 24, 4);
+    std::memcpy(&g, p + 28, 2);
+    std::memcpy(&b, p + 30, 2);
+    if (be32toh(m) != kMagic)
+        return false;
+    h = SegHeader{be32toh(s), be64toh(o), be64toh(f), be32toh(l), be16toh(g), be16toh(b)};
+    return true;
+}
+
+struct CipherCtx {
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
+};
+
+// AES-128-GCM with a zero IV: every key seals one chunk only.
+bool gcm(bool enc, const unsigned char *key, unsigned char *tag, const char *in, char *out, size_t len)
+{
+    static thread_local CipherCtx c;
+    static const unsigned char iv[12] = {};
+    if (!c.ctx)
+        return false;
+    if (EVP_CipherInit_ex(c.ctx, EVP_aes_128_gcm(), nullptr, key, iv, enc ? 1 : 0) != 1)
+        return false;
+    size_t done = 0;
+    while (done < len) { // EVP takes int lengths
+        int n = static_cast<int>(std::min<size_t>(len - done, 1u << 30)), outl = 0;
+        if (EVP_CipherUpdate(c.ctx, reinterpret_cast<unsigned char *>(out + done), &outl,
+                             reinterpret_cast<const unsigned char *>(in + done), n) != 1)
+            return false;
+        done += static_cast<size_t>(n);
+    }
+    if (!enc && EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_GCM_SET_TAG, kMcastTag, tag) != 1)
+        return false;
+    int outl = 0;
+    unsigned char end[16];
+    if (EVP_CipherFinal_ex(c.ctx, end, &outl) != 1)
+        return false; // decryption: the tag did not match
+    if (enc && EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_GCM_GET_TAG, kMcastTag, tag) != 1)
+        return false;
+    return true;
+}
+
+std::system_error sys_error(const std::string &what)
+{
+    return std::system_error(errno, std::generic_category(), what);
+}
+
+} // namespace
+
+void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port)
+{
+    auto colon = text.rfind(':');
+    if (colon == std::string::npos)
+        throw std::invalid_argument("'" + text + "' is not GROUP:PORT");
+    std::string host = text.substr(0, colon), p = text.substr(colon + 1);
+    if (inet_pton(AF_INET, host.c_str(), &group) != 1)
+        throw std::invalid_argument("'" + host + "' is not an IPv4 address");
+    if (!IN_MULTICAST(ntohl(group.s_addr)))
+        throw std::invalid_argument("'" + host + "' is not a multicast group (224.0.0.0/4)");
+    if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(p) < 1 || std::stoul(p) > 65535)
+        throw std::invalid_argument("'" + p + "' is not a port from 1 to 65535");
+    port = static_cast<uint16_t>(std::stoul(p));
+}
+
+ChunkSeal seal_chunk(const char *data, size_t len, char *out)
+{
+    ChunkSeal s;
+    if (getrandom(s.key, sizeof s.key, 0) != static_cast<ssize_t>(sizeof s.key))
+        throw sys_error("getrandom");
+    if (!gcm(true, s.key, s.tag, data, out, len))
+        throw std::runtime_error("AES-GCM sealing failed");
+    return s;
+}
+
+bool open_chunk(const ChunkSeal &seal, char *data, size_t len)
+{
+    unsigned char tag[kMcastTag];
+    std::memcpy(tag, seal.tag, sizeof tag);
+    return gcm(false, seal.key, tag, data, data, len);
+}
+
+Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log)
+    : base_(base), cfg_(cfg), self_(self), log_(std::move(log))
+{
+    if (cfg_.mtu < 576 || cfg_.mtu > 65535)
+        throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd_ < 0)
+        throw sys_error("multicast socket");
+    try {
+        int one = 1;
+        if (setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+            throw sys_error("multicast socket: SO_REUSEADDR");
+        // Receive: room for a window of chunks in flight (root may exceed
+        // rmem_max).  Send: little, so that the chunks queued before the
+        // link (a few ms of it) do not delay the tree's frames that share
+        // it, such as the answers to the initiator.
+        int rcv = 32 << 20, snd = static_cast<int>(cfg_.sndbuf);
+        if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) < 0)
+            setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+        if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) < 0)
+            setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(cfg_.port);
+        a.sin_addr = cfg_.group; // only the group's datagrams
+        if (bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
+            throw sys_error("multicast socket: bind to port " + std::to_string(cfg_.port));
+        ip_mreq m{};
+        m.imr_multiaddr = cfg_.group;
+        m.imr_interface = cfg_.iface;
+        if (setsockopt(fd_, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
+            throw sys_error("multicast socket: joining the group");
+        if (setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_IF, &cfg_.iface, sizeof cfg_.iface) < 0)
+            throw sys_error("multicast socket: IP_MULTICAST_IF");
+        unsigned char loop = cfg_.loop ? 1 : 0;
+        setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop);
+        int gso = static_cast<int>(cfg_.mtu - kIpUdp);
+        gso_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &gso, sizeof gso) == 0;
+        setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one); // best effort
+        rbuf_.resize(kMaxDatagram + 1);
+        rev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_readable, this);
+        wev_ = event_new(base_, fd_, EV_WRITE, on_writable, this);
+        if (!rev_ || !wev_ || event_add(rev_, nullptr) < 0)
+            throw std::runtime_error("multicast socket: cannot watch it");
+    } catch (...) {
+        if (rev_)
+            event_free(rev_);
+        if (wev_)
+            event_free(wev_);
+        ::close(fd_);
+        throw;
+    }
+}
+
+Mcast::~Mcast()
+{
+    event_free(rev_);
+    event_free(wev_);
+    ::close(fd_);
+}
+
+void Mcast::send(uint64_t origin, uint64_t offset, DataRef data, std::function<void()> sent)
+{
+    if (data.len > kMaxDataPayload)
+        throw std::invalid_argument("multicast chunk of " + std::to_string(data.len) + " bytes");
+    out_.push_back(Outgoing{origin, offset, std::move(data), 0, std::move(sent)});
+    if (out_.size() == 1)
+        pump();
+}
+
+void Mcast::pump()
+{
+    while (!out_.empty()) {
+        Outgoing &o = out_.front();
+        if (!send_batch(o)) {
+            event_add(wev_, nullptr);
+            return;
+        }
+        size_t seg_bytes = cfg_.mtu - kIpUdp - kHeader;
+        size_t nsegs = std::max<size_t>(1, (o.data.len + seg_bytes - 1) / seg_bytes);
+        if (o.next_seg >= nsegs) {
+            auto sent = std::move(o.sent);
+            stats_.chunks_sent++;
+            out_.pop_front();
+            if (sent)
+                sent(); // may send again: out_ is consistent here
+        }
+    }
+}
+
+void Mcast::on_writable(int, short, void *arg) { static_cast<Mcast *>(arg)->pump(); }
+
+bool Mcast::send_batch(Outgoing &o)
+{
+    const size_t seg_bytes = cfg_.mtu - kIpUdp - kHeader, gso_size = seg_bytes + kHeader;
+    const uint32_t nsegs =
+        static_cast<uint32_t>(std::max<size_t>(1, (o.data.len + seg_bytes - 1) / seg_bytes));
+    const unsigned per_call =
+        gso_ ? static_cast<unsigned>(std::min<size_t>(kMaxGsoSegments, kMaxDatagram / gso_size)) : 1;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(cfg_.port);
+    to.sin_addr = cfg_.group;
+    unsigned char headers[kMaxGsoSegments][kHeader];
+    iovec iov[2 * kMaxGsoSegments];
+    while (o.next_seg < nsegs) {
+        unsigned k = 0;
+        for (; k < per_call && o.next_seg + k < nsegs; k++) {
+            uint32_t seg = o.next_seg + k;
+            size_t from = static_cast<size_t>(seg) * seg_bytes;
+            size_t n = std::min(seg_bytes, o.data.len - from);
+            put_header(headers[k], SegHeader{self_, o.origin, o.offset, static_cast<uint32_t>(o.data.len),
+                                             static_cast<uint16_t>(seg), static_cast<uint16_t>(seg_bytes)});
+            iov[2 * k] = {headers[k], kHeader};
+            iov[2 * k + 1] = {const_cast<char *>(o.data.ptr + from), n};
+        }
+        msghdr m{};
+        m.msg_name = &to;
+        m.msg_namelen = sizeof to;
+        m.msg_iov = iov;
+        m.msg_iovlen = 2 * k;
+        if (sendmsg(fd_, &m, 0) >= 0) {
+            o.next_seg += k;
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+            return false;
+        if (errno == EINTR)
+            continue;
+        if (gso_ && (errno == EIO || errno == EINVAL)) { // no segmentation offload on this path
+            int zero = 0;
+            setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &zero, sizeof zero);
+            gso_ = false;
+            log_.info(
+                "multicast: the kernel refused segmentation offload (%s); sending one datagram per call",
+                std::strerror(errno));
+            return send_batch(o);
+        }
+        stats_.send_errors++;
+        if (!warned_send_)
+            log_.error("multicast send to the group failed (%s); the nodes fetch the data over the tree",
+                       std::strerror(errno));
+        warned_send_ = true;
+        o.next_seg = nsegs; // given up: the receivers ask for repairs
+        return true;
+    }
+    warned_send_ = false;
+    return true;
+}
+
+void Mcast::on_readable(int, short, void *arg) { static_cast<Mcast *>(arg)->drain(); }
+
+void Mcast::drain()
+{
+    for (int round = 0; round < 256; round++) { // then let other events run
+        iovec iov{rbuf_.data(), rbuf_.size()};
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = control;
+        m.msg_controllen = sizeof control;
+        ssize_t n = recvmsg(fd_, &m, MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return; // EAGAIN, or an error queued on the socket: nothing more now
+        }
+        if (m.msg_flags & MSG_TRUNC) {
+            stats_.datagrams_rejected++;
+            continue;
+        }
+        size_t seg = static_cast<size_t>(n);
+        for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+                int g;
+                std::memcpy(&g, CMSG_DATA(c), sizeof g);
+                if (g > 0)
+                    seg = static_cast<size_t>(g);
+            }
+        for (size_t at = 0; at < static_cast<size_t>(n); at += seg)
+            segment(rbuf_.data() + at, std::min(seg, static_cast<size_t>(n) - at));
+    }
+}
+
+void Mcast::segment(const char *p, size_t n)
+{
+    SegHeader h;
+    if (!get_header(p, n, h) || h.seg_bytes < 64 || h.chunk_len > kMaxDataPayload) {
+        stats_.datagrams_rejected++;
+        return;
+    }
+    if (h.sender == self_)
+        return; // our own, looped back
+    uint32_t nsegs =
+        static_cast<uint32_t>(std::max<size_t>(1, (h.chunk_len + h.seg_bytes - 1) / h.seg_bytes));
+    size_t from = static_cast<size_t>(h.seg) * h.seg_bytes;
+    size_t want =
+        h.seg < nsegs ? std::min<size_t>(h.seg_bytes, h.chunk_len - std::min<size_t>(from, h.chunk_len)) : 0;
+    if (h.seg >= nsegs || n - kHeader != want) {
+        stats_.datagrams_rejected++;
+        return;
+    }
+    if (drop_filter && drop_filter(h.origin, h.offset, h.seg))
+        return;
+    auto key = std::make_pair(h.origin, h.offset);
+    auto it = pending_.find(key);
+    if (it == pending_.end()) {
+        // Oldest first out when full: chunks of sets this node is not in
+        // are never claimed.
+        while (pending_bytes_ + h.chunk_len > cfg_.max_pending && !pending_.empty()) {
+            auto oldest =
+                std::min_element(pending_.begin(), pending_.end(), [](const auto &a, const auto &b) {
+                    return a.second.first < b.second.first;
+                });
+            pending_bytes_ -= oldest->second.len;
+            pending_.erase(oldest);
+            stats_.chunks_dropped++;
+        }
+        if (pending_bytes_ + h.chunk_len > cfg_.max_pending) {
+            stats_.chunks_dropped++;
+            return;
+        }
+        Pending pd;
+        pd.buf = std::shared_ptr<char[]>(new char[h.chunk_len ? h.chunk_len : 1]);
+        pd.len = h.chunk_len;
+        pd.have.assign(nsegs, false);
+        pd.missing = nsegs;
+        pd.seg_bytes = h.seg_bytes;
+        pd.first = std::chrono::steady_clock::now();
+        pending_bytes_ += h.chunk_len;
+        it = pending_.emplace(key, std::move(pd)).first;
+    }
+    Pending &pd = it->second;
+    if (pd.len != h.chunk_len || pd.seg_bytes != h.seg_bytes) {
+        stats_.datagrams_rejected++; // a different chunk under the same name: the seal decides
+        return;
+    }
+    if (pd.missing == 0 || pd.have[h.seg])
+        return; // duplicate
+    std::memcpy(pd.buf.get() + from, p + kHeader, want);
+    pd.have[h.seg] = true;
+    if (--pd.missing == 0) {
+        stats_.chunks_received++;
+        if (complete_)
+            complete_(h.origin, h.offset);
+    }
+}
+
+std::shared_ptr<char[]> Mcast::take(uint64_t origin, uint64_t offset, size_t len, const ChunkSeal &seal)
+{
+    auto it = pending_.find({origin, offset});
+    if (it == pending_.end() || it->second.missing != 0)
+        return nullptr;
+    auto buf = it->second.buf;
+    size_t have = it->second.len;
+    pending_bytes_ -= have;
+    pending_.erase(it);
+    if (have != len || !open_chunk(seal, buf.get(), have)) {
+        log_.error(
+            "multicast chunk %016llx+%llu does not match its seal (forged or corrupt): fetching it over "
+            "the tree",
+            static_cast<unsigned long long>(origin), static_cast<unsigned long long>(offset));
+        return nullptr;
+    }
+    return buf;
+}
+
+void Mcast::forget(uint64_t origin, uint64_t offset)
+{
+    auto it = pending_.find({origin, offset});
+    if (it == pending_.end())
+        return;
+    pending_bytes_ -= it->second.len;
+    pending_.erase(it);
+}
+
+void Mcast::expire(std::chrono::steady_clock::duration age)
+{
+    auto limit = std::chrono::steady_clock::now() - age;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.first < limit) {
+            pending_bytes_ -= it->second.len;
+            stats_.chunks_dropped++;
+            it = pending_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+} // namespace storm::net

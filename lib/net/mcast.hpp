@@ -1,0 +1,162 @@
+// UDP multicast of transfer chunks between node agents: the data path of
+// large XFER-AND-SIGNALs where the network carries multicast (seed 000,
+// section 2.4: the hardware broadcast STORM's primitives map onto).
+//
+// The tree of TCP connections (Engine) still carries every control frame,
+// every answer and every repair: a chunk's announcement travels down the
+// tree with a per-chunk key and tag (AES-GCM), and its bytes travel once,
+// by multicast, from the node that heads the set to every agent of the
+// group.  A node takes a chunk's bytes from multicast only if they match
+// the tag its parent sent it over the authenticated connection; otherwise
+// (lost, late, forged or corrupt) it asks its parent for them over that
+// connection.
+//
+// Datagrams: one chunk is cut into segments of at most `mtu - 28` bytes
+// (IPv4 and UDP headers), each a 32-byte header (McastHeader) and up to
+// `mtu - 60` bytes of data.  Where the kernel supports it, segments leave in
+// batches of up to 64 KiB per system call (UDP GSO) and arrive coalesced
+// (UDP GRO); otherwise one datagram per system call.
+//
+// Threading: everything runs on the event_base's thread.  Not thread safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <netinet/in.h>
+#include <string>
+#include <vector>
+
+#include "lib/common/log.hpp"
+#include "lib/net/connection.hpp"
+
+struct event_base;
+struct event;
+
+namespace storm::net {
+
+struct McastConfig {
+    in_addr group{};                    // an IPv4 multicast group (224.0.0.0/4)
+    uint16_t port = 0;                  // 0: multicast is off
+    in_addr iface{};                    // this node's address: outgoing interface and membership
+    unsigned mtu = 1500;                // of the network that carries the group
+    bool loop = false;                  // deliver to this host's sockets too (several agents on one host)
+    size_t min_chunk = 8u << 10;        // smaller transfers stay on the tree
+    std::chrono::milliseconds wait{30}; // an announced chunk's bytes may lag this long before a repair
+    size_t max_pending = 256u << 20;    // bytes of chunks being received
+    size_t sndbuf = 256u << 10;         // bytes queued towards the link
+    bool enabled() const { return port != 0; }
+};
+
+// "239.255.77.1:6831" -> group and port.  Throws std::invalid_argument
+// naming what is wrong (not an address, not multicast, bad port).
+void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port);
+
+constexpr size_t kMcastKey = 16;
+constexpr size_t kMcastTag = 16;
+struct ChunkSeal {
+    unsigned char key[kMcastKey];
+    unsigned char tag[kMcastTag];
+};
+// Encrypts `len` bytes of `data` into `out` (AES-128-GCM) under a fresh
+// random key, used for this chunk only; returns the key and the tag.
+// Multicast reaches every host of the group, where any process may join
+// it: the bytes travel encrypted, the key over the authenticated tree.
+// Throws std::runtime_error if the cipher fails.
+ChunkSeal seal_chunk(const char *data, size_t len, char *out);
+// Decrypts in place; false (the bytes are then garbage) if they do not
+// match the tag: forged, corrupt, or sealed under another key.
+bool open_chunk(const ChunkSeal &seal, char *data, size_t len);
+
+struct McastStats {
+    uint64_t chunks_sent = 0;
+    uint64_t chunks_received = 0; // complete chunks assembled
+    uint64_t datagrams_rejected = 0;
+    uint64_t chunks_dropped = 0; // evicted incomplete or unclaimed, or over max_pending
+    uint64_t send_errors = 0;
+};
+
+class Mcast {
+public:
+    // Opens the socket, joins the group on cfg.iface and watches the
+    // socket.  `self` is this agent's index: datagrams it sent itself are
+    // ignored.  Throws std::system_error naming the step that failed.
+    Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log);
+    ~Mcast();
+    Mcast(const Mcast &) = delete;
+    Mcast &operator=(const Mcast &) = delete;
+
+    // Hands the chunk (origin, offset) to the kernel, behind any chunk still
+    // queued; `sent` is called once every byte was handed over, or given up
+    // on after an error (the receivers then ask for repairs).  The data must
+    // stay valid until then (data.owner keeps it).
+    void send(uint64_t origin, uint64_t offset, DataRef data, std::function<void()> sent);
+
+    // The chunk (origin, offset) of `len` bytes, decrypted, if it was
+    // received whole and matches `seal`; it is then forgotten here.  A whole chunk that
+    // does not match is dropped (logged).  Null otherwise.
+    std::shared_ptr<char[]> take(uint64_t origin, uint64_t offset, size_t len, const ChunkSeal &seal);
+    // Whether the chunk (origin, offset) was received whole (not checked).
+    bool complete(uint64_t origin, uint64_t offset) const
+    {
+        auto it = pending_.find({origin, offset});
+        return it != pending_.end() && it->second.missing == 0;
+    }
+    // Forgets what was received of the chunk (origin, offset).
+    void forget(uint64_t origin, uint64_t offset);
+
+    // Called when a chunk has been received whole.
+    void on_complete(std::function<void(uint64_t origin, uint64_t offset)> f) { complete_ = std::move(f); }
+
+    // Reads every datagram queued on the socket now.
+    void drain();
+    // Drops incomplete chunks older than `age`.
+    void expire(std::chrono::steady_clock::duration age);
+
+    const McastStats &stats() const noexcept { return stats_; }
+    const McastConfig &config() const noexcept { return cfg_; }
+    // Tests: datagram segments for which this returns true are dropped on
+    // arrival, as if lost.
+    std::function<bool(uint64_t origin, uint64_t offset, uint32_t seg)> drop_filter;
+
+private:
+    struct Pending {
+        std::shared_ptr<char[]> buf; // not zeroed: every byte is written before it is read
+        size_t len = 0;
+        std::vector<bool> have;
+        uint32_t missing = 0;
+        uint16_t seg_bytes = 0;
+        std::chrono::steady_clock::time_point first;
+    };
+    struct Outgoing {
+        uint64_t origin, offset;
+        DataRef data;
+        uint32_t next_seg = 0;
+        std::function<void()> sent;
+    };
+    static void on_readable(int, short, void *arg);
+    static void on_writable(int, short, void *arg);
+    void segment(const char *p, size_t n);
+    void pump();
+    bool send_batch(Outgoing &o); // false: would block
+
+    event_base *base_;
+    McastConfig cfg_;
+    uint32_t self_;
+    Logger log_;
+    int fd_ = -1;
+    bool gso_ = false;
+    event *rev_ = nullptr, *wev_ = nullptr;
+    std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
+    size_t pending_bytes_ = 0;
+    std::deque<Outgoing> out_;
+    std::vector<char> rbuf_;
+    std::function<void(uint64_t, uint64_t)> complete_;
+    McastStats stats_;
+    bool warned_send_ = false;
+};
+
+} // namespace storm::net

@@ -1,0 +1,351 @@
+// Unit tests of the multicast data path of XFER-AND-SIGNAL
+// (lib/net/mcast.*, Engine's xfer_mc): agents in one process, in a network
+// namespace of the test's own whose loopback carries multicast.  Fault
+// injection: lost segments (repaired over the tree, in order), forged
+// chunks (refused by the seal, repaired), malformed datagrams, a dead node.
+#include "tests/unit/cmocka.hpp"
+
+#include <arpa/inet.h>
+#include <cstring>
+#include <endian.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "lib/common/signals.hpp"
+#include "lib/net/mcast.hpp"
+#include "tests/unit/prim_fixture.hpp"
+
+using namespace prim_fixture;
+
+namespace {
+
+constexpr uint16_t kPort = 47123;
+
+net::McastConfig mcast_config()
+{
+    net::McastConfig m;
+    inet_pton(AF_INET, "239.255.77.1", &m.group);
+    m.port = kPort;
+    m.iface.s_addr = htonl(INADDR_LOOPBACK);
+    m.loop = true; // every agent of the test shares this host
+    m.wait = 30ms;
+    return m;
+}
+
+std::string pattern(size_t n, unsigned seed)
+{
+    std::string s(n, '\0');
+    uint32_t x = seed * 2654435761u + 1;
+    for (auto &c : s) {
+        x = x * 1103515245u + 12345u;
+        c = static_cast<char>(x >> 24);
+    }
+    return s;
+}
+
+// Runs the loop for a while (datagrams sent from outside the engines).
+void settle(Cluster &cl, std::chrono::milliseconds t)
+{
+    cl.initiator->run_until([] { return false; }, t);
+}
+
+// A datagram of the multicast format, sent to the group from a socket of
+// our own: the forger's and the malformed-input tests' tool.
+struct Injector {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    Injector()
+    {
+        in_addr lo{htonl(INADDR_LOOPBACK)};
+        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &lo, sizeof lo);
+    }
+    ~Injector() { close(fd); }
+    void raw(const std::string &d)
+    {
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_port = htons(kPort);
+        inet_pton(AF_INET, "239.255.77.1", &to.sin_addr);
+        assert_true(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof to) ==
+                    static_cast<ssize_t>(d.size()));
+    }
+    static std::string header(uint32_t magic, uint32_t sender, uint64_t origin, uint64_t offset, uint32_t len,
+                              uint16_t seg, uint16_t seg_bytes)
+    {
+        std::string h(32, '\0');
+        uint32_t m = htobe32(magic), s = htobe32(sender), l = htobe32(len);
+        uint64_t o = htobe64(origin), f = htobe64(offset);
+        uint16_t g = htobe16(seg), b = htobe16(seg_bytes);
+        std::memcpy(&h[0], &m, 4);
+        std::memcpy(&h[4], &s, 4);
+        std::memcpy(&h[8], &o, 8);
+        std::memcpy(&h[16], &f, 8);
+        std::memcpy(&h[24], &l, 4);
+        std::memcpy(&h[28], &g, 2);
+        std::memcpy(&h[30], &b, 2);
+        return h;
+    }
+};
+constexpr uint32_t kMagic = 0x53544d43;
+
+// Sends one chunk from agent `head`, which heads `set`, with a chosen origin.
+XferResult send_chunk_from(Cluster &cl, unsigned head, const RangeSet &set, const std::string &ev,
+                           uint64_t origin, const std::string &data)
+{
+    auto buf = std::make_shared<const std::string>(data);
+    bool done = false;
+    XferResult res;
+    cl.agents[head]->send_chunk(set, 2, 2000ms, ev, origin, 0, buf->size(),
+                                net::DataRef{buf, buf->data(), buf->size()}, [&](const XferResult &r) {
+                                    res = r;
+                                    done = true;
+                                });
+    assert_true(cl.initiator->run_until([&] { return done; }, 20000ms));
+    return res;
+}
+
+void test_data_by_multicast(void **)
+{
+    Cluster cl(8, 2, 2000ms, mcast_config());
+    std::string big = pattern((1 << 20) + 123, 1); // 17 chunks of 64 KiB
+    auto r = cl.xfer(RangeSet::range(0, 8), "big", big);
+    assert_true(r.ok);
+    for (auto &a : cl.agents) {
+        std::string d;
+        assert_int_equal(a->test_event("big", &d), 1);
+        assert_true(d == big);
+    }
+    // Agent 0 heads the set: it multicast every chunk; the others took
+    // every chunk from multicast or, rarely, from their parent.
+    assert_int_equal(cl.agents[0]->mcast_counters().sent, 17);
+    for (unsigned i = 1; i < 8; ++i) {
+        auto &c = cl.agents[i]->mcast_counters();
+        assert_int_equal(c.sent, 0);
+        assert_int_equal(c.received + c.repaired, 17);
+        assert_true(c.received >= 1);
+    }
+    // The same counts, as variables COMPARE-AND-WRITE can test.
+    assert_true(cl.caw(RangeSet::range(1, 8), "mcast:received", Relation::ge, 1, std::nullopt).holds);
+    // A transfer below min_chunk stays on the tree.
+    assert_true(cl.xfer(RangeSet::range(0, 8), "small", "0123456789").ok);
+    assert_int_equal(cl.agents[0]->mcast_counters().sent, 17);
+    // So does one to two nodes.
+    assert_true(cl.xfer(RangeSet::range(3, 5), "pair", big).ok);
+    assert_int_equal(cl.agents[3]->mcast_counters().sent, 0);
+    assert_int_equal(cl.agents[4]->test_event("pair"), 1);
+}
+
+void test_lost_segments_repaired_in_order(void **)
+{
+    Cluster cl(8, 2, 2000ms, mcast_config());
+    // Agent 3 loses the even chunks, agent 6 everything.
+    cl.agents[3]->mcast()->drop_filter = [](uint64_t, uint64_t offset, uint32_t) {
+        return (offset / (64 << 10)) % 2 == 0;
+    };
+    cl.agents[6]->mcast()->drop_filter = [](uint64_t, uint64_t, uint32_t) { return true; };
+    // Agent 3 takes the transfer through a sink, which must see the chunks
+    // in order of offset although the odd ones came first.
+    std::vector<uint64_t> offsets;
+    std::string sunk;
+    cl.agents[3]->add_sink(
+        "ordered:", [&](const std::string &, uint64_t, uint64_t offset, uint64_t, std::string_view data) {
+            offsets.push_back(offset);
+            sunk.append(data);
+            return std::string();
+        });
+    std::string big = pattern(1 << 20, 2);
+    auto r = cl.xfer(RangeSet::range(0, 8), "ordered:x", big);
+    assert_true(r.ok);
+    assert_true(sunk == big);
+    assert_int_equal(offsets.size(), 16);
+    for (size_t i = 1; i < offsets.size(); ++i)
+        assert_true(offsets[i] > offsets[i - 1]);
+    std::string d;
+    assert_int_equal(cl.agents[6]->test_event("ordered:x", &d), 1);
+    assert_true(d == big);
+    assert_int_equal(cl.agents[3]->mcast_counters().repaired, 8);
+    assert_int_equal(cl.agents[3]->mcast_counters().received, 8);
+    assert_int_equal(cl.agents[6]->mcast_counters().repaired, 16);
+    assert_int_equal(cl.agents[6]->mcast_counters().received, 0);
+    uint64_t served = 0;
+    for (auto &a : cl.agents)
+        served += a->mcast_counters().repairs_served;
+    assert_int_equal(served, 24);
+}
+
+void test_forged_chunk_refused(void **)
+{
+    Cluster cl(6, 2, 2000ms, mcast_config());
+    const uint64_t origin = 0xf00d;
+    std::string truth = pattern(40000, 3), forged = pattern(40000, 4);
+    const uint16_t seg_bytes = 1500 - 60;
+    // A forger who knows the next transfer's name sends a whole chunk of
+    // its own first, under the head's index.
+    Injector inj;
+    for (uint16_t s = 0; s * seg_bytes < forged.size(); ++s) {
+        size_t n = std::min<size_t>(seg_bytes, forged.size() - s * seg_bytes);
+        inj.raw(Injector::header(kMagic, 0, origin, 0, 40000, s, seg_bytes) +
+                forged.substr(s * seg_bytes, n));
+    }
+    settle(cl, 50ms);
+    for (unsigned i = 1; i < 6; ++i)
+        assert_int_equal(cl.agents[i]->mcast()->stats().chunks_received, 1);
+    auto r = send_chunk_from(cl, 0, RangeSet::range(0, 6), "truth", origin, truth);
+    assert_true(r.ok);
+    for (unsigned i = 0; i < 6; ++i) {
+        std::string d;
+        assert_int_equal(cl.agents[i]->test_event("truth", &d), 1);
+        assert_true(d == truth);
+    }
+    for (unsigned i = 1; i < 6; ++i)
+        assert_int_equal(cl.agents[i]->mcast_counters().repaired, 1);
+}
+
+// A transfer streamed chunk by chunk (total 0, offsets are sequence
+// numbers), as the broadcast service sends files: every chunk goes by
+// multicast, and sinks get them in order although one node lost some.
+void test_streamed_chunks(void **)
+{
+    Cluster cl(6, 2, 2000ms, mcast_config());
+    cl.agents[4]->mcast()->drop_filter = [](uint64_t, uint64_t seq, uint32_t) { return seq == 1; };
+    std::vector<std::vector<uint64_t>> seqs(6);
+    std::vector<std::string> got(6);
+    for (unsigned i = 0; i < 6; ++i)
+        cl.agents[i]->add_sink("stream:", [&, i](const std::string &, uint64_t, uint64_t seq, uint64_t total,
+                                                 std::string_view data) {
+            assert_int_equal(total, 0);
+            seqs[i].push_back(seq);
+            got[i].append(data);
+            return std::string();
+        });
+    std::string whole;
+    int done = 0;
+    for (uint64_t seq = 0; seq < 4; ++seq) {
+        auto buf = std::make_shared<const std::string>(pattern(20000 + seq * 1000, 10 + seq));
+        whole += *buf;
+        cl.agents[0]->send_chunk(RangeSet::range(0, 6), 1, 2000ms, "stream:f", 0xabc, seq, 0,
+                                 net::DataRef{buf, buf->data(), buf->size()}, [&](const XferResult &r) {
+                                     assert_true(r.ok);
+                                     ++done;
+                                 });
+    }
+    assert_true(cl.initiator->run_until([&] { return done == 4; }, 20000ms));
+    assert_int_equal(cl.agents[0]->mcast_counters().sent, 4);
+    for (unsigned i = 0; i < 6; ++i) {
+        assert_int_equal(seqs[i].size(), 4);
+        for (uint64_t k = 0; k < 4; ++k)
+            assert_int_equal(seqs[i][k], k);
+        assert_true(got[i] == whole);
+    }
+    assert_int_equal(cl.agents[4]->mcast_counters().repaired, 1);
+}
+
+void test_malformed_datagrams(void **)
+{
+    Cluster cl(4, 2, 2000ms, mcast_config());
+    Injector inj;
+    inj.raw("short");
+    inj.raw(Injector::header(0x12345678, 99, 1, 0, 100, 0, 1440) + std::string(100, 'x')); // bad magic
+    inj.raw(Injector::header(kMagic, 99, 1, 0, 100, 1, 1440) + std::string(100, 'x')); // segment past the end
+    inj.raw(Injector::header(kMagic, 99, 1, 0, 3000, 0, 1440) + std::string(10, 'x')); // wrong length
+    inj.raw(Injector::header(kMagic, 99, 1, 0, 64u << 20, 0, 1440) + std::string(1440, 'x')); // too big
+    inj.raw(Injector::header(kMagic, 99, 1, 0, 100, 0, 10) + std::string(10, 'x'));           // tiny segments
+    settle(cl, 50ms);
+    for (unsigned i = 0; i < 4; ++i) {
+        assert_int_equal(cl.agents[i]->mcast()->stats().datagrams_rejected, 6);
+        assert_int_equal(cl.agents[i]->mcast()->stats().chunks_received, 0);
+    }
+    std::string big = pattern(300000, 5);
+    assert_true(cl.xfer(RangeSet::range(0, 4), "after", big).ok);
+    for (auto &a : cl.agents) {
+        std::string d;
+        assert_int_equal(a->test_event("after", &d), 1);
+        assert_true(d == big);
+    }
+}
+
+void test_dead_node(void **)
+{
+    Cluster cl(8, 2, 500ms, mcast_config());
+    cl.agents[5].reset();
+    std::string big = pattern(500000, 6);
+    auto r = cl.xfer(RangeSet::range(0, 8), "ev", big);
+    assert_false(r.ok);
+    assert_string_equal(r.failed.str().c_str(), "5");
+    for (unsigned i = 0; i < 8; ++i) {
+        if (i == 5)
+            continue;
+        std::string d;
+        assert_int_equal(cl.agents[i]->test_event("ev", &d), 1);
+        assert_true(d == big);
+    }
+}
+
+void test_seal(void **)
+{
+    std::string data = pattern(100000, 7), wire(data.size(), '\0');
+    net::ChunkSeal s = net::seal_chunk(data.data(), data.size(), wire.data());
+    assert_true(wire != data);
+    std::string copy = wire;
+    assert_true(net::open_chunk(s, copy.data(), copy.size()));
+    assert_true(copy == data);
+    copy = wire;
+    copy[5000] ^= 1;
+    assert_false(net::open_chunk(s, copy.data(), copy.size()));
+    net::ChunkSeal other = net::seal_chunk(data.data(), data.size(), copy.data());
+    assert_true(std::memcmp(other.key, s.key, sizeof s.key) != 0); // a fresh key per chunk
+    copy = wire;
+    assert_false(net::open_chunk(other, copy.data(), copy.size()));
+    in_addr g;
+    uint16_t port;
+    net::parse_mcast_group("239.255.77.1:6831", g, port);
+    assert_int_equal(port, 6831);
+    for (const char *bad : {"10.0.0.1:6831", "239.255.77.1", "239.255.77.1:0", "239.255.77.1:70000", "x:1",
+                            "239.255.77.1:12a"}) {
+        bool threw = false;
+        try {
+            net::parse_mcast_group(bad, g, port);
+        } catch (const std::invalid_argument &) {
+            threw = true;
+        }
+        assert_true(threw);
+    }
+}
+
+// A network namespace of our own, whose loopback carries multicast.
+bool private_network()
+{
+    if (unshare(CLONE_NEWNET) != 0)
+        return false;
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    ifreq ifr{};
+    std::strcpy(ifr.ifr_name, "lo");
+    bool ok = ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+    ifr.ifr_flags |= IFF_UP | IFF_MULTICAST;
+    ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+    close(s);
+    return ok;
+}
+
+} // namespace
+
+int main()
+{
+    storm::block_sigpipe();
+    if (!private_network()) {
+        std::fprintf(stderr, "test_mcast: needs root (a network namespace of its own): skipped\n");
+        return 77;
+    }
+    const CMUnitTest tests[] = {
+        cmocka_unit_test(test_seal),
+        cmocka_unit_test(test_data_by_multicast),
+        cmocka_unit_test(test_lost_segments_repaired_in_order),
+        cmocka_unit_test(test_forged_chunk_refused),
+        cmocka_unit_test(test_streamed_chunks),
+        cmocka_unit_test(test_malformed_datagrams),
+        cmocka_unit_test(test_dead_node),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
