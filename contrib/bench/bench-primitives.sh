@@ -74,8 +74,10 @@ run_case() { # N SHAPE
     # 12 MB: best of 3 each.
     local best_x=999999 best_s=999999 t xfail=0 s12fail=0
     for _ in 1 2 3; do
+        sync # no write-back of the previous run under way (either side)
         t=$("$PRIM" xfer big 12M | sed -n 's/.* in \([0-9.]*\) ms.*: ok$/\1/p')
         if [ -n "$t" ]; then best_x=$(awk -v a="$best_x" -v b="$t" 'BEGIN { print (b < a) ? b : a }'); else xfail=$((xfail + 1)); fi
+        sync
         sbcast_times "$jid" "$work/f12m" 1 "$work/s12"
         t=$(cat "$work/s12")
         if [ "$t" = failed ]; then s12fail=$((s12fail + 1)); else best_s=$(awk -v a="$best_s" -v b="$t" 'BEGIN { print (b < a) ? b : a }'); fi

@@ -133,7 +133,8 @@ struct Engine::Transfer {
 };
 
 struct Engine::Incoming {
-    std::string buf;
+    std::string buf; // reserved for `total`; grows as chunks come, in order (no zero fill)
+    uint64_t total = 0;
     uint64_t received = 0;
     std::chrono::steady_clock::time_point last; // when the last chunk came
 };
@@ -194,7 +195,8 @@ void Engine::sweep()
         if (it->second->last < stale) {
             log_.error("transfer %016llx of event %s stopped at %llu of %zu bytes: dropped",
                        static_cast<unsigned long long>(it->first.second), it->first.first.c_str(),
-                       static_cast<unsigned long long>(it->second->received), it->second->buf.size());
+                       static_cast<unsigned long long>(it->second->received),
+                       static_cast<size_t>(it->second->total));
             it = incoming_.erase(it);
         } else {
             ++it;
@@ -656,19 +658,27 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
             return;
         }
         auto in = std::make_shared<Incoming>();
-        in->buf.assign(total, '\0');
+        in->buf.reserve(total);
+        in->total = total;
         it = incoming_.emplace(key, in).first;
     }
     auto &in = *it->second;
     in.last = std::chrono::steady_clock::now();
-    if (offset > in.buf.size() || data.size() > in.buf.size() - offset || in.buf.size() != total)
+    if (offset > in.total || data.size() > in.total - offset || in.total != total)
         throw net::DecodeError("chunk [" + std::to_string(offset) + ", +" + std::to_string(data.size()) +
-                               ") outside the transfer of " + std::to_string(in.buf.size()) + " bytes");
-    std::memcpy(in.buf.data() + offset, data.data(), data.size());
+                               ") outside the transfer of " + std::to_string(in.total) + " bytes");
+    if (offset == in.buf.size()) {
+        in.buf.append(data.data(), data.size());
+    } else { // out of order: fill the gap, which a later chunk overwrites
+        if (offset + data.size() > in.buf.size())
+            in.buf.resize(offset + data.size());
+        std::memcpy(in.buf.data() + offset, data.data(), data.size());
+    }
     in.received += data.size();
     if (in.received >= total) {
         auto &ev = events_[event];
         ev.first++;
+        in.buf.resize(total);
         ev.second = std::move(in.buf);
         incoming_.erase(it);
         if (signal_hook_)
