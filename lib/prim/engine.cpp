@@ -812,24 +812,17 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
 
 namespace {
 
-// An xfer_mc payload: the xfer fields, the chunk's length and seal, and the
-// data itself only in a repair (its length, then the bytes by reference).
+// An xfer_mc payload: an xfer's fields (xfer_head), the chunk's seal, and
+// the data itself only in a repair (its length, then the bytes by reference).
 std::string xfer_mc_head(const RangeSet &set, const Route &route, uint64_t origin, const std::string &event,
                          uint64_t offset, uint64_t total, size_t len, const net::ChunkSeal &seal,
                          bool with_data)
 {
     Writer w;
-    set.encode(w);
-    route.encode(w);
-    w.u64(origin);
-    w.bytes(event);
-    w.u64(offset);
-    w.u64(total);
-    w.u32(static_cast<uint32_t>(len));
     w.raw(seal.key, sizeof seal.key);
     w.raw(seal.tag, sizeof seal.tag);
     w.u32(static_cast<uint32_t>(with_data ? len : 0));
-    return w.take();
+    return xfer_head(set, route, origin, event, offset, total, len) + w.data();
 }
 
 } // namespace

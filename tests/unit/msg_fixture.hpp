@@ -107,12 +107,13 @@ public:
         ctx.uid = getuid();
         ctx.mode = PoolMode::swapped;
         ctx.divisions = 1;
-        // Above storm_ctx_ports' default block, and low enough that the
-        // context's block (ids up to 63) ends below 65536 whatever the pid:
-        // with pid % 300, ids from 22 up overflowed for 1-2% of pids, and
-        // the task refused its context.
+        // Below Linux's ephemeral ports (32768-60999 by default): in that
+        // range a task's port could already be the local end of one of
+        // the test's own connections ("Address already in use", about one
+        // run in twelve).  The context's block (ids up to 63) ends below
+        // 32768 whatever the pid.
         assert_true(id < 64);
-        ctx.port_base = 45000 + static_cast<uint32_t>(getpid() % 256) * 64;
+        ctx.port_base = 20000 + static_cast<uint32_t>(getpid() % 128) * 64;
         ctx.ntasks = ntasks;
         // `nodes` "nodes" 127.0.0.1, 127.0.0.2...: rank r on node r % nodes
         // (the same local index, hence port, on different addresses).
@@ -170,7 +171,10 @@ public:
             setenv("STORM_POOL_SOCKET", path_.c_str(), 1);
             setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
             setenv("STORM_MSG_TIMEOUT", timeout, 1);
-            _exit(f());
+            int rc = f();
+            if (rc != 0) // why, for the test's log
+                std::fprintf(stderr, "task %u: exit %d, last error: %s\n", rank, rc, storm_msg_error());
+            _exit(rc);
         }
         tasks_[rank].pid = pid;
     }
@@ -404,6 +408,15 @@ private:
     uint8_t *window_ = nullptr;
     uint32_t packet_size_ = 0;
 };
+
+// storm_msg_init() failed; says why on stderr, for the test's log.
+inline bool init_failed()
+{
+    if (storm_msg_init() == 0)
+        return false;
+    std::fprintf(stderr, "storm_msg_init: %s\n", storm_msg_error());
+    return true;
+}
 
 inline bool exited_ok(int st) { return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0; }
 

@@ -61,6 +61,18 @@ private:
     std::set<std::string> seen_;
 };
 
+// n bytes of a deterministic pseudo-random pattern.
+inline std::string pattern(size_t n, unsigned seed)
+{
+    std::string s(n, '\0');
+    uint32_t x = seed * 2654435761u + 1;
+    for (auto &c : s) {
+        x = x * 1103515245u + 12345u;
+        c = static_cast<char>(x >> 24);
+    }
+    return s;
+}
+
 inline sockaddr_in loopback(uint16_t port)
 {
     sockaddr_in a{};

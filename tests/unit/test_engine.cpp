@@ -28,17 +28,6 @@ using namespace prim_fixture;
 
 namespace {
 
-std::string pattern(size_t n, unsigned seed)
-{
-    std::string s(n, '\0');
-    uint32_t x = seed * 2654435761u + 1;
-    for (auto &c : s) {
-        x = x * 1103515245u + 12345u;
-        c = static_cast<char>(x >> 24);
-    }
-    return s;
-}
-
 void test_xfer_small_and_large(void **)
 {
     Cluster cl(16, 2);

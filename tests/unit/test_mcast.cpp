@@ -35,17 +35,6 @@ net::McastConfig mcast_config()
     return m;
 }
 
-std::string pattern(size_t n, unsigned seed)
-{
-    std::string s(n, '\0');
-    uint32_t x = seed * 2654435761u + 1;
-    for (auto &c : s) {
-        x = x * 1103515245u + 12345u;
-        c = static_cast<char>(x >> 24);
-    }
-    return s;
-}
-
 // Runs the loop for a while (datagrams sent from outside the engines).
 void settle(Cluster &cl, std::chrono::milliseconds t)
 {

@@ -72,7 +72,7 @@ int alltoall_task(Shared *sh)
         report(sh->r[rank < 0 ? 7 : rank], 1, std::string(what) + ": " + storm_msg_error());
         return 1;
     };
-    if (storm_msg_init() != 0)
+    if (init_failed())
         return failed("init");
     rank = storm_msg_rank();
     int n = storm_msg_size();
@@ -266,7 +266,7 @@ void test_api_errors(void **)
     {
         Agent agent(2, 5, 64 * 1024 * 2, 1024);
         agent.spawn(0, [sh] {
-            if (storm_msg_init() != 0)
+            if (init_failed())
                 return 1;
             std::string big(5000, 'x');
             for (size_t i = 0; i < big.size(); ++i)
@@ -283,7 +283,7 @@ void test_api_errors(void **)
             return storm_msg_finalize() == 0 ? 0 : 5;
         });
         agent.spawn(1, [sh] {
-            if (storm_msg_init() != 0)
+            if (init_failed())
                 return 1;
             char small[100];
             int s = -1, t = -1;
@@ -363,7 +363,7 @@ void test_mark_timeout(void **)
             agent.spawn(
                 r,
                 [sh, r] {
-                    if (storm_msg_init() != 0)
+                    if (init_failed())
                         return 2;
                     char b[8];
                     ssize_t n = storm_msg_recv(STORM_MSG_ANY, STORM_MSG_ANY, b, sizeof b, nullptr, nullptr);
@@ -395,7 +395,7 @@ void test_wrong_context_refused(void **)
         Agent agent(2, 11, 16 * 1024 * 2, 1024);
         auto task = [sh](uint32_t r) {
             return [sh, r] {
-                if (storm_msg_init() != 0) {
+                if (init_failed()) {
                     report(sh->r[r], 1, storm_msg_error());
                     return 1;
                 }
@@ -447,7 +447,7 @@ void test_single_task(void **)
     {
         Agent agent(1, 13, 16 * 1024, 1024);
         agent.spawn(0, [sh] {
-            if (storm_msg_init() != 0 || storm_msg_size() != 1 || storm_msg_rank() != 0)
+            if (init_failed() || storm_msg_size() != 1 || storm_msg_rank() != 0)
                 return 1;
             std::string big(10000, 'q');
             for (int i = 0; i < 100; ++i) {
@@ -490,7 +490,7 @@ void test_attach_swapped_out(void **)
             agent.q(r)->resident = 0;
         for (uint32_t r = 0; r < 2; ++r)
             agent.spawn(r, [sh, r] {
-                if (storm_msg_init() != 0) {
+                if (init_failed()) {
                     report(sh->r[r], 1, storm_msg_error());
                     return 1;
                 }
