@@ -356,6 +356,10 @@ void Mcast::segment(const char *p, size_t n)
     auto key = std::make_pair(h.origin, h.offset);
     auto it = pending_.find(key);
     if (it == pending_.end()) {
+        if (h.chunk_len > cfg_.max_pending) {
+            stats_.chunks_dropped++;
+            return;
+        }
         // Oldest first out when full: chunks of sets this node is not in
         // are never claimed.
         while (pending_bytes_ + h.chunk_len > cfg_.max_pending && !pending_.empty()) {
@@ -366,10 +370,6 @@ void Mcast::segment(const char *p, size_t n)
             pending_bytes_ -= oldest->second.len;
             pending_.erase(oldest);
             stats_.chunks_dropped++;
-        }
-        if (pending_bytes_ + h.chunk_len > cfg_.max_pending) {
-            stats_.chunks_dropped++;
-            return;
         }
         Pending pd;
         pd.buf = std::shared_ptr<char[]>(new char[h.chunk_len ? h.chunk_len : 1]);

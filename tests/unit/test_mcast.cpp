@@ -231,6 +231,53 @@ void test_streamed_chunks(void **)
     assert_int_equal(cl.agents[4]->mcast_counters().repaired, 1);
 }
 
+// Chunks received but never announced (sets this node is not in) are
+// bounded: the oldest go first beyond max_pending, and all after expire().
+void test_pending_bounded(void **)
+{
+    event_base *base = event_base_new();
+    net::McastConfig cfg = mcast_config();
+    cfg.max_pending = 100000;
+    auto m = std::make_unique<net::Mcast>(base, cfg, 7, Logger("bounded"));
+    Injector inj;
+    const uint16_t seg_bytes = 1500 - 60;
+    auto whole_chunk = [&](uint64_t origin, uint32_t len) {
+        for (uint16_t s = 0; s * seg_bytes < len; ++s) {
+            size_t n = std::min<size_t>(seg_bytes, len - s * seg_bytes);
+            inj.raw(Injector::header(kMagic, 1, origin, 0, len, s, seg_bytes) + std::string(n, 'x'));
+        }
+    };
+    auto settle_base = [&] {
+        timeval tv{0, 50000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    };
+    whole_chunk(1, 40000);
+    whole_chunk(2, 40000);
+    settle_base();
+    assert_int_equal(m->stats().chunks_received, 2);
+    assert_true(m->complete(1, 0) && m->complete(2, 0));
+    whole_chunk(3, 40000); // 120000 > 100000: chunk 1, the oldest, goes
+    settle_base();
+    assert_int_equal(m->stats().chunks_dropped, 1);
+    assert_false(m->complete(1, 0));
+    assert_true(m->complete(2, 0) && m->complete(3, 0));
+    whole_chunk(4, 200000); // larger than the cap alone: refused, nothing evicted
+    settle_base();
+    assert_false(m->complete(4, 0));
+    assert_true(m->complete(2, 0) && m->complete(3, 0));
+    m->expire(std::chrono::seconds(0));
+    assert_false(m->complete(2, 0) || m->complete(3, 0));
+    // A chunk taken with a seal it does not match is dropped, not returned.
+    whole_chunk(5, 3000);
+    settle_base();
+    net::ChunkSeal wrong{};
+    assert_null(m->take(5, 0, 3000, wrong).get());
+    assert_false(m->complete(5, 0));
+    m.reset();
+    event_base_free(base);
+}
+
 void test_malformed_datagrams(void **)
 {
     Cluster cl(4, 2, 2000ms, mcast_config());
@@ -333,6 +380,7 @@ int main()
         cmocka_unit_test(test_lost_segments_repaired_in_order),
         cmocka_unit_test(test_forged_chunk_refused),
         cmocka_unit_test(test_streamed_chunks),
+        cmocka_unit_test(test_pending_bounded),
         cmocka_unit_test(test_malformed_datagrams),
         cmocka_unit_test(test_dead_node),
     };
