@@ -180,9 +180,11 @@ void Engine::sweep()
         if (!q.empty() && q.front().arrived < stale) {
             log_.error(
                 "transfer %016llx of event %s: chunk at %llu never came (by multicast nor from the parent): "
-                "dropped with the %zu after it",
+                "dropped%s",
                 static_cast<unsigned long long>(origin), q.front().event.c_str(),
-                static_cast<unsigned long long>(q.front().offset), q.size() - 1);
+                static_cast<unsigned long long>(q.front().offset),
+                q.size() > 1 ? (", with the " + std::to_string(q.size() - 1) + " announced after it").c_str()
+                             : "");
             stuck.push_back(origin);
         }
     for (uint64_t origin : stuck) {

@@ -237,6 +237,14 @@ public:
     // socket could not be opened, which listen() logs).
     net::Mcast *mcast() noexcept { return mcast_.get(); }
     const McastCounters &mcast_counters() const noexcept { return mc_; }
+    // Multicast announcements waiting for their chunk's bytes (for tests).
+    size_t waiting_announcements() const noexcept
+    {
+        size_t n = 0;
+        for (const auto &q : mc_waits_)
+            n += q.second.size();
+        return n;
+    }
     // Transfers being received (partial); stale ones are dropped after
     // three timeouts without a chunk.
     size_t partial_transfers() const noexcept { return incoming_.size(); }

@@ -278,6 +278,57 @@ void test_pending_bounded(void **)
     event_base_free(base);
 }
 
+// A parent speaking the frames itself: an announcement whose bytes never
+// come by multicast is asked for (xfer_nack) and applied from the repair;
+// one whose repair never comes is dropped after three timeouts.
+void test_repair_and_give_up(void **)
+{
+    Cluster cl(4, 2, 200ms, mcast_config());
+    std::vector<std::pair<net::MsgType, uint64_t>> got; // frames the fake parent received
+    auto parent = net::Connection::connect(cl.base, cl.table[2], 2, cl.auth);
+    parent->on_frame([&](net::Connection &, const net::FrameHeader &h, std::string_view) {
+        got.emplace_back(h.type, h.op);
+    });
+    auto announce = [&](uint64_t op, const std::string &ev, const std::string *data) {
+        net::Writer w;
+        RangeSet::single(2).encode(w);
+        Route{2, 200}.encode(w);
+        w.u64(0x5eed);
+        w.bytes(ev);
+        w.u64(0);
+        w.u64(20000);
+        w.u32(20000);
+        unsigned char seal[32] = {};
+        w.raw(seal, sizeof seal);
+        w.bytes(data ? *data : std::string());
+        parent->send(net::MsgType::xfer_mc, op, w.data());
+    };
+    auto has = [&](net::MsgType t, uint64_t op) {
+        for (auto &f : got)
+            if (f.first == t && f.second == op)
+                return true;
+        return false;
+    };
+    std::string data = pattern(20000, 9);
+    announce(41, "fixed", nullptr);
+    assert_true(cl.initiator->run_until([&] { return has(net::MsgType::xfer_nack, 41); }, 2000ms));
+    assert_int_equal(cl.agents[2]->waiting_announcements(), 1);
+    announce(41, "fixed", &data); // the repair
+    assert_true(cl.initiator->run_until([&] { return has(net::MsgType::xfer_ack, 41); }, 2000ms));
+    std::string d;
+    assert_int_equal(cl.agents[2]->test_event("fixed", &d), 1);
+    assert_true(d == data);
+    assert_int_equal(cl.agents[2]->mcast_counters().repaired, 1);
+    // Another one, never repaired: dropped, never answered.
+    announce(42, "lost", nullptr);
+    assert_true(cl.initiator->run_until([&] { return has(net::MsgType::xfer_nack, 42); }, 2000ms));
+    assert_true(cl.initiator->run_until([&] { return cl.agents[2]->waiting_announcements() == 0; }, 3000ms));
+    settle(cl, 100ms);
+    assert_false(has(net::MsgType::xfer_ack, 42));
+    assert_int_equal(cl.agents[2]->test_event("lost"), 0);
+    parent->close("test over");
+}
+
 void test_malformed_datagrams(void **)
 {
     Cluster cl(4, 2, 2000ms, mcast_config());
@@ -381,6 +432,7 @@ int main()
         cmocka_unit_test(test_forged_chunk_refused),
         cmocka_unit_test(test_streamed_chunks),
         cmocka_unit_test(test_pending_bounded),
+        cmocka_unit_test(test_repair_and_give_up),
         cmocka_unit_test(test_malformed_datagrams),
         cmocka_unit_test(test_dead_node),
     };
