@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "lib/common/files.hpp"
+#include "lib/common/timeval.hpp"
 
 namespace storm::cosched {
 
@@ -135,10 +136,8 @@ void Local::arm()
     if (!timer_)
         return;
     auto now = setup_.now ? setup_.now() : Scheduler::Clock::now();
-    auto d = std::chrono::duration_cast<std::chrono::microseconds>(sched_.next_deadline() - now);
-    if (d.count() < 0)
-        d = std::chrono::microseconds{0};
-    timeval tv{static_cast<time_t>(d.count() / 1000000), static_cast<suseconds_t>(d.count() % 1000000)};
+    timeval tv =
+        to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(sched_.next_deadline() - now));
     evtimer_add(timer_, &tv);
 }
 

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <zlib.h>
 
+#include "lib/common/timeval.hpp"
 #include "lib/net/connection.hpp"
 
 namespace storm::bcast {
@@ -365,8 +366,8 @@ struct Run {
 
     void arm()
     {
-        auto ms = std::max<long long>(3 * o.timeout.count(), 1000);
-        timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+        timeval tv =
+            to_timeval(std::max<std::chrono::milliseconds>(3 * o.timeout, std::chrono::milliseconds(1000)));
         evtimer_add(silence, &tv);
     }
 

@@ -24,6 +24,7 @@
 
 #include "launch_bcast/protocol.hpp"
 #include "lib/net/authenticator.hpp"
+#include "lib/net/mcast.hpp"
 
 namespace storm::bcast {
 
@@ -66,11 +67,11 @@ struct ClientOptions {
 void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);
 
 // The chunk size a broadcast uses: o.chunk_size if set, else 32 KiB for a
-// pipeline through the nodes (short to fill), 256 KiB where the agents
-// multicast (fewer announcements; no pipeline to fill).
+// pipeline through the nodes (short to fill), net::kMcastChunkSize where
+// the agents multicast.
 inline uint32_t chunk_size_of(const ClientOptions &o)
 {
-    return o.chunk_size ? o.chunk_size : o.multicast ? 256u << 10 : 32u << 10;
+    return o.chunk_size ? o.chunk_size : o.multicast ? net::kMcastChunkSize : 32u << 10;
 }
 
 } // namespace storm::bcast

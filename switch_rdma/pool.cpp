@@ -20,6 +20,7 @@
 #include "lib/common/files.hpp"
 #include "lib/common/percentile.hpp"
 #include "lib/common/procs.hpp"
+#include "lib/common/timeval.hpp"
 #include "lib/net/fd_passing.hpp"
 #include "switch_rdma/layout.hpp"
 #include "switch_rdma/window.hpp"
@@ -578,7 +579,7 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantu
     uint64_t us = setup_.config.halt_wait_us;
     if (quantum_us)
         us = std::min<uint64_t>(us, quantum_us / 2);
-    timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+    timeval tv = to_timeval(std::chrono::microseconds(us));
     evtimer_add(halt_timer_, &tv);
     return true;
 }

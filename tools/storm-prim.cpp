@@ -166,7 +166,7 @@ int main(int argc, char **argv)
     if (chunk)
         ec.chunk_size = chunk;
     else if (acfg.mcast.enabled())
-        ec.chunk_size = 256u << 10; // the agents multicast: fewer, larger chunks
+        ec.chunk_size = net::kMcastChunkSize; // the agents multicast
     event_base *base = event_base_new();
     auto auth = shim::daemon_authenticator();
     auto engine = std::make_unique<prim::Engine>(base, ec, *auth, Logger("storm-prim"));

@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
-#include <endian.h>
 #include <netinet/udp.h>
 #include <stdexcept>
 #include <sys/random.h>
@@ -17,6 +16,7 @@
 #include <openssl/evp.h>
 
 #include "lib/net/frame.hpp"
+#include "lib/net/wire.hpp"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -43,36 +43,38 @@ struct SegHeader {
 
 void put_header(unsigned char *p, const SegHeader &h)
 {
-    uint32_t m = htobe32(kMagic), s = htobe32(h.sender), l = htobe32(h.chunk_len);
-    uint64_t o = htobe64(h.origin), f = htobe64(h.offset);
-    uint16_t g = htobe16(h.seg), b = htobe16(h.seg_bytes);
-    std::memcpy(p, &m, 4);
-    std::memcpy(p + 4, &s, 4);
-    std::memcpy(p + 8, &o, 8);
-    std::memcpy(p + 16, &f, 8);
-    std::memcpy(p + 24, &l, 4);
-    std::memcpy(p + 28, &g, 2);
-    std::memcpy(p + 30, &b, 2);
+    Writer w;
+    w.u32(kMagic);
+    w.u32(h.sender);
+    w.u64(h.origin);
+    w.u64(h.offset);
+    w.u32(h.chunk_len);
+    w.u16(h.seg);
+    w.u16(h.seg_bytes);
+    std::memcpy(p, w.data().data(), kHeader);
 }
 
 bool get_header(const char *p, size_t n, SegHeader &h)
 {
     if (n < kHeader)
         return false;
-    uint32_t m, s, l;
-    uint64_t o, f;
-    uint16_t g, b;
-    std::memcpy(&m, p, 4);
-    std::memcpy(&s, p + 4, 4);
-    std::memcpy(&o, p + 8, 8);
-    std::memcpy(&f, p + 16, 8);
-    std::memcpy(&l, p + 24, 4);
-    std::memcpy(&g, p + 28, 2);
-    std::memcpy(&b, p + 30, 2);
-    if (be32toh(m) != kMagic)
+    Reader r(p, kHeader);
+    if (r.u32() != kMagic)
         return false;
-    h = SegHeader{be32toh(s), be64toh(o), be64toh(f), be32toh(l), be16toh(g), be16toh(b)};
+    h.sender = r.u32();
+    h.origin = r.u64();
+    h.offset = r.u64();
+    h.chunk_len = r.u32();
+    h.seg = r.u16();
+    h.seg_bytes = r.u16();
     return true;
+}
+
+// How many segments of seg_bytes carry a chunk of `len` bytes (one, for
+// an empty chunk).
+uint32_t segments(size_t len, size_t seg_bytes)
+{
+    return static_cast<uint32_t>(std::max<size_t>(1, (len + seg_bytes - 1) / seg_bytes));
 }
 
 struct CipherCtx {
@@ -209,6 +211,8 @@ Mcast::~Mcast()
     ::close(fd_);
 }
 
+size_t Mcast::seg_bytes() const noexcept { return cfg_.mtu - kIpUdp - kHeader; }
+
 void Mcast::send(uint64_t origin, uint64_t offset, DataRef data, std::function<void()> sent)
 {
     if (data.len > kMaxDataPayload)
@@ -226,9 +230,7 @@ void Mcast::pump()
             event_add(wev_, nullptr);
             return;
         }
-        size_t seg_bytes = cfg_.mtu - kIpUdp - kHeader;
-        size_t nsegs = std::max<size_t>(1, (o.data.len + seg_bytes - 1) / seg_bytes);
-        if (o.next_seg >= nsegs) {
+        if (o.next_seg >= segments(o.data.len, seg_bytes())) {
             auto sent = std::move(o.sent);
             stats_.chunks_sent++;
             out_.pop_front();
@@ -242,9 +244,8 @@ void Mcast::on_writable(int, short, void *arg) { static_cast<Mcast *>(arg)->pump
 
 bool Mcast::send_batch(Outgoing &o)
 {
-    const size_t seg_bytes = cfg_.mtu - kIpUdp - kHeader, gso_size = seg_bytes + kHeader;
-    const uint32_t nsegs =
-        static_cast<uint32_t>(std::max<size_t>(1, (o.data.len + seg_bytes - 1) / seg_bytes));
+    const size_t seg_bytes = this->seg_bytes(), gso_size = seg_bytes + kHeader;
+    const uint32_t nsegs = segments(o.data.len, seg_bytes);
     const unsigned per_call =
         gso_ ? static_cast<unsigned>(std::min<size_t>(kMaxGsoSegments, kMaxDatagram / gso_size)) : 1;
     sockaddr_in to{};
@@ -342,8 +343,7 @@ void Mcast::segment(const char *p, size_t n)
     }
     if (h.sender == self_)
         return; // our own, looped back
-    uint32_t nsegs =
-        static_cast<uint32_t>(std::max<size_t>(1, (h.chunk_len + h.seg_bytes - 1) / h.seg_bytes));
+    uint32_t nsegs = segments(h.chunk_len, h.seg_bytes);
     size_t from = static_cast<size_t>(h.seg) * h.seg_bytes;
     size_t want =
         h.seg < nsegs ? std::min<size_t>(h.seg_bytes, h.chunk_len - std::min<size_t>(from, h.chunk_len)) : 0;

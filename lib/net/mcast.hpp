@@ -46,10 +46,14 @@ struct McastConfig {
     bool loop = false;                  // deliver to this host's sockets too (several agents on one host)
     size_t min_chunk = 8u << 10;        // smaller transfers stay on the tree
     std::chrono::milliseconds wait{30}; // an announced chunk's bytes may lag this long before a repair
-    size_t max_pending = 256u << 20;    // bytes of chunks being received
+    size_t max_pending = 256u << 20;    // bytes of chunks received, whole or not, not yet announced
     size_t sndbuf = 256u << 10;         // bytes queued towards the link
     bool enabled() const { return port != 0; }
 };
+
+// The chunk size initiators choose where the agents multicast: a few
+// announcements per MB, and no pipeline through the nodes to fill.
+constexpr uint32_t kMcastChunkSize = 256u << 10;
 
 // "239.255.77.1:6831" -> group and port.  Throws std::invalid_argument
 // naming what is wrong (not an address, not multicast, bad port).
@@ -137,6 +141,7 @@ private:
         uint32_t next_seg = 0;
         std::function<void()> sent;
     };
+    size_t seg_bytes() const noexcept; // a full segment's data: mtu - 60
     static void on_readable(int, short, void *arg);
     static void on_writable(int, short, void *arg);
     void segment(const char *p, size_t n);

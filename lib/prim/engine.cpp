@@ -10,6 +10,8 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "lib/common/timeval.hpp"
+
 namespace storm::prim {
 
 using net::Connection;
@@ -103,6 +105,8 @@ struct Engine::Hop {
     net::DataRef data; // appended to every frame of the hop, by reference (xfer_mc: kept for repairs)
     // xfer_mc: the announcement with the data, for a child that asks
     std::function<std::string(const RangeSet &)> repair;
+    // What each frame of the hop carries after its body.
+    net::DataRef in_frames() const { return type == MsgType::xfer_mc ? net::DataRef{} : data; }
     Answer answer;
     Finish finish;
     unsigned waiting = 0;
@@ -163,8 +167,7 @@ Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, 
     sweep_ = event_new(
         base_, -1, EV_PERSIST, [](evutil_socket_t, short, void *arg) { static_cast<Engine *>(arg)->sweep(); },
         this);
-    auto ms = cfg_.timeout.count();
-    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    timeval tv = to_timeval(cfg_.timeout);
     evtimer_add(sweep_, &tv);
 }
 
@@ -178,11 +181,12 @@ void Engine::sweep()
     std::vector<uint64_t> stuck;
     for (auto &[origin, q] : mc_waits_)
         if (!q.empty() && q.front().arrived < stale) {
+            const McChunk &c = q.front().chunk;
             log_.error(
                 "transfer %016llx of event %s: chunk at %llu never came (by multicast nor from the parent): "
                 "dropped%s",
-                static_cast<unsigned long long>(origin), q.front().event.c_str(),
-                static_cast<unsigned long long>(q.front().offset),
+                static_cast<unsigned long long>(origin), c.event.c_str(),
+                static_cast<unsigned long long>(c.offset),
                 q.size() > 1 ? (", with the " + std::to_string(q.size() - 1) + " announced after it").c_str()
                              : "");
             stuck.push_back(origin);
@@ -190,7 +194,7 @@ void Engine::sweep()
     for (uint64_t origin : stuck) {
         for (auto &w : mc_waits_[origin])
             if (mcast_)
-                mcast_->forget(w.origin, w.offset);
+                mcast_->forget(w.chunk.origin, w.chunk.offset);
         mc_waits_.erase(origin);
     }
     for (auto it = incoming_.begin(); it != incoming_.end();) {
@@ -253,6 +257,8 @@ void Engine::listen()
             mc_timer_ = event_new(
                 base_, -1, 0,
                 [](evutil_socket_t, short, void *arg) { static_cast<Engine *>(arg)->mc_check(); }, this);
+            if (!mc_timer_)
+                throw std::runtime_error("cannot make its repair timer");
             char group[INET_ADDRSTRLEN] = "?";
             inet_ntop(AF_INET, &mc.group, group, sizeof group);
             log_.verbose("multicast data path on group %s:%u", group, mc.port);
@@ -355,7 +361,7 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             uint64_t child_op = next_op();
             child_ops_[child_op] = {op, slice};
             hop->waiting++;
-            c->send(type, child_op, body(slice), type == MsgType::xfer_mc ? net::DataRef{} : hop->data);
+            c->send(type, child_op, body(slice), hop->in_frames());
         },
         [&](uint32_t root, const std::string &why) {
             hop->answer.add_failure(RangeSet::single(root), "agent unreachable: " + why);
@@ -373,8 +379,8 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             ta->engine->hop_timeout(ta->op);
         },
         &hop->timer_arg);
-    auto ms = static_cast<long long>(route.timeout_ms) * levels(set.size(), route.fanout);
-    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    timeval tv = to_timeval(std::chrono::milliseconds(static_cast<long long>(route.timeout_ms) *
+                                                      levels(set.size(), route.fanout)));
     evtimer_add(hop->timer, &tv);
 }
 
@@ -477,8 +483,7 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
                 uint64_t nop = next_op();
                 child_ops_[nop] = {op, sub};
                 hop->waiting++;
-                pc->send(hop->type, nop, hop->body(sub),
-                         hop->type == MsgType::xfer_mc ? net::DataRef{} : hop->data);
+                pc->send(hop->type, nop, hop->body(sub), hop->in_frames());
             } catch (const std::exception &e) {
                 hop->answer.failed = hop->answer.failed.unite(sub);
             }
@@ -843,6 +848,12 @@ void Engine::forward_chunk(const RangeSet &set, Route route, uint64_t origin, co
                            uint64_t offset, uint64_t total, net::DataRef chunk, Answer local, Finish finish)
 {
     size_t len = chunk.len;
+    auto by_tree = [&] {
+        forward(
+            set, route, MsgType::xfer,
+            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
+            std::move(local), std::move(finish), std::move(chunk));
+    };
     // Multicast pays for large transfers to several nodes.  Every agent of
     // the cluster receives the group's datagrams, so a set of fewer than
     // half of them keeps to the tree.  Every chunk of one transfer takes
@@ -850,96 +861,100 @@ void Engine::forward_chunk(const RangeSet &set, Route route, uint64_t origin, co
     // streamed chunk by chunk, of unknown total 0, always).
     bool big = total >= cfg_.mcast.min_chunk || total == 0;
     bool wide = set.size() >= 3 && 2 * static_cast<size_t>(set.size()) >= cfg_.nodes.size();
-    if (!mcast_ || route.unanswered() || !big || !wide || len == 0) {
-        forward(
-            set, route, MsgType::xfer,
-            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
-            std::move(local), std::move(finish), std::move(chunk));
-        return;
-    }
+    if (!mcast_ || route.unanswered() || !big || !wide || len == 0)
+        return by_tree();
     // Only announcements and answers travel the tree now: a wide one (few
     // hops), whatever narrow tree the caller chose for the data.
     route.fanout = static_cast<uint8_t>(std::clamp(std::max<unsigned>(route.fanout, cfg_.fanout), 1u, 64u));
+    McChunk c{set, route, origin, offset, total, static_cast<uint32_t>(len), event, {}};
     auto sealed = std::make_shared<std::string>(len, '\0');
-    net::ChunkSeal seal{};
     try {
-        seal = net::seal_chunk(chunk.ptr, len, sealed->data());
+        c.seal = net::seal_chunk(chunk.ptr, len, sealed->data());
     } catch (const std::exception &e) {
         log_.error("multicast: cannot seal a chunk (%s): sending it over the tree", e.what());
-        forward(
-            set, route, MsgType::xfer,
-            [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
-            std::move(local), std::move(finish), std::move(chunk));
-        return;
+        return by_tree();
     }
-    net::DataRef wire{sealed, sealed->data(), len};
     // The announcement leaves once the bytes are in the kernel, behind them.
-    mcast_->send(origin, offset, wire,
-                 [this, set, route, origin, event, offset, total, len, seal, chunk = std::move(chunk),
-                  local = std::move(local), finish = std::move(finish)]() mutable {
-                     mc_count(&McastCounters::sent);
-                     auto body = [=](const RangeSet &slice) {
-                         return xfer_mc_head(slice, route, origin, event, offset, total, len, seal, false);
-                     };
-                     auto repair = [=](const RangeSet &slice) {
-                         return xfer_mc_head(slice, route, origin, event, offset, total, len, seal, true);
-                     };
-                     forward(set, route, MsgType::xfer_mc, body, std::move(local), std::move(finish),
-                             std::move(chunk), repair);
-                 });
+    mcast_->send(
+        origin, offset, net::DataRef{sealed, sealed->data(), len},
+        [this, c, chunk = std::move(chunk), local = std::move(local), finish = std::move(finish)]() mutable {
+            mc_count(&McastCounters::sent);
+            forward_mc(c, std::move(local), std::move(finish), std::move(chunk));
+        });
+}
+
+void Engine::forward_mc(const McChunk &c, Answer local, Finish finish, net::DataRef data)
+{
+    auto frame = [c](bool with_data) {
+        return [c, with_data](const RangeSet &slice) {
+            return xfer_mc_head(slice, c.route, c.origin, c.event, c.offset, c.total, c.len, c.seal,
+                                with_data);
+        };
+    };
+    forward(c.set, c.route, MsgType::xfer_mc, frame(false), std::move(local), std::move(finish),
+            std::move(data), frame(true));
 }
 
 void Engine::handle_xfer_mc(Connection &c, uint64_t op, std::string_view payload)
 {
     Reader r(payload);
     McWait w;
-    w.set = RangeSet::decode(r);
-    w.route = Route::decode(r);
-    w.origin = r.u64();
-    w.event = std::string(r.bytes(kMaxName));
-    w.offset = r.u64();
-    w.total = r.u64();
-    w.len = r.u32();
+    McChunk &k = w.chunk;
+    k.set = RangeSet::decode(r);
+    k.route = Route::decode(r);
+    k.origin = r.u64();
+    k.event = std::string(r.bytes(kMaxName));
+    k.offset = r.u64();
+    k.total = r.u64();
+    k.len = r.u32();
     std::string_view key = r.raw(net::kMcastKey), tag = r.raw(net::kMcastTag);
     std::string_view data = r.bytes(net::kMaxDataPayload);
     r.finish();
-    if (w.set.empty() || w.set.nth(0) != cfg_.self)
-        throw net::FrameError("xfer_mc for set " + w.set.str() + " sent to agent " +
+    if (k.set.empty() || k.set.nth(0) != cfg_.self)
+        throw net::FrameError("xfer_mc for set " + k.set.str() + " sent to agent " +
                               std::to_string(cfg_.self));
-    if (w.event.empty())
+    if (k.event.empty())
         throw net::FrameError("xfer_mc without an event name");
-    if (w.route.unanswered())
+    if (k.route.unanswered())
         throw net::FrameError("an unanswered multicast transfer");
     // total 0: a streamed transfer, whose offsets are sequence numbers
-    if (w.len == 0 || w.len > net::kMaxDataPayload ||
-        (w.total != 0 && (w.offset > w.total || w.len > w.total - w.offset)))
-        throw net::FrameError("xfer_mc chunk [" + std::to_string(w.offset) + ", +" + std::to_string(w.len) +
-                              ") outside a transfer of " + std::to_string(w.total) + " bytes");
-    if (!data.empty() && data.size() != w.len)
+    if (k.len == 0 || k.len > net::kMaxDataPayload ||
+        (k.total != 0 && (k.offset > k.total || k.len > k.total - k.offset)))
+        throw net::FrameError("xfer_mc chunk [" + std::to_string(k.offset) + ", +" + std::to_string(k.len) +
+                              ") outside a transfer of " + std::to_string(k.total) + " bytes");
+    if (!data.empty() && data.size() != k.len)
         throw net::FrameError("xfer_mc repair of " + std::to_string(data.size()) + " bytes for a chunk of " +
-                              std::to_string(w.len));
-    std::memcpy(w.seal.key, key.data(), key.size());
-    std::memcpy(w.seal.tag, tag.data(), tag.size());
-    w.up = c.shared_from_this();
-    w.op = op;
-    w.arrived = std::chrono::steady_clock::now();
+                              std::to_string(k.len));
+    std::memcpy(k.seal.key, key.data(), key.size());
+    std::memcpy(k.seal.tag, tag.data(), tag.size());
+    uint64_t origin = k.origin;
     if (!data.empty()) {
         // A repair, which parents send only when asked: of an announcement
         // still waiting, or else of one whose bytes came meanwhile.
-        auto it = mc_waits_.find(w.origin);
+        auto it = mc_waits_.find(origin);
         if (it == mc_waits_.end())
             return;
         for (auto &e : it->second)
             if (e.op == op && e.up.lock().get() == &c) {
                 e.data = net::DataRef{c.current_payload(), data.data(), data.size()};
-                mc_pump(w.origin);
+                mc_pump(origin);
                 return;
             }
         return;
     }
-    uint64_t origin = w.origin;
+    w.up = c.shared_from_this();
+    w.op = op;
+    w.arrived = std::chrono::steady_clock::now();
     mc_waits_[origin].push_back(std::move(w));
     mc_pump(origin);
+}
+
+void Engine::mc_arm()
+{
+    if (!evtimer_pending(mc_timer_, nullptr)) {
+        timeval tv = to_timeval(cfg_.mcast.wait);
+        evtimer_add(mc_timer_, &tv);
+    }
 }
 
 void Engine::mc_pump(uint64_t origin)
@@ -956,19 +971,20 @@ void Engine::mc_pump(uint64_t origin)
     bool drained = false;
     while (!q.empty()) {
         McWait &w = q.front();
+        const McChunk &k = w.chunk;
         auto up = w.up.lock();
         if (!up || up->closed()) {
             // The parent is gone, and with it whoever waits for our
             // answer: its own parent counts this subtree as failed.
             if (mcast_)
-                mcast_->forget(w.origin, w.offset);
+                mcast_->forget(k.origin, k.offset);
             q.pop_front();
             continue;
         }
         net::DataRef d = w.data;
         if (!d.len && mcast_) {
-            if (auto buf = mcast_->take(w.origin, w.offset, w.len, w.seal)) {
-                d = net::DataRef{buf, buf.get(), w.len};
+            if (auto buf = mcast_->take(k.origin, k.offset, k.len, k.seal)) {
+                d = net::DataRef{buf, buf.get(), k.len};
                 mc_count(&McastCounters::received);
             } else if (!drained) {
                 drained = true; // the bytes may be queued on the socket, unread
@@ -979,11 +995,9 @@ void Engine::mc_pump(uint64_t origin)
             mc_count(&McastCounters::repaired);
         }
         if (!d.len) {
-            if (mc_timer_ && !evtimer_pending(mc_timer_, nullptr)) {
-                auto ms = cfg_.mcast.wait.count();
-                timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
-                evtimer_add(mc_timer_, &tv);
-            } else if (!mc_timer_ && !w.nacked) { // no multicast here: ask at once
+            if (mcast_) {
+                mc_arm();
+            } else if (!w.nacked) { // no multicast here: ask at once
                 w.nacked = true;
                 up->send(MsgType::xfer_nack, w.op, "");
             }
@@ -993,21 +1007,15 @@ void Engine::mc_pump(uint64_t origin)
         q.pop_front();
         Answer local;
         try {
-            apply_chunk(x.event, x.origin, x.offset, x.total, std::string_view(d.ptr, d.len), local);
+            apply_chunk(x.chunk.event, x.chunk.origin, x.chunk.offset, x.chunk.total,
+                        std::string_view(d.ptr, d.len), local);
         } catch (const std::exception &e) {
             local.add_failure(RangeSet::single(cfg_.self), e.what());
         }
         std::weak_ptr<Connection> wup = x.up;
         uint64_t op = x.op;
-        auto body = [x](const RangeSet &slice) {
-            return xfer_mc_head(slice, x.route, x.origin, x.event, x.offset, x.total, x.len, x.seal, false);
-        };
-        auto repair = [x](const RangeSet &slice) {
-            return xfer_mc_head(slice, x.route, x.origin, x.event, x.offset, x.total, x.len, x.seal, true);
-        };
-        forward(
-            x.set, x.route, MsgType::xfer_mc, body, local,
-            [this, wup, op](const Answer &a) { reply(wup, MsgType::xfer_ack, op, a); }, d, repair);
+        forward_mc(
+            x.chunk, local, [this, wup, op](const Answer &a) { reply(wup, MsgType::xfer_ack, op, a); }, d);
     }
     if (q.empty())
         mc_waits_.erase(it);
@@ -1032,7 +1040,7 @@ void Engine::mc_check()
                 waiting = true;
                 continue;
             }
-            if (mcast_ && mcast_->complete(w.origin, w.offset))
+            if (mcast_ && mcast_->complete(w.chunk.origin, w.chunk.offset))
                 continue; // here, waiting behind an earlier chunk
             auto up = w.up.lock();
             if (up && !up->closed()) {
@@ -1040,11 +1048,8 @@ void Engine::mc_check()
                 up->send(MsgType::xfer_nack, w.op, "");
             }
         }
-    if (waiting) {
-        auto ms = cfg_.mcast.wait.count();
-        timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
-        evtimer_add(mc_timer_, &tv);
-    }
+    if (waiting)
+        mc_arm();
 }
 
 void Engine::handle_xfer_nack(Connection &c, uint64_t op, std::string_view payload)

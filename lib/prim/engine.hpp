@@ -312,17 +312,24 @@ private:
     // its announcement where that applies, else forwards the chunk.
     void forward_chunk(const RangeSet &set, Route route, uint64_t origin, const std::string &event,
                        uint64_t offset, uint64_t total, net::DataRef chunk, Answer local, Finish finish);
-    // Multicast announcements waiting for their data, by transfer, in
-    // order of arrival.
-    struct McWait {
-        std::weak_ptr<net::Connection> up;
-        uint64_t op;
+    // A chunk announced by multicast: what its xfer_mc frames carry.
+    struct McChunk {
         RangeSet set;
         Route route;
         uint64_t origin, offset, total;
         uint32_t len;
         std::string event;
         net::ChunkSeal seal;
+    };
+    // Sends the announcement of `c` to the children of c.set; `data`, the
+    // chunk's bytes, stays with the hop for the children that ask.
+    void forward_mc(const McChunk &c, Answer local, Finish finish, net::DataRef data);
+    // Multicast announcements waiting for their data, by transfer, in
+    // order of arrival.
+    struct McWait {
+        McChunk chunk;
+        std::weak_ptr<net::Connection> up;
+        uint64_t op;
         net::DataRef data; // set when it came with the announcement (a repair)
         std::chrono::steady_clock::time_point arrived;
         bool nacked = false;
@@ -331,6 +338,7 @@ private:
     void handle_xfer_nack(net::Connection &c, uint64_t op, std::string_view payload);
     void mc_pump(uint64_t origin);
     void mc_check();
+    void mc_arm(); // mc_check() after mcast.wait, unless already due
     void mc_count(uint64_t McastCounters::*field);
     std::map<uint64_t, std::deque<McWait>> mc_waits_;
     bool mc_pumping_ = false;

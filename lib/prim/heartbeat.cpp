@@ -4,6 +4,7 @@
 
 #include <event2/event.h>
 
+#include "lib/common/timeval.hpp"
 #include "lib/net/wire.hpp"
 
 namespace storm::prim {
@@ -35,8 +36,7 @@ HeartbeatMaster::~HeartbeatMaster()
 
 void HeartbeatMaster::start()
 {
-    auto us = cfg_.interval.count();
-    timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+    timeval tv = to_timeval(cfg_.interval);
     evtimer_add(timer_, &tv);
 }
 

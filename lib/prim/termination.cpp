@@ -2,6 +2,8 @@
 
 #include <event2/event.h>
 
+#include "lib/common/timeval.hpp"
+
 namespace storm::prim {
 
 std::string terminated_var(const std::string &job) { return "terminated:" + job; }
@@ -25,8 +27,7 @@ TerminationDetector::TerminationDetector(Engine &engine, event_base *base, std::
     timer_ = event_new(
         base, -1, EV_PERSIST,
         [](evutil_socket_t, short, void *arg) { static_cast<TerminationDetector *>(arg)->tick(); }, this);
-    auto ms = interval.count();
-    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    timeval tv = to_timeval(interval);
     evtimer_add(timer_, &tv);
 }
 

@@ -24,6 +24,14 @@ t_check() { local d=$1; shift; if "$@"; then t_ok "$d"; else t_fail "$d"; fi; }
 t_skip() { echo "SKIP: $*"; exit 77; }
 t_bail() { t_fail "$*"; exit 1; }   # runs the EXIT trap
 t_diag() { sed 's/^/# /'; }
+# t_prim ARGS...: runs tools/storm-prim ARGS, its output as diagnostics;
+# passes on its exit status.
+t_prim() {
+    "$STORM_BUILDDIR/tools/storm-prim" "$@" > "$T_WORK/prim.out" 2>&1
+    local rc=$?
+    t_diag < "$T_WORK/prim.out"
+    return $rc
+}
 
 t_done() {
     echo "$T_NAME: $T_PASS passed, $T_FAIL failed"

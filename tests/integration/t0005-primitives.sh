@@ -14,24 +14,23 @@ PRIM="$STORM_BUILDDIR/tools/storm-prim"
 N=64
 vc_up "$N"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-p() { "$PRIM" "$@" > "$T_WORK/prim.out" 2>&1; local rc=$?; cat "$T_WORK/prim.out" | t_diag; return $rc; }
 
 started=$(grep -l "node agent started (port 6830, fanout 8, node [0-9]* of $N," "$STATE"/log/slurmd-vn*.log | wc -l)
 t_check "every slurmd runs an agent that knows its place among $N ($started)" [ "$started" = "$N" ]
 
-t_check "XFER-AND-SIGNAL 64 bytes to $N nodes" p xfer small 64
-t_check "every node got them intact (COMPARE-AND-WRITE on the checksums)" p verify small 64
+t_check "XFER-AND-SIGNAL 64 bytes to $N nodes" t_prim xfer small 64
+t_check "every node got them intact (COMPARE-AND-WRITE on the checksums)" t_prim verify small 64
 t_check "a check against other data fails" bash -c "! '$PRIM' verify small 65 > /dev/null"
-t_check "XFER-AND-SIGNAL 12 MB to $N nodes" p xfer big 12M
-t_check "every node got 12 MB intact" p verify big 12M
-t_check "TEST-EVENT counts: event:big >= 1 everywhere, then write flag=7" p caw event:big ge 1 flag=7
-t_check "the write reached every node" p caw flag eq 7
+t_check "XFER-AND-SIGNAL 12 MB to $N nodes" t_prim xfer big 12M
+t_check "every node got 12 MB intact" t_prim verify big 12M
+t_check "TEST-EVENT counts: event:big >= 1 everywhere, then write flag=7" t_prim caw event:big ge 1 flag=7
+t_check "the write reached every node" t_prim caw flag eq 7
 t_check "a relation that holds nowhere" bash -c "! '$PRIM' caw flag eq 8 > /dev/null"
 t_check "a conditional write that does not hold writes nothing" \
     bash -c "! '$PRIM' caw flag eq 8 flag=9 > /dev/null && '$PRIM' caw flag eq 7 > /dev/null"
 
-t_check "XFER-AND-SIGNAL to a subset 0-9,20" p -n 0-9,20 xfer sub 1k
-t_check "the subset holds it" p -n 0-9,20 verify sub 1k
+t_check "XFER-AND-SIGNAL to a subset 0-9,20" t_prim -n 0-9,20 xfer sub 1k
+t_check "the subset holds it" t_prim -n 0-9,20 verify sub 1k
 t_check "the other nodes do not" bash -c "! '$PRIM' -n 11-19 caw event:sub ge 1 > /dev/null"
 
 # --- bad input into a real agent (vn5 = index 4) ------------------------------
@@ -49,10 +48,10 @@ if command -v setpriv > /dev/null; then
         bash -c "[ $rc != 0 ] && grep -q 'which is not a Slurm daemon' '$log5'"
 fi
 t_check "slurmd on vn5 survived it all" bash -c "kill -0 \$(cat '$STATE/run/slurmd-vn5.pid')"
-t_check "and its agent still works" p xfer after 64
+t_check "and its agent still works" t_prim xfer after 64
 
 # --- heartbeats and fault detection -------------------------------------------------
-t_check "heartbeats every 10 ms for 1 s: every node keeps up" p heartbeat 10 1
+t_check "heartbeats every 10 ms for 1 s: every node keeps up" t_prim heartbeat 10 1
 pid15=$(cat "$STATE/run/slurmd-vn15.pid")
 kill -STOP "$pid15"   # a hung node: its agent stops answering
 "$PRIM" heartbeat 10 3 drain > "$T_WORK/hb.out" 2>&1; rc=$?
@@ -73,5 +72,5 @@ took=$(( $(date +%s) - t0 ))
 t_diag < "$T_WORK/dead.out"
 t_check "XFER-AND-SIGNAL reports exactly the dead node (index 9) in $took s" \
     bash -c "[ $rc = 1 ] && grep -q 'FAILED on 9\$' '$T_WORK/dead.out' && [ $took -le 30 ]"
-t_check "the other $((N - 1)) nodes hold the data" p -n 0-8,10-63 verify dead 256k
+t_check "the other $((N - 1)) nodes hold the data" t_prim -n 0-8,10-63 verify dead 256k
 t_done

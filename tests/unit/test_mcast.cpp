@@ -7,7 +7,6 @@
 
 #include <arpa/inet.h>
 #include <cstring>
-#include <endian.h>
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
@@ -16,6 +15,7 @@
 
 #include "lib/common/signals.hpp"
 #include "lib/net/mcast.hpp"
+#include "lib/net/wire.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
 using namespace prim_fixture;
@@ -60,21 +60,19 @@ struct Injector {
         assert_true(sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr *>(&to), sizeof to) ==
                     static_cast<ssize_t>(d.size()));
     }
+    // The 32-byte segment header (lib/net/mcast.hpp), written out here.
     static std::string header(uint32_t magic, uint32_t sender, uint64_t origin, uint64_t offset, uint32_t len,
                               uint16_t seg, uint16_t seg_bytes)
     {
-        std::string h(32, '\0');
-        uint32_t m = htobe32(magic), s = htobe32(sender), l = htobe32(len);
-        uint64_t o = htobe64(origin), f = htobe64(offset);
-        uint16_t g = htobe16(seg), b = htobe16(seg_bytes);
-        std::memcpy(&h[0], &m, 4);
-        std::memcpy(&h[4], &s, 4);
-        std::memcpy(&h[8], &o, 8);
-        std::memcpy(&h[16], &f, 8);
-        std::memcpy(&h[24], &l, 4);
-        std::memcpy(&h[28], &g, 2);
-        std::memcpy(&h[30], &b, 2);
-        return h;
+        net::Writer w;
+        w.u32(magic);
+        w.u32(sender);
+        w.u64(origin);
+        w.u64(offset);
+        w.u32(len);
+        w.u16(seg);
+        w.u16(seg_bytes);
+        return w.take();
     }
 };
 constexpr uint32_t kMagic = 0x53544d43;
