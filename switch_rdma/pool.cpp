@@ -237,10 +237,8 @@ void Pool::drop(int fd, const char *why)
     for (auto &[id, w] : windows_) {
         w->not_ready.erase(fd);
         w->halted_fds.erase(fd);
-        if (w->state == Window::State::halting && w->waiting.erase(fd) && w->waiting.empty()) {
-            window_halted(*w);
-            break;
-        }
+        if (halt_answered(*w, fd))
+            break; // the switch may have gone on: windows_ may have changed
     }
 }
 
@@ -560,11 +558,13 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantu
                 reply(*c->second, control::epoch_message(control::Type::halt, w->epoch)))
                 w->waiting.insert(fd);
         }
-        if (!w->resident) {
-            w->waiting.clear(); // out of the pool: nothing to wait for
-            continue;
-        }
-        w->state = w->waiting.empty() ? Window::State::halted : Window::State::halting;
+        // Out of the pool here, nothing of the context is in flight towards
+        // this node; but its tasks' halt marks are, towards the nodes where
+        // it is resident.  The switch waits for them too: a task stopped
+        // before it sent its marks would hold those nodes' pools (and every
+        // other job's communication there) until its job runs again.
+        if (w->resident)
+            w->state = w->waiting.empty() ? Window::State::halted : Window::State::halting;
         wait = wait || !w->waiting.empty();
     }
     log_.debug("rdma: switch %llu: halting%s", static_cast<unsigned long long>(seq), wait ? ", waiting" : "");
@@ -598,12 +598,29 @@ void Pool::on_halted(Client &c, uint64_t epoch)
     w.halted_fds.insert(c.fd);
     log_.debug("rdma: context %u: rank %u halted at %llu after %u us", c.ctx, c.rank,
                static_cast<unsigned long long>(epoch), micros_since(w.halt_sent));
-    if (w.state == Window::State::halting) {
-        if (w.waiting.erase(c.fd) && w.waiting.empty())
-            window_halted(w);
-    } else if (w.state == Window::State::running) {
+    if (w.state == Window::State::running)
         release_task(w, c.fd); // it caught up with a release it could not take yet
+    else
+        halt_answered(w, c.fd);
+}
+
+// Task `fd` of `w` answered its halt, or left: true when that ended a wait
+// (the window halted, or the switch went on).
+bool Pool::halt_answered(Window &w, int fd)
+{
+    if (!w.waiting.erase(fd) || !w.waiting.empty())
+        return false;
+    if (w.state == Window::State::halting) {
+        window_halted(w);
+        return true;
     }
+    // Out of the pool: its marks are on their way; the switch may stop its
+    // job once no other halt keeps it waiting.
+    if (w.state == Window::State::out && halting_ && !switch_waits()) {
+        finish_halt();
+        return true;
+    }
+    return false;
 }
 
 // Every local task of `w` answered its halt: nothing of the context is in
@@ -614,10 +631,8 @@ void Pool::window_halted(Window &w)
     halt_us_.add(micros_since(w.halt_sent));
     stats_dirty_ = true;
     if (halting_) {
-        for (auto &[id, o] : windows_)
-            if (o->state == Window::State::halting)
-                return; // the switch waits for others
-        finish_halt();
+        if (!switch_waits())
+            finish_halt();
         return;
     }
     // A halt that outlasted its switch.
@@ -654,9 +669,22 @@ void Pool::on_halt_timeout(int, short, void *arg)
         self->finish_halt();
 }
 
+// Whether the switch in progress still waits for a halt: of a resident
+// context, or the marks of one out of the pool.
+bool Pool::switch_waits() const
+{
+    for (auto &[id, w] : windows_)
+        if (w->state == Window::State::halting || (w->state == Window::State::out && !w->waiting.empty()))
+            return true;
+    return false;
+}
+
 void Pool::finish_halt()
 {
     halting_ = false;
+    for (auto &[id, w] : windows_)
+        if (w->state == Window::State::out)
+            w->waiting.clear(); // the switch no longer waits for their marks
     evtimer_del(halt_timer_);
     if (switcher_)
         switcher_->halted();

@@ -11,8 +11,9 @@
 //    swapped window; a swapped window holds the whole pool while resident;
 //  - the halt / swap / release protocol at each gang switch, as the gang
 //    switcher's SwitchHook:
-//      halt:    the tasks of the leaving job's resident swapped context are
-//               asked to halt; the switch waits until every one answers
+//      halt:    the tasks of the leaving job's swapped context are asked
+//               to halt (resident or not: the peers wait for their halt
+//               marks); the switch waits until every one answers
 //               halted (each collected every peer's halt mark: nothing of
 //               the context is in flight towards this node), but at most
 //               storm_pool_halt_wait: a halt that takes longer (a peer
@@ -105,7 +106,8 @@ public:
     // For tests and status.
     size_t contexts() const noexcept { return windows_.size(); }
     uint64_t used_bytes() const noexcept;
-    int resident_context() const noexcept; // -1: none
+    int resident_context() const noexcept;                    // -1: none
+    bool switch_halting() const noexcept { return halting_; } // a switch waits for halts
 
 private:
     struct Client;
@@ -136,6 +138,8 @@ private:
     void on_halted(Client &c, uint64_t epoch);
     void on_ready(Client &c, uint64_t epoch);
     void window_halted(Window &w);
+    bool halt_answered(Window &w, int fd);
+    bool switch_waits() const;
     void finish_halt();
     void load_running();
     bool leaves_pool(const Window &w) const;

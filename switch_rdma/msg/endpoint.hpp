@@ -133,6 +133,7 @@ private:
     void queue_frame(uint32_t p, uint8_t type, uint64_t value, uint32_t refill = 0);
     void queue_marks(uint8_t type, uint64_t epoch);
     void answer(Flush::Answer a);
+    void send_halted();
     void control_send(const std::string &m);
     void peer_closed(uint32_t p, const std::string &why);
     void abort_peers(const std::string &reason) noexcept;
@@ -194,6 +195,11 @@ private:
     std::unique_ptr<Flush> flush_;
     std::vector<uint64_t> consumed_seen_;
     bool stalled_ = false;
+    // A halted{epoch} answer waiting for this task's own halt marks to be
+    // written: the agent stops the task once it answers, and a mark still
+    // in `out` then would leave the peers waiting for it until the job
+    // runs again (0: none).
+    uint64_t halted_unsent_ = 0;
     bool bye_sent_ = false, fin_sent_ = false;
     std::chrono::steady_clock::time_point wait_since_, fin_deadline_;
     bool fin_deadline_set_ = false;

@@ -96,6 +96,7 @@ void Endpoint::progress_step()
     for (uint32_t p = 0; p < ntasks_; ++p)
         if (p != rank_ && !peers_[p].closed)
             flush_out(p);
+    send_halted();
     check_timeouts();
     if (cosched_->on())
         cosched_->send_due(Clock::now());
@@ -110,12 +111,31 @@ void Endpoint::control_send(const std::string &m)
 
 void Endpoint::answer(Flush::Answer a)
 {
-    if (a == Flush::Answer::halted)
-        control_send(control::epoch_message(control::Type::halted, flush_->epoch()));
-    else if (a == Flush::Answer::ready) {
+    if (a == Flush::Answer::halted) {
+        halted_unsent_ = flush_->epoch();
+        send_halted();
+    } else if (a == Flush::Answer::ready) {
         control_send(control::epoch_message(control::Type::ready, flush_->epoch()));
         wake_app();
     }
+}
+
+// The halted answer goes once every byte queued towards the peers (this
+// task's halt marks, and whatever preceded them) is in the kernel: from
+// there it reaches them even while this task is stopped.
+void Endpoint::send_halted()
+{
+    if (!halted_unsent_)
+        return;
+    for (uint32_t p = 0; p < ntasks_; ++p)
+        if (p != rank_ && !peers_[p].closed) {
+            flush_out(p);
+            if (peers_[p].out.size() > peers_[p].out_off)
+                return; // POLLOUT wakes the progress thread again
+        }
+    uint64_t e = halted_unsent_;
+    halted_unsent_ = 0;
+    control_send(control::epoch_message(control::Type::halted, e));
 }
 
 void Endpoint::queue_frame(uint32_t p, uint8_t type, uint64_t value, uint32_t refill)

@@ -229,7 +229,8 @@ public:
     // for `answer` from each; a task that closes its channel detaches, one
     // that answers failed{} is recorded.  False if a task failed or did not
     // answer within 15 s.
-    bool round(control::Type t, control::Type answer, uint64_t e)
+    bool round(control::Type t, control::Type answer, uint64_t e,
+               const std::function<void(uint32_t)> &on_answer = nullptr)
     {
         std::string m = control::epoch_message(t, e);
         std::vector<bool> waiting(ntasks_, false);
@@ -277,20 +278,24 @@ public:
                     assert_true(h.type == answer);
                     assert_int_equal(control::read_epoch(rd), e);
                     waiting[r] = false;
+                    if (on_answer)
+                        on_answer(r);
                 }
             }
         }
     }
 
     // One gang switch out and in: halt, stop the tasks, save / release /
-    // restore every share, continue them, release.
+    // restore every share, continue them, release.  With stop_at_halted,
+    // each task is stopped as soon as it answers its halt, as the node
+    // agent of a node whose tasks all answered does while other nodes'
+    // tasks still wait for their peers' halt marks.
+    bool stop_at_halted = false;
     bool cycle(std::mt19937 &rng)
     {
         ++epoch;
-        if (!round(control::Type::halt, control::Type::halted, epoch))
-            return false;
         std::vector<uint32_t> stopped;
-        for (uint32_t r = 0; r < ntasks_; ++r)
+        auto stop = [&](uint32_t r) {
             if (tasks_[r].alive && tasks_[r].pid > 0 && kill(tasks_[r].pid, SIGSTOP) == 0) {
                 int st;
                 if (waitpid(tasks_[r].pid, &st, WUNTRACED) == tasks_[r].pid && WIFSTOPPED(st))
@@ -298,6 +303,16 @@ public:
                 else
                     exited(r, st);
             }
+        };
+        if (!round(control::Type::halt, control::Type::halted, epoch,
+                   stop_at_halted ? std::function<void(uint32_t)>(stop) : nullptr)) {
+            for (uint32_t r : stopped)
+                kill(tasks_[r].pid, SIGCONT);
+            return false;
+        }
+        if (!stop_at_halted)
+            for (uint32_t r = 0; r < ntasks_; ++r)
+                stop(r);
         bool valid_only = rng() % 2;
         for (uint32_t r = 0; r < ntasks_; ++r) {
             QueueHeader *h = q(r);

@@ -14,8 +14,10 @@
 #include <functional>
 #include <linux/futex.h>
 #include <map>
+#include <memory>
 #include <poll.h>
 #include <random>
+#include <sched.h>
 #include <string>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -151,17 +153,53 @@ int alltoall_task(Shared *sh)
 
 // ---- the tests ---------------------------------------------------------------
 
-void run_alltoall(uint32_t ntasks, uint32_t id, int switches, uint32_t nodes)
+// The agent on the tasks' CPU at real-time priority (when allowed): a task
+// that answers is preempted at once, before it runs another line, as the
+// node agent (storm_rt_priority) does on a busy node.
+struct Preempting {
+    cpu_set_t before;
+    bool rt = false;
+    Preempting()
+    {
+        sched_getaffinity(0, sizeof before, &before);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu(), &one);
+        sched_setaffinity(0, sizeof one, &one); // the tasks forked next inherit it
+    }
+    void realtime()
+    {
+        sched_param p{};
+        p.sched_priority = 1;
+        rt = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &p) == 0;
+        if (!rt)
+            print_message("(not at real-time priority: %s)\n", std::strerror(errno));
+    }
+    ~Preempting()
+    {
+        sched_param p{};
+        sched_setscheduler(0, SCHED_OTHER, &p);
+        sched_setaffinity(0, sizeof before, &before);
+    }
+};
+
+void run_alltoall(uint32_t ntasks, uint32_t id, int switches, uint32_t nodes, bool stop_at_halted = false)
 {
     Shared *sh = shared_block();
     sh->stop_after = switches;
     {
+        std::unique_ptr<Preempting> preempt;
+        if (stop_at_halted)
+            preempt = std::make_unique<Preempting>();
         // A small pool: few credits and a short send queue, so that the
         // tasks stall on credits and the queues are not empty at switches.
         Agent agent(ntasks, id, 16 * 1024 * ntasks, 1024, nodes);
+        agent.stop_at_halted = stop_at_halted;
         assert_true(agent.share.credits >= 1);
         for (uint32_t r = 0; r < ntasks; ++r)
             agent.spawn(r, [sh] { return alltoall_task(sh); });
+        if (preempt)
+            preempt->realtime();
         agent.serve_attach(ntasks);
         std::mt19937 rng(id);
         auto deadline = Clock::now() +
@@ -207,6 +245,10 @@ void run_alltoall(uint32_t ntasks, uint32_t id, int switches, uint32_t nodes)
 void test_alltoall_3_tasks(void **) { run_alltoall(3, 1, 200, 1); }
 // Two nodes (127.0.0.1, 127.0.0.2) of two tasks.
 void test_alltoall_4_tasks(void **) { run_alltoall(4, 2, 300, 2); }
+// Each task stopped the moment it answers halted: its own halt marks must
+// be on their way by then, or its peers wait for them until it runs again
+// (the round times out, and the test fails).
+void test_alltoall_stop_at_halted(void **) { run_alltoall(4, 3, 200, 2, true); }
 
 // A task killed in the middle: the others fail cleanly (no hang) with the
 // dead rank named, and tell the agent.
@@ -575,10 +617,15 @@ int main()
     if (const char *f = getenv("TEST_FILTER"))
         cmocka_set_test_filter(f);
     const CMUnitTest tests[] = {
-        cmocka_unit_test(test_api_errors),       cmocka_unit_test(test_alltoall_3_tasks),
-        cmocka_unit_test(test_alltoall_4_tasks), cmocka_unit_test(test_task_killed),
-        cmocka_unit_test(test_mark_timeout),     cmocka_unit_test(test_wrong_context_refused),
-        cmocka_unit_test(test_single_task),      cmocka_unit_test(test_attach_swapped_out),
+        cmocka_unit_test(test_api_errors),
+        cmocka_unit_test(test_alltoall_3_tasks),
+        cmocka_unit_test(test_alltoall_4_tasks),
+        cmocka_unit_test(test_alltoall_stop_at_halted),
+        cmocka_unit_test(test_task_killed),
+        cmocka_unit_test(test_mark_timeout),
+        cmocka_unit_test(test_wrong_context_refused),
+        cmocka_unit_test(test_single_task),
+        cmocka_unit_test(test_attach_swapped_out),
         cmocka_unit_test(test_programs),
     };
     return cmocka_run_group_tests_name("msg_loopback", tests, nullptr, nullptr);

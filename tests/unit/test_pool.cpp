@@ -4,7 +4,8 @@
 // contents saved and restored exactly; a swap whose tasks are not stopped
 // yet waits on a timer, the loop going on, and completes once they are; a
 // corrupt queue index or a task that never halts fails its context without
-// blocking the switch; the jobs of open coscheduled contexts are admitted
+// blocking the switch; a context out of the pool still sends its halt marks
+// before its job stops; the jobs of open coscheduled contexts are admitted
 // to coscheduling.
 #include "tests/unit/cmocka.hpp"
 
@@ -447,6 +448,53 @@ void test_failures(void **)
     assert_true(contains(c2.error, "the context has failed"));
 }
 
+// A context out of the pool on this node (another holds it) whose job
+// leaves: its tasks still send halt marks to the nodes where it is
+// resident, so the switch waits for them (at most storm_pool_halt_wait)
+// before their job is stopped.
+void test_halt_out_of_pool(void **)
+{
+    Bench b;
+    Context ca = context(1, 900, PoolMode::swapped, 1, 2, 1),
+            cb = context(2, 901, PoolMode::swapped, 1, 2, 1);
+    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
+    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
+    Task a, bt;
+    assert_true(a.attach(b, 1, 900, 0));
+    assert_true(bt.attach(b, 2, 901, 0));
+    b.pool->swap({}, {900}, 2);
+    b.pool->release({900}, 2);
+    assert_string_equal(a.next(b).c_str(), "G1");
+    a.say(b, control::Type::ready, 1);
+    assert_int_equal(b.pool->resident_context(), 1);
+    // Job 901 leaves (it ran elsewhere); its context never came in here.
+    assert_true(b.pool->halt({901}, 3));
+    assert_string_equal(bt.next(b).c_str(), "H3");
+    assert_true(b.pool->switch_halting()); // waiting for its marks
+    bt.say(b, control::Type::halted, 3);
+    assert_false(b.pool->switch_halting());
+    assert_string_equal(a.next(b).c_str(), "");      // 900 did not leave
+    assert_int_equal(b.pool->resident_context(), 1); // nothing swapped
+    // A task that never answers holds the switch at most the halt wait
+    // (50 ms here); its late answer changes nothing.
+    auto t0 = std::chrono::steady_clock::now();
+    assert_true(b.pool->halt({901}, 4));
+    assert_string_equal(bt.next(b).c_str(), "H4");
+    while (b.pool->switch_halting() && std::chrono::steady_clock::now() - t0 < 2s)
+        b.spin(5ms);
+    assert_false(b.pool->switch_halting());
+    assert_true(std::chrono::steady_clock::now() - t0 >= 45ms);
+    bt.say(b, control::Type::halted, 4);
+    assert_false(b.pool->switch_halting());
+    assert_int_equal(b.pool->resident_context(), 1);
+    // The resident context's own halt still counts alone in the stage
+    // statistics (the marks of one out of the pool are not a swap stage).
+    assert_true(b.pool->halt({900}, 5));
+    a.say(b, control::Type::halted, 5);
+    assert_false(b.pool->switch_halting());
+    assert_true(contains(stats(b), "halt_count 1\n"));
+}
+
 // A loop event that counts its firings (the loop stays responsive).
 struct Ticker {
     event *ev;
@@ -532,9 +580,10 @@ void test_swap_waits_for_stop(void **)
     b.pool->swap({701}, {700}, 4);
     b.pool->release({700}, 4);
     b.spin(5ms);
-    assert_false(b.pool->halt({700}, 5)); // 700's context is out of the pool
+    assert_true(b.pool->halt({700}, 5)); // 700's context is out of the pool: its marks
     assert_string_equal(a.next(b).c_str(), "H5");
     a.say(b, control::Type::halted, 5);
+    assert_false(b.pool->switch_halting());
     b.pool->swap({700}, {701}, 5);
     b.pool->release({701}, 5);
     assert_string_equal(bt.next(b).c_str(), "G4");
@@ -699,6 +748,7 @@ int main()
         cmocka_unit_test(test_swap),
         cmocka_unit_test(test_failures),
         cmocka_unit_test(test_swap_waits_for_stop),
+        cmocka_unit_test(test_halt_out_of_pool),
         cmocka_unit_test(test_late_attach),
         cmocka_unit_test(test_cosched_admissions),
     };
