@@ -161,17 +161,23 @@ size_t reload_share(void *share, uint64_t bytes, const std::string &store)
         q->recv_head.load(std::memory_order_acquire) != saved.recv_head.load(std::memory_order_relaxed) ||
         q->recv_tail.load(std::memory_order_acquire) != saved.recv_tail.load(std::memory_order_relaxed))
         return 0;
-    uint8_t *tail_slot = send_slot(q, st);
     size_t n = 0;
     if (!h.valid_only) {
+        // The whole window but the send ring's free slots: from the tail on
+        // the application may be writing (its job runs when a context comes
+        // back in late), and the index check above does not hold it off.
         if (store.size() != sizeof h + bytes)
             throw std::invalid_argument("truncated saved share");
         const char *p = store.data() + sizeof h;
         auto *base = static_cast<uint8_t *>(share);
-        size_t from = sizeof(QueueHeader), skip = static_cast<size_t>(tail_slot - base);
-        std::memcpy(base + from, p + from, skip - from);
-        std::memcpy(base + skip + h.packet_size, p + skip + h.packet_size, bytes - skip - h.packet_size);
-        return size_t{h.send_slots} + h.recv_slots - 1;
+        uint64_t sh = saved.send_head.load(std::memory_order_relaxed);
+        for (uint64_t i = sh; i < st; ++i) {
+            uint8_t *slot = send_slot(q, i);
+            std::memcpy(slot, p + (slot - base), h.packet_size);
+        }
+        size_t ring_end = sizeof(QueueHeader) + size_t{h.send_slots} * h.packet_size;
+        std::memcpy(base + ring_end, p + ring_end, bytes - ring_end);
+        return static_cast<size_t>(st - sh) + h.recv_slots;
     }
     if (store.size() != sizeof h + sizeof(QueueHeader) + (h.send_count + h.recv_count) * h.packet_size)
         throw std::invalid_argument("truncated saved share");

@@ -51,8 +51,9 @@ void restore_share(void *share, uint64_t bytes, const std::string &store);
 // Brings back what save_share saved into a share whose pages were kept
 // (the node agent keeps them: a task stopped inside its queues resumes on
 // them).  Writes the saved bytes back only if the share's ring indices are
-// still the saved ones, never its header, and never the send slot at the
-// tail (the application may have written it since).  Returns the packet
+// still the saved ones, never its header, and never the send slots from
+// the tail on (the application may be writing them: whole-window copies
+// restore the rest).  Returns the packet
 // slots written back; 0 if the indices moved (the share's own bytes are
 // then the truth).  Throws std::invalid_argument on a store it did not
 // write or of another geometry.

@@ -132,7 +132,8 @@ void test_full(void **)
 
 // Reload into kept pages: the saved packets come back (a copy of equal
 // bytes) while the indices are the saved ones, never the header nor the
-// send slot at the tail (the application may be writing it); nothing at
+// send slots from the tail on (the application may be writing them);
+// nothing at
 // all once the application moved an index.
 void test_reload(void **)
 {
@@ -144,10 +145,13 @@ void test_reload(void **)
         save_share(s.base, bytes, packet, sslots, rslots, valid_only, store);
         std::vector<uint8_t> before(s.base, s.base + bytes);
         std::memset(send_slot(s.q, 11), 0x77, packet); // written since, at the tail
+        std::memset(send_slot(s.q, 12), 0x66, packet); // and beyond (tail not yet moved)
         std::memset(recv_slot(s.q, 31), 0, packet);    // (a stray write: put back)
         size_t n = reload_share(s.base, bytes, store);
         assert_true(n > 0);
         assert_int_equal(send_slot(s.q, 11)[0], 0x77);
+        assert_int_equal(send_slot(s.q, 12)[0], 0x66);
+        assert_int_equal(send_slot(s.q, 10)[5], before[send_slot(s.q, 10) - s.base + 5]);
         assert_int_equal(recv_slot(s.q, 31)[3], before[recv_slot(s.q, 31) - s.base + 3]);
         // The application took a packet meanwhile: its bytes are the truth.
         s.q->recv_head = 31;
