@@ -98,6 +98,7 @@ void SchedContext::start_manager(const storm::gang::GangConfig &c)
     mc.fanout = agent.fanout;
     whole_nodes = !agent.pool.force_divided;
     mc.rt_priority = agent.rt_priority;
+    mc.mcast = agent.mcast;
     mc.timing = timing(c);
     if (slurm_conf.state_save_location)
         mc.status_path = std::string(slurm_conf.state_save_location) + "/storm-gang.status";

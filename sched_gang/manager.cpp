@@ -1,11 +1,13 @@
 #include "sched_gang/manager.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
 #include <future>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -60,6 +62,24 @@ void MachineManager::start()
     pc.fanout = cfg_.fanout;
     pc.timeout = std::chrono::milliseconds(1000); // also how long an unreachable agent is routed around
     engine_ = std::make_unique<prim::Engine>(base_, pc, *auth_, log_);
+    if (cfg_.mcast.enabled() && !cfg_.nodes.empty()) {
+        try {
+            if (cfg_.mcast.port == 65535)
+                throw std::invalid_argument("the strobe port would be 65536");
+            uint16_t port = static_cast<uint16_t>(cfg_.mcast.port + 1);
+            in_addr iface = cfg_.mcast.iface.s_addr != INADDR_ANY ? cfg_.mcast.iface
+                                                                  : net::local_address_towards(cfg_.nodes[0]);
+            // Loop: an agent on this host is a member too.
+            strobe_sock_ = std::make_unique<net::GroupSocket>(base_, cfg_.mcast.group, port, iface, true);
+            char g[INET_ADDRSTRLEN] = "?", i[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &cfg_.mcast.group, g, sizeof g);
+            inet_ntop(AF_INET, &iface, i, sizeof i);
+            mc_group_ = std::string(g) + ":" + std::to_string(port) + " from " + i;
+            log_.verbose("gang: strobes by multicast to %s", mc_group_.c_str());
+        } catch (const std::exception &e) {
+            log_.error("gang: strobes go down the tree alone: cannot multicast them: %s", e.what());
+        }
+    }
     strobe_ev_ = event_new(
         base_, -1, EV_PERSIST,
         [](evutil_socket_t, short, void *a) { static_cast<MachineManager *>(a)->strobe(); }, this);
@@ -238,6 +258,16 @@ void MachineManager::housekeeping()
             nodes = nodes.unite(j.nodes);
         }
         t.hands_off = suspended_;
+        if (strobe_sock_) {
+            // A fresh key with every table: sequence numbers, the nonces,
+            // never repeat under one.
+            if (getrandom(t.strobe_key.data(), t.strobe_key.size(), 0) ==
+                static_cast<ssize_t>(t.strobe_key.size()))
+                t.has_key = true;
+            else
+                log_.error("gang: getrandom: %s: strobes of this table go down the tree alone",
+                           std::strerror(errno));
+        }
         // Nodes that ran jobs of the old table learn that they ended.
         net::RangeSet to = nodes.unite(gang_nodes_);
         table_ = std::move(t);
@@ -283,8 +313,13 @@ void MachineManager::strobe()
         return;
     // Strobes at most every 20 ms are answered; between them, at shorter
     // quanta, unanswered ones (half the messages and wake-ups on the nodes).
-    auto every =
-        static_cast<uint64_t>(std::max<int64_t>(1, 20000 / std::max<int64_t>(1, timing_.quantum.count())));
+    // With multicast, every 100 ms: the tree's copy is then only the
+    // heartbeat (fault detection, a table for nodes that missed it, and a
+    // strobe for any that lost the datagrams), and its messages up and down
+    // the tree cost the nodes more than the datagram itself.
+    int64_t answer_us = strobe_sock_ && table_.has_key ? 100000 : 20000;
+    auto every = static_cast<uint64_t>(
+        std::max<int64_t>(1, answer_us / std::max<int64_t>(1, timing_.quantum.count())));
     bool answered = seq_ % every == 0;
     if (in_flight_ && (answered || every == 1)) {
         if (every == 1) {
@@ -299,9 +334,11 @@ void MachineManager::strobe()
     unsigned n = std::max(1u, std::min(matrix_.slots(), kMaxSlots));
     slot_ = (slot_ + 1) % n;
     Strobe s{table_.epoch, static_cast<uint16_t>(slot_), ++seq_, realtime_ns()};
+    bool sent = multicast(s);
     if (!answered) {
         ++strobes_;
-        engine_->xfer_unacked(to, kStrobeEvent, s.encode());
+        if (!sent)
+            engine_->xfer_unacked(to, kStrobeEvent, s.encode());
         return;
     }
     in_flight_ = true;
@@ -353,6 +390,26 @@ void MachineManager::strobe()
         timeout);
 }
 
+// One datagram to every node; false when strobes must go down the tree.
+bool MachineManager::multicast(const Strobe &s)
+{
+    if (!strobe_sock_ || !table_.has_key)
+        return false;
+    try {
+        if (strobe_sock_->send(seal_strobe(s, table_.strobe_key))) {
+            ++mc_sent_;
+            return true;
+        }
+        if (mc_errors_++ == 0)
+            log_.error("gang: cannot multicast a strobe (%s): it goes down the tree; logged once",
+                       std::strerror(errno));
+    } catch (const std::exception &e) {
+        if (mc_errors_++ == 0)
+            log_.error("gang: cannot seal a strobe (%s): it goes down the tree; logged once", e.what());
+    }
+    return false;
+}
+
 void MachineManager::write_status()
 {
     // The strobe rate over the last periodic write (writes at table changes
@@ -392,6 +449,11 @@ void MachineManager::write_status()
     line("strobes_skipped: %llu", static_cast<unsigned long long>(late_));
     line("strobes_failed: %llu", static_cast<unsigned long long>(failed_strobes_));
     line("strobe_round_trip: %s", percentiles(rtt_us_).c_str());
+    if (strobe_sock_)
+        line("strobe_multicast: %s, %llu sent, %llu failed", mc_group_.c_str(),
+             static_cast<unsigned long long>(mc_sent_), static_cast<unsigned long long>(mc_errors_));
+    else
+        line("strobe_multicast: off");
     line("nodes: %s", names(gang_nodes_).c_str());
     std::vector<uint32_t> iso;
     for (auto &[i, until] : isolated_)

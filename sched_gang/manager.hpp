@@ -41,6 +41,7 @@
 #include "lib/common/log.hpp"
 #include "lib/common/realtime.hpp"
 #include "lib/net/authenticator.hpp"
+#include "lib/net/mcast.hpp"
 #include "lib/prim/engine.hpp"
 #include "sched_gang/matrix.hpp"
 #include "sched_gang/protocol.hpp"
@@ -64,6 +65,9 @@ struct ManagerConfig {
     std::chrono::milliseconds isolate{60000}; // longest isolation (it starts at 1 s and doubles)
     std::string status_path;                  // "" = none
     unsigned rt_priority = 0;                 // SCHED_FIFO while jobs are gang-scheduled (0 = never)
+    // storm_mcast: strobes also go to GROUP:PORT+1 (protocol.hpp), from
+    // the address this host reaches the nodes with; off when mcast.port is 0.
+    net::McastConfig mcast;
 };
 
 // What the gang partitions hold now, as Slurm sees it.
@@ -93,6 +97,7 @@ private:
     void housekeeping();
     void strobe();
     void send_table(const net::RangeSet &to);
+    bool multicast(const Strobe &s);
     void arm_strobe();
     void write_status();
     net::RangeSet active(const net::RangeSet &set) const;
@@ -105,6 +110,9 @@ private:
     event_base *base_ = nullptr;
     event *strobe_ev_ = nullptr, *house_ev_ = nullptr;
     std::unique_ptr<prim::Engine> engine_;
+    std::unique_ptr<net::GroupSocket> strobe_sock_; // strobes by multicast
+    uint64_t mc_sent_ = 0, mc_errors_ = 0;
+    std::string mc_group_;
     std::thread thread_;
     std::atomic<bool> running_{false};
 

@@ -1,15 +1,19 @@
 #include "sched_gang/protocol.hpp"
 
+#include <algorithm>
 #include <ctime>
 
+#include "lib/net/mcast.hpp"
 #include "lib/net/wire.hpp"
 
 namespace storm::gang {
 
 namespace {
-constexpr uint32_t kTableMagic = 0x53474e54;  // "SGNT"
-constexpr uint32_t kStrobeMagic = 0x5347534e; // "SGSN"
-constexpr uint8_t kVersion = 1;
+constexpr uint32_t kTableMagic = 0x53474e54;    // "SGNT"
+constexpr uint32_t kStrobeMagic = 0x5347534e;   // "SGSN"
+constexpr uint8_t kVersion = 2;                 // 2: the table carries the strobe key
+constexpr uint32_t kDatagramMagic = 0x53474d43; // "SGMC"
+constexpr size_t kDatagramHeader = 13;          // magic, version, epoch
 
 void header(net::Reader &r, uint32_t magic, const char *what)
 {
@@ -40,6 +44,9 @@ std::string Table::encode() const
     w.u32(static_cast<uint32_t>(hands_off.size()));
     for (uint32_t j : hands_off)
         w.u32(j);
+    w.u8(has_key ? 1 : 0);
+    if (has_key)
+        w.raw(strobe_key.data(), strobe_key.size());
     return w.take();
 }
 
@@ -72,6 +79,14 @@ Table Table::decode(std::string_view data)
         throw net::DecodeError("gang table: " + std::to_string(h) + " suspended jobs do not fit the message");
     for (uint32_t i = 0; i < h; ++i)
         t.hands_off.push_back(r.u32());
+    uint8_t k = r.u8();
+    if (k > 1)
+        throw net::DecodeError("gang table: key flag " + std::to_string(k));
+    t.has_key = k == 1;
+    if (t.has_key) {
+        auto key = r.raw(t.strobe_key.size());
+        std::copy(key.begin(), key.end(), t.strobe_key.begin());
+    }
     r.finish();
     return t;
 }
@@ -100,6 +115,43 @@ Strobe Strobe::decode(std::string_view data)
     s.seq = r.u64();
     s.sent_ns = static_cast<int64_t>(r.u64());
     r.finish();
+    return s;
+}
+
+std::string seal_strobe(const Strobe &s, const StrobeKey &key)
+{
+    net::Writer w;
+    w.u32(kDatagramMagic);
+    w.u8(kVersion);
+    w.u64(s.epoch);
+    // The sequence number is the nonce: the manager never repeats one under
+    // a table's key (keys are drawn afresh with each table).
+    return net::seal_datagram(key.data(), s.seq, w.take(), s.encode());
+}
+
+uint64_t strobe_datagram_epoch(std::string_view d)
+{
+    if (d.size() < kDatagramHeader)
+        throw net::DecodeError("gang strobe datagram: " + std::to_string(d.size()) + " bytes");
+    net::Reader r(d.data(), kDatagramHeader);
+    if (r.u32() != kDatagramMagic)
+        throw net::DecodeError("gang strobe datagram: bad magic");
+    uint8_t v = r.u8();
+    if (v != kVersion)
+        throw net::DecodeError("gang strobe datagram: version " + std::to_string(v) + ", expected " +
+                               std::to_string(kVersion));
+    return r.u64();
+}
+
+Strobe open_strobe(std::string_view d, const StrobeKey &key)
+{
+    uint64_t epoch = strobe_datagram_epoch(d), nonce = 0;
+    std::string body;
+    if (!net::open_datagram(key.data(), d, kDatagramHeader, nonce, body))
+        throw net::DecodeError("gang strobe datagram: does not match the table's key (forged or corrupt)");
+    Strobe s = Strobe::decode(body);
+    if (s.epoch != epoch || s.seq != nonce)
+        throw net::DecodeError("gang strobe datagram: its header does not match its strobe");
     return s;
 }
 

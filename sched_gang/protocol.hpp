@@ -7,6 +7,15 @@
 //                          suspended (hands off); the fail-safe time.
 //   "gang:strobe"  Strobe  every quantum: the slot to run now.
 //
+// With multicast (SwitchParameters storm_mcast=GROUP:PORT) the manager
+// also sends every strobe as one UDP datagram to GROUP:PORT+1, sealed
+// (seal_strobe: AES-128-GCM, the strobe's sequence number as nonce) under
+// a key drawn afresh for each table and carried in it over the
+// authenticated tree; only strobes at least every 20 ms then also go down
+// the tree (answered).  A node applies a strobe once, by whichever path
+// brings it first (sequence numbers only increase within a table), so a
+// replayed datagram is ignored as an old one.
+//
 // A strobe names the table's epoch; a node applies only strobes of the
 // table it holds, so a strobe can never act on a stale table.  Epochs start
 // from the manager's start time, so a restarted manager never reuses one.
@@ -15,6 +24,7 @@
 // magic or version, a slot beyond the table, too many jobs, trailing bytes).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,6 +36,8 @@ namespace storm::gang {
 
 inline const std::string kTableEvent = "gang:table";
 inline const std::string kStrobeEvent = "gang:strobe";
+
+using StrobeKey = std::array<unsigned char, 16>;
 
 struct TableJob {
     uint32_t job_id = 0;
@@ -45,6 +57,8 @@ struct Table {
     uint32_t failsafe_ms = 0; // a node continues every job after this long without a strobe
     std::vector<TableJob> jobs;
     std::vector<uint32_t> hands_off; // jobs suspended by Slurm: never stopped or continued
+    bool has_key = false;            // strobes also come by multicast, sealed under strobe_key
+    StrobeKey strobe_key{};
 
     std::string encode() const;
     static Table decode(std::string_view data);
@@ -59,6 +73,14 @@ struct Strobe {
     std::string encode() const;
     static Strobe decode(std::string_view data);
 };
+
+// The multicast form of a strobe (see above).  seal_strobe throws
+// std::runtime_error if the cipher fails; strobe_datagram_epoch (the
+// table whose key to open it with) and open_strobe throw net::DecodeError
+// on anything else than a strobe datagram sealed under `key`.
+std::string seal_strobe(const Strobe &s, const StrobeKey &key);
+uint64_t strobe_datagram_epoch(std::string_view datagram);
+Strobe open_strobe(std::string_view datagram, const StrobeKey &key);
 
 int64_t realtime_ns();
 

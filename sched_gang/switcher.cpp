@@ -44,7 +44,40 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
         throw std::runtime_error("gang switcher: cannot register its timer");
     if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
         throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
+    if (cfg_.mcast.enabled()) {
+        try {
+            if (cfg_.mcast.port == 65535)
+                throw std::invalid_argument("the strobe port would be 65536");
+            strobe_sock_ = std::make_unique<net::GroupSocket>(
+                base_, cfg_.mcast.group, static_cast<uint16_t>(cfg_.mcast.port + 1), cfg_.mcast.iface, false,
+                [this](std::string_view d) { on_datagram(d); });
+        } catch (const std::exception &e) {
+            log_.error("gang: strobes come down the tree alone (every 20 ms at short quanta): %s", e.what());
+        }
+    }
     thread_ = std::thread([this] { scanner(); });
+}
+
+void Switcher::on_datagram(std::string_view d)
+{
+    auto reject = [&](const std::string &why) {
+        engine_.set_variable("gang:mcast_rejected", static_cast<int64_t>(++mc_rejected_));
+        if (!mc_reject_logged_)
+            log_.error("gang: dropped a strobe datagram: %s (logged once per table)", why.c_str());
+        mc_reject_logged_ = true;
+    };
+    try {
+        uint64_t epoch = strobe_datagram_epoch(d);
+        if (epoch != epoch_ || !key_)
+            return; // another table's (this node is behind or ahead): its own strobes will come
+        Strobe s = open_strobe(d, *key_);
+        if (s.seq <= last_seq_)
+            return; // applied already (the tree was first), or a replay
+        engine_.set_variable("gang:mcast_strobes", static_cast<int64_t>(++mc_applied_));
+        on_strobe(s);
+    } catch (const std::exception &e) {
+        reject(e.what());
+    }
 }
 
 Switcher::~Switcher()
@@ -184,6 +217,11 @@ void Switcher::on_table(const Table &t)
     size_t before = jobs_.size();
     jobs_ = std::move(next);
     epoch_ = t.epoch;
+    last_seq_ = 0; // a restarted manager counts from 1 again (under a new epoch)
+    key_.reset();
+    if (t.has_key)
+        key_ = t.strobe_key;
+    mc_reject_logged_ = false;
     failsafe_ms_ = t.failsafe_ms;
     quantum_us_ = t.quantum_us;
     last_strobe_ = std::chrono::steady_clock::now();
@@ -213,6 +251,11 @@ std::string Switcher::on_strobe(const Strobe &s, bool replay)
         ++ignored_;
         return "gang: stale table (holds epoch " + std::to_string(epoch_) + ", strobe of " +
                std::to_string(s.epoch) + ")";
+    }
+    if (!replay) {
+        if (s.seq <= last_seq_)
+            return ""; // applied already: it came by multicast first
+        last_seq_ = s.seq;
     }
     uint64_t bit = uint64_t(1) << s.slot;
     if (halting_) {

@@ -44,6 +44,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -54,6 +56,7 @@
 #include "lib/common/log.hpp"
 #include "lib/common/realtime.hpp"
 #include "lib/prim/engine.hpp"
+#include "lib/net/mcast.hpp"
 #include "sched_gang/protocol.hpp"
 
 struct event_base;
@@ -92,6 +95,9 @@ struct SwitcherConfig {
     // SCHED_FIFO priority of the loop thread while the table holds jobs of
     // this node (lib/common/realtime.hpp); 0 = never.
     unsigned rt_priority = 0;
+    // Strobes by multicast (protocol.hpp): GROUP:PORT+1 of storm_mcast,
+    // joined on `iface` (this node's address); off when mcast.port is 0.
+    net::McastConfig mcast;
 };
 
 class Switcher {
@@ -113,6 +119,10 @@ public:
                          std::string_view data);
     // A whole message at once (tests); false for events that are not gang's.
     bool on_signal(const std::string &event, const std::string &data);
+    // A datagram of the strobe group (and tests): applied if it is a strobe
+    // of the held table, sealed under its key, newer than any applied;
+    // otherwise counted and dropped (a forged one logged).
+    void on_datagram(std::string_view d);
 
     // The halt / swap / release of communication contexts at each switch
     // (none by default).  The hook must outlive the switcher or be reset.
@@ -125,6 +135,8 @@ public:
     uint64_t applied() const noexcept { return applied_; }
     uint64_t ignored() const noexcept { return ignored_; }
     uint64_t failsafes() const noexcept { return failsafes_; }
+    uint64_t mcast_applied() const noexcept { return mc_applied_; }
+    uint64_t mcast_rejected() const noexcept { return mc_rejected_; }
     size_t jobs() const noexcept { return jobs_.size(); }
     bool stopped(uint32_t job) const;
     size_t processes(uint32_t job) const;
@@ -175,6 +187,13 @@ private:
     std::string table_part_; // a table arriving in chunks
     std::chrono::steady_clock::time_point last_strobe_{};
     uint64_t applied_ = 0, ignored_ = 0, failsafes_ = 0;
+    // Strobes of this table apply once, in increasing sequence (a strobe
+    // may come by multicast and again down the tree).
+    uint64_t last_seq_ = 0;
+    std::optional<StrobeKey> key_; // the table's, when strobes come by multicast
+    std::unique_ptr<net::GroupSocket> strobe_sock_;
+    uint64_t mc_applied_ = 0, mc_rejected_ = 0;
+    bool mc_reject_logged_ = false; // once per table
     struct Delay {
         std::chrono::steady_clock::time_point at;
         uint32_t us;

@@ -22,13 +22,17 @@
 #            p99, over its last 4096 strobes within 30 s, at a quantum of N/8 ms but at
 #            least 2 ms, the rate N agents on two cores carry) beside stock Slurm's
 #            switch: `scontrol suspend` of a job on every node until all its
-#            tasks are stopped (5 times: p50, max).
+#            tasks are stopped (5 times: p50, max).  Storm runs twice:
+#            strobes down the tree alone, and by multicast (MCAST below).
 #  response  a 1-second job submitted to nodes already running a long job
 #            in a partition with MPL 2: submission to completion, and the
 #            job's own work time, under stock gang, stock uncoordinated
 #            sharing and Storm at 10 ms.
 #
 # -s SECONDS: the solo time of the compute-bound and MPI jobs (default 5).
+# MCAST (environment): the agents' multicast group, SwitchParameters
+# storm_mcast (default 239.255.77.1:6831; strobes go to its PORT+1), or
+# "off" (delivery then runs the tree alone).
 # Times are of the work itself (the tasks print when they start and end),
 # so job launch is not counted.
 set -uo pipefail
@@ -37,6 +41,7 @@ BUILD=${BUILD:-$top}
 GANG=$BUILD/tools/storm-gang
 VC=$top/contrib/vcluster/storm-vcluster
 PARTS="overhead cosched delivery response" QUANTA="1 2 10 50" NODES="8 64 256" SOLO=5
+MCAST=${MCAST:-239.255.77.1:6831}
 while getopts p:q:n:s: o; do
     case $o in
     p) PARTS=$OPTARG ;;
@@ -139,20 +144,25 @@ delivery)
     echo
     echo "== strobe delivery (Storm, 2 jobs on every node) vs stock switch (scontrol suspend until every task stopped)"
     echo "   quantum: N/8 ms, at least 2 ms (every strobe wakes N agents sharing this machine's 2 cores)"
-    printf "  %6s %8s %14s %14s %16s %16s %10s\n" nodes quantum "storm p50(us)" "storm p99(us)" "stock p50(ms)" "stock max(ms)" "p50 ratio"
+    printf "  %6s %8s %10s %14s %14s %16s %16s %10s\n" nodes quantum strobes "storm p50(us)" "storm p99(us)" "stock p50(ms)" "stock max(ms)" "p50 ratio"
     for n in $NODES; do
         sysctl -qw net.ipv4.neigh.default.gc_thresh1=16384 net.ipv4.neigh.default.gc_thresh2=65536 net.ipv4.neigh.default.gc_thresh3=262144
         all="PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO"
         dq=$(( n / 8 > 2 ? n / 8 : 2 ))
-        up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms"
-        for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
-        for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 900$')" -ge $((2 * n)) ] && break; sleep 0.2; done
-        sleep 40 # the nodes' windows (their last 4096 strobes within 30 s) hold the steady state
-        "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    storm: /'
-        "$GANG" nodes > "$work/nodes.$n" 2>&1
-        sp50=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p50") print $(i + 1) }' "$work/nodes.$n")
-        sp99=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1) }' "$work/nodes.$n")
-        scancel -p gang
+        paths=(tree); [ "$MCAST" = off ] || paths+=(multicast)
+        declare -A sp50 sp99
+        for path in "${paths[@]}"; do
+            mc=(); [ "$path" = multicast ] && mc=("SwitchParameters=storm_mcast=$MCAST")
+            up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms" "${mc[@]}"
+            for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
+            for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 900$')" -ge $((2 * n)) ] && break; sleep 0.2; done
+            sleep 40 # the nodes' windows (their last 4096 strobes within 30 s) hold the steady state
+            "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip|strobe_multicast):' | sed "s/^/    storm ($path): /"
+            "$GANG" nodes > "$work/nodes.$n.$path" 2>&1
+            sp50[$path]=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p50") print $(i + 1) }' "$work/nodes.$n.$path")
+            sp99[$path]=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1) }' "$work/nodes.$n.$path")
+            scancel -p gang
+        done
         up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
         job=$(sbatch --parsable -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 300")
         for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 300$')" -ge "$n" ] && break; sleep 0.2; done
@@ -176,8 +186,12 @@ delivery)
         scancel "$job"
         st50=$(sort -n "$work/stock.$n" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
         stmax=$(sort -n "$work/stock.$n" | tail -1)
-        printf "  %6s %8s %14s %14s %16s %16s %10s\n" "$n" "${dq}ms" "${sp50:-failed}" "${sp99:-failed}" "$st50" "$stmax" \
-            "$(awk -v a="$st50" -v b="${sp50:-0}" 'BEGIN{ if (b+0>0) printf "%.0fx", a*1000/b; else print "-" }')"
+        for path in "${paths[@]}"; do
+            printf "  %6s %8s %10s %14s %14s %16s %16s %10s\n" "$n" "${dq}ms" "$path" "${sp50[$path]:-failed}" \
+                "${sp99[$path]:-failed}" "$st50" "$stmax" \
+                "$(awk -v a="$st50" -v b="${sp50[$path]:-0}" 'BEGIN{ if (b+0>0) printf "%.0fx", a*1000/b; else print "-" }')"
+        done
+        unset sp50 sp99
     done
     ;;
 response)

@@ -50,6 +50,8 @@ struct AgentConfig {
         if (!group.empty()) {
             try {
                 net::parse_mcast_group(group, c.mcast.group, c.mcast.port);
+                if (c.mcast.port == 65535)
+                    throw std::invalid_argument("gang strobes use PORT+1: PORT at most 65534");
             } catch (const std::invalid_argument &e) {
                 throw ConfigError("SwitchParameters: invalid value \"" + group + "\" for storm_mcast (" +
                                   e.what() + "; allowed: GROUP:PORT, e.g. 239.255.77.1:6831)");

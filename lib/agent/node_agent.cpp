@@ -48,11 +48,12 @@ void NodeAgent::start()
             heartbeat_ = std::make_unique<prim::HeartbeatReceiver>(
                 *engine_, "main", prim::HeartbeatMaster::Config{}.queue_length);
             if (network_->step_lister) {
-                switcher_ = std::make_unique<gang::Switcher>(
-                    base_, *engine_, network_->step_lister,
-                    gang::SwitcherConfig{network_->self, network_->gang_journal_dir,
-                                         std::chrono::milliseconds(1000), config_.rt_priority},
-                    log_);
+                gang::SwitcherConfig sc{network_->self, network_->gang_journal_dir,
+                                        std::chrono::milliseconds(1000), config_.rt_priority, config_.mcast};
+                if (sc.mcast.iface.s_addr == INADDR_ANY)
+                    sc.mcast.iface = network_->nodes.at(network_->self).sin_addr;
+                switcher_ =
+                    std::make_unique<gang::Switcher>(base_, *engine_, network_->step_lister, sc, log_);
                 switcher_->recover();
                 engine_->add_sink("gang:", [this](const std::string &ev, uint64_t origin, uint64_t offset,
                                                   uint64_t total, std::string_view data) {

@@ -12,13 +12,21 @@ void stderr_sink(LogLevel level, const char *line)
 }
 
 LogSink g_sink = stderr_sink;
+LogFilter g_filter = nullptr;
 
 } // namespace
 
-void set_log_sink(LogSink sink) noexcept { g_sink = sink ? sink : stderr_sink; }
+void set_log_sink(LogSink sink, LogFilter filter) noexcept
+{
+    g_sink = sink ? sink : stderr_sink;
+    g_filter = sink ? filter : nullptr;
+}
 
 void Logger::write(LogLevel level, const char *fmt, va_list ap) const noexcept
 {
+    if (g_filter && !g_filter(level))
+        return; // not formatted at all: debug lines sit on hot paths
+
     char line[1024];
     int off = std::snprintf(line, sizeof line, "%s: ", component_.c_str());
     if (off < 0 || static_cast<size_t>(off) >= sizeof line)

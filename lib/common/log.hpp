@@ -18,9 +18,14 @@ enum class LogLevel { error, info, verbose, debug };
 // A sink receives one complete line, without a trailing newline.
 using LogSink = void (*)(LogLevel level, const char *line);
 
-// Install `sink` (nullptr restores the stderr sink).  Not thread safe
-// against concurrent logging: call it from init() before starting threads.
-void set_log_sink(LogSink sink) noexcept;
+// Whether the sink writes lines of `level` now (lines it would drop are not
+// formatted at all).
+using LogFilter = bool (*)(LogLevel level);
+
+// Install `sink` (nullptr restores the stderr sink, which writes every
+// level) and its `filter` (nullptr: every line).  Not thread safe against
+// concurrent logging: call it from init() before starting threads.
+void set_log_sink(LogSink sink, LogFilter filter = nullptr) noexcept;
 
 // A component's logger: a fixed prefix and printf-style helpers.  Cheap to
 // copy; never throws (a formatting failure logs a truncated line).

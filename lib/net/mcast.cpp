@@ -82,15 +82,37 @@ struct CipherCtx {
     ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
 };
 
-// AES-128-GCM with a zero IV: every key seals one chunk only.
-bool gcm(bool enc, const unsigned char *key, unsigned char *tag, const char *in, char *out, size_t len)
+// AES-128-GCM; `aad` is authenticated, not encrypted.  A key must never
+// seal two messages under one IV: chunks use a fresh key and a zero IV,
+// datagrams a shared key and a counter.
+bool gcm(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
+         unsigned char *tag, const char *in, char *out, size_t len)
 {
+    // The cipher is fetched once, and the key schedule kept while the same
+    // key comes back (a table's strobes): then only the IV is set.  Chunks
+    // bring a new key each.
+    static EVP_CIPHER *const aes = EVP_CIPHER_fetch(nullptr, "AES-128-GCM", nullptr);
     static thread_local CipherCtx c;
-    static const unsigned char iv[12] = {};
-    if (!c.ctx)
+    static thread_local unsigned char last_key[kMcastKey];
+    static thread_local int last_enc = -1;
+    if (!c.ctx || !aes)
         return false;
-    if (EVP_CipherInit_ex(c.ctx, EVP_aes_128_gcm(), nullptr, key, iv, enc ? 1 : 0) != 1)
-        return false;
+    if (last_enc == (enc ? 1 : 0) && std::memcmp(last_key, key, kMcastKey) == 0) {
+        if (EVP_CipherInit_ex(c.ctx, nullptr, nullptr, nullptr, iv, enc ? 1 : 0) != 1)
+            return false;
+    } else {
+        last_enc = -1;
+        if (EVP_CipherInit_ex(c.ctx, aes, nullptr, key, iv, enc ? 1 : 0) != 1)
+            return false;
+        std::memcpy(last_key, key, kMcastKey);
+        last_enc = enc ? 1 : 0;
+    }
+    if (!aad.empty()) {
+        int outl = 0;
+        if (EVP_CipherUpdate(c.ctx, nullptr, &outl, reinterpret_cast<const unsigned char *>(aad.data()),
+                             static_cast<int>(aad.size())) != 1)
+            return false;
+    }
     size_t done = 0;
     while (done < len) { // EVP takes int lengths
         int n = static_cast<int>(std::min<size_t>(len - done, 1u << 30)), outl = 0;
@@ -138,16 +160,160 @@ ChunkSeal seal_chunk(const char *data, size_t len, char *out)
     ChunkSeal s;
     if (getrandom(s.key, sizeof s.key, 0) != static_cast<ssize_t>(sizeof s.key))
         throw sys_error("getrandom");
-    if (!gcm(true, s.key, s.tag, data, out, len))
+    static const unsigned char zero_iv[12] = {};
+    if (!gcm(true, s.key, zero_iv, {}, s.tag, data, out, len))
         throw std::runtime_error("AES-GCM sealing failed");
     return s;
 }
 
 bool open_chunk(const ChunkSeal &seal, char *data, size_t len)
 {
+    static const unsigned char zero_iv[12] = {};
     unsigned char tag[kMcastTag];
     std::memcpy(tag, seal.tag, sizeof tag);
-    return gcm(false, seal.key, tag, data, data, len);
+    return gcm(false, seal.key, zero_iv, {}, tag, data, data, len);
+}
+
+namespace {
+void counter_iv(uint64_t nonce, unsigned char iv[12])
+{
+    std::memset(iv, 0, 12);
+    for (int i = 0; i < 8; ++i)
+        iv[4 + i] = static_cast<unsigned char>(nonce >> (56 - 8 * i));
+}
+} // namespace
+
+std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, std::string_view header,
+                          std::string_view body)
+{
+    std::string d(header);
+    Writer w;
+    w.u64(nonce);
+    d += w.data();
+    size_t at = d.size();
+    d.resize(at + body.size() + kMcastTag);
+    unsigned char iv[12];
+    counter_iv(nonce, iv);
+    unsigned char tag[kMcastTag];
+    if (!gcm(true, key, iv, d.substr(0, at), tag, body.data(), d.data() + at, body.size()))
+        throw std::runtime_error("AES-GCM sealing failed");
+    std::memcpy(d.data() + at + body.size(), tag, kMcastTag);
+    return d;
+}
+
+bool open_datagram(const unsigned char key[kMcastKey], std::string_view d, size_t header_len, uint64_t &nonce,
+                   std::string &body)
+{
+    if (d.size() < header_len + 8 + kMcastTag)
+        return false;
+    Reader r(d.data() + header_len, 8);
+    nonce = r.u64();
+    size_t at = header_len + 8, len = d.size() - at - kMcastTag;
+    unsigned char iv[12], tag[kMcastTag];
+    counter_iv(nonce, iv);
+    std::memcpy(tag, d.data() + at + len, kMcastTag);
+    body.resize(len);
+    return gcm(false, key, iv, d.substr(0, at), tag, d.data() + at, body.data(), len);
+}
+
+in_addr local_address_towards(const sockaddr_in &to)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        throw sys_error("socket");
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    bool ok = connect(fd, reinterpret_cast<const sockaddr *>(&to), sizeof to) == 0 &&
+              getsockname(fd, reinterpret_cast<sockaddr *>(&me), &len) == 0;
+    int e = errno;
+    ::close(fd);
+    if (!ok) {
+        errno = e;
+        throw sys_error("no route to the nodes");
+    }
+    return me.sin_addr;
+}
+
+namespace {
+// A UDP socket sending to the group from `iface` (TTL 1), and with
+// `receive`, bound to the group's port and a member on `iface`.
+int open_group_socket(const in_addr &group, uint16_t port, const in_addr &iface, bool loop, bool receive)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        throw sys_error("multicast socket");
+    try {
+        if (receive) {
+            int one = 1;
+            if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+                throw sys_error("multicast socket: SO_REUSEADDR");
+            sockaddr_in a{};
+            a.sin_family = AF_INET;
+            a.sin_port = htons(port);
+            a.sin_addr = group; // only the group's datagrams
+            if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
+                throw sys_error("multicast socket: bind to port " + std::to_string(port));
+            ip_mreq m{};
+            m.imr_multiaddr = group;
+            m.imr_interface = iface;
+            if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
+                throw sys_error("multicast socket: joining the group");
+        }
+        if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &iface, sizeof iface) < 0)
+            throw sys_error("multicast socket: IP_MULTICAST_IF");
+        unsigned char l = loop ? 1 : 0;
+        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &l, sizeof l);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    return fd;
+}
+} // namespace
+
+GroupSocket::GroupSocket(event_base *base, const in_addr &group, uint16_t port, const in_addr &iface,
+                         bool loop, std::function<void(std::string_view)> receive)
+    : receive_(std::move(receive))
+{
+    to_.sin_family = AF_INET;
+    to_.sin_port = htons(port);
+    to_.sin_addr = group;
+    fd_ = open_group_socket(group, port, iface, loop, static_cast<bool>(receive_));
+    if (receive_) {
+        ev_ = event_new(base, fd_, EV_READ | EV_PERSIST, on_readable, this);
+        if (!ev_ || event_add(ev_, nullptr) < 0) {
+            if (ev_)
+                event_free(ev_);
+            ::close(fd_);
+            throw std::runtime_error("multicast socket: cannot watch it");
+        }
+    }
+}
+
+GroupSocket::~GroupSocket()
+{
+    if (ev_)
+        event_free(ev_);
+    ::close(fd_);
+}
+
+bool GroupSocket::send(std::string_view d)
+{
+    return sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr *>(&to_), sizeof to_) ==
+           static_cast<ssize_t>(d.size());
+}
+
+void GroupSocket::on_readable(int, short, void *arg)
+{
+    auto *self = static_cast<GroupSocket *>(arg);
+    char buf[2048];
+    for (int i = 0; i < 64; ++i) { // then back to the loop
+        ssize_t n = recv(self->fd_, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0)
+            return;
+        if (static_cast<size_t>(n) <= sizeof buf) // longer ones are not ours
+            self->receive_(std::string_view(buf, static_cast<size_t>(n)));
+    }
 }
 
 Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log)
@@ -155,13 +321,9 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
 {
     if (cfg_.mtu < 576 || cfg_.mtu > 65535)
         throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
-    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd_ < 0)
-        throw sys_error("multicast socket");
+    fd_ = open_group_socket(cfg_.group, cfg_.port, cfg_.iface, cfg_.loop, true);
     try {
         int one = 1;
-        if (setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
-            throw sys_error("multicast socket: SO_REUSEADDR");
         // Receive: room for a window of chunks in flight (root may exceed
         // rmem_max).  Send: little, so that the chunks queued before the
         // link (a few ms of it) do not delay the tree's frames that share
@@ -171,21 +333,6 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
             setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
         if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) < 0)
             setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(cfg_.port);
-        a.sin_addr = cfg_.group; // only the group's datagrams
-        if (bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
-            throw sys_error("multicast socket: bind to port " + std::to_string(cfg_.port));
-        ip_mreq m{};
-        m.imr_multiaddr = cfg_.group;
-        m.imr_interface = cfg_.iface;
-        if (setsockopt(fd_, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
-            throw sys_error("multicast socket: joining the group");
-        if (setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_IF, &cfg_.iface, sizeof cfg_.iface) < 0)
-            throw sys_error("multicast socket: IP_MULTICAST_IF");
-        unsigned char loop = cfg_.loop ? 1 : 0;
-        setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof loop);
         int gso = static_cast<int>(cfg_.mtu - kIpUdp);
         gso_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &gso, sizeof gso) == 0;
         setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one); // best effort

@@ -28,6 +28,7 @@
 #include <memory>
 #include <netinet/in.h>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lib/common/log.hpp"
@@ -74,6 +75,44 @@ ChunkSeal seal_chunk(const char *data, size_t len, char *out);
 // Decrypts in place; false (the bytes are then garbage) if they do not
 // match the tag: forged, corrupt, or sealed under another key.
 bool open_chunk(const ChunkSeal &seal, char *data, size_t len);
+
+// Short datagrams under a key the members share over the tree (gang
+// strobes): AES-128-GCM with a 64-bit nonce the sender never repeats under
+// one key (a counter), the clear header authenticated too:
+//   header (clear) | u64 nonce | sealed body | 16-byte tag
+// seal_datagram throws std::runtime_error if the cipher fails;
+// open_datagram is false (body unusable) for a datagram too short, forged,
+// corrupt or sealed under another key.
+std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, std::string_view header,
+                          std::string_view body);
+bool open_datagram(const unsigned char key[kMcastKey], std::string_view datagram, size_t header_len,
+                   uint64_t &nonce, std::string &body);
+
+// The local address the kernel sends from towards `to` (no packet leaves):
+// the interface a pure initiator multicasts on.  Throws std::system_error.
+in_addr local_address_towards(const sockaddr_in &to);
+
+// A socket for short datagrams of a group: sends from `iface` (TTL 1,
+// copies to this host's members too when `loop`); given `receive`, it
+// joins the group on `iface` and calls it, on `base`'s loop, with each
+// datagram of at most 2 KiB.  Throws std::system_error naming the step.
+class GroupSocket {
+public:
+    GroupSocket(event_base *base, const in_addr &group, uint16_t port, const in_addr &iface, bool loop,
+                std::function<void(std::string_view)> receive = nullptr);
+    ~GroupSocket();
+    GroupSocket(const GroupSocket &) = delete;
+    GroupSocket &operator=(const GroupSocket &) = delete;
+    // False (errno set) if the kernel did not take the whole datagram.
+    bool send(std::string_view datagram);
+
+private:
+    static void on_readable(int, short, void *arg);
+    int fd_ = -1;
+    event *ev_ = nullptr;
+    sockaddr_in to_{};
+    std::function<void(std::string_view)> receive_;
+};
 
 struct McastStats {
     uint64_t chunks_sent = 0;

@@ -57,7 +57,15 @@ inline void slurm_log_sink(LogLevel level, const char *line)
     }
 }
 
-inline void install_slurm_log() noexcept { set_log_sink(slurm_log_sink); }
+// Slurm's current threshold (it changes with scontrol setdebug and
+// reconfigure): the highest level any of its logs writes.
+inline bool slurm_log_wants(LogLevel level)
+{
+    static const int levels[] = {LOG_LEVEL_ERROR, LOG_LEVEL_INFO, LOG_LEVEL_VERBOSE, LOG_LEVEL_DEBUG};
+    return get_log_level() >= levels[static_cast<int>(level)];
+}
+
+inline void install_slurm_log() noexcept { set_log_sink(slurm_log_sink, slurm_log_wants); }
 
 // Logs a plugin's one "loaded" line: at info where `to_log_file` (a daemon
 // writing its log file), else at verbose.  Client commands (srun, sbatch,

@@ -20,50 +20,10 @@ GANG=$STORM_BUILDDIR/tools/storm-gang
 Q=300ms
 vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
     --conf "SchedulerParameters=storm_gang_quantum=$Q,storm_gang_failsafe=1s"
-as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+. "$(dirname "$0")/gang_lib.sh"
 chmod 1777 "$T_WORK"
-burn() { # TAG: a 2-node job of nobody spinning one task per node
-    as_user sbatch --parsable -p gang -N2 -o /dev/null -D "$T_WORK" \
-        --wrap "srun sh -c 'while :; do :; done' $1"
-}
-# pid of TAG's task on NODE
-task_pid() {
-    local p
-    for p in $(pgrep -f "^(/usr)?/bin/sh -c while :; do :; done $1\$"); do
-        tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && { echo "$p"; return 0; }
-    done
-    return 1
-}
-cpu_ns() { local t _; read -r t _ < "/proc/$1/schedstat" 2>/dev/null && echo "$t" || echo 0; }
-# sample SECONDS PID...: one line per interval of ~20 ms, 1/0 per pid: did
-# it get more than 2 ms of CPU in that interval?
-sample() {
-    local secs=$1 p i; shift
-    local -a last=() now=()
-    for p in "$@"; do last+=("$(cpu_ns "$p")"); done
-    local end=$(( $(date +%s%N) + secs * 1000000000 ))
-    while [ "$(date +%s%N)" -lt "$end" ]; do
-        sleep 0.02
-        now=(); for p in "$@"; do now+=("$(cpu_ns "$p")"); done
-        local line=""
-        for i in "${!now[@]}"; do line+="$(( now[i] - last[i] > 2000000 ? 1 : 0 )) "; done
-        echo "$line"
-        last=("${now[@]}")
-    done
-}
-# pct FILE AWK-CONDITION: percentage of the sample lines where it holds
-pct() { awk "{ n++ } $2 { k++ } END { printf \"%d\", n ? 100 * k / n : 0 }" "$1"; }
-state_of() { awk '{ sub(/.*\) /, ""); print substr($0, 1, 1) }' "/proc/$1/stat" 2>/dev/null; }
 
-A=$(burn burnA); B=$(burn burnB)
-for _ in $(seq 100); do
-    [ "$(squeue -h -j "$A,$B" -t R | wc -l)" = 2 ] && task_pid burnA vn1 > /dev/null && task_pid burnA vn2 > /dev/null &&
-        task_pid burnB vn1 > /dev/null && task_pid burnB vn2 > /dev/null && break
-    sleep 0.2
-done
-t_check "two 2-node jobs of nobody run on the same cores of vn[1-2] ($A, $B)" \
-    [ "$(squeue -h -j "$A,$B" -t R -o %N | sort -u)" = "vn[1-2]" ]
-a1=$(task_pid burnA vn1); a2=$(task_pid burnA vn2); b1=$(task_pid burnB vn1); b2=$(task_pid burnB vn2)
+start_pair
 sleep 1
 "$GANG" > "$T_WORK/status" 2>&1
 t_diag < "$T_WORK/status"
@@ -76,19 +36,6 @@ t_check "storm-gang nodes: both agents apply strobes and hold both jobs" \
     [ "$(awk '$1 ~ /^vn[12]$/ && $2 > 0 && $5 == 2' "$T_WORK/nodes" | wc -l)" = 2 ]
 t_check "  and report their delivery delay" grep -q '^delivery over 2 nodes' "$T_WORK/nodes"
 
-# check_switching LABEL: 4 s of samples; the jobs alternate on each node
-check_switching() {
-    sample 4 "$a1" "$a2" "$b1" "$b2" > "$T_WORK/s.$1"
-    local ov1 ov2 tog ra rb
-    ov1=$(pct "$T_WORK/s.$1" '$1 && $3'); ov2=$(pct "$T_WORK/s.$1" '$2 && $4')
-    tog=$(pct "$T_WORK/s.$1" '$1 != $2 || $3 != $4')
-    ra=$(pct "$T_WORK/s.$1" '$1'); rb=$(pct "$T_WORK/s.$1" '$3')
-    echo "$1: $(wc -l < "$T_WORK/s.$1") intervals; A ran in $ra%, B in $rb%; both on vn1 $ov1%, on vn2 $ov2%; a job's two nodes apart $tog%" | t_diag
-    t_check "$1: jobs in different slots never share a node's CPU (overlap vn1 $ov1%, vn2 $ov2%: only intervals around a switch)" \
-        [ "$ov1" -le 25 -a "$ov2" -le 25 ]
-    t_check "$1: a job's processes run together on both nodes (apart in $tog% of intervals)" [ "$tog" -le 25 ]
-    t_check "$1: both jobs make progress (A $ra%, B $rb%)" [ "$ra" -ge 25 -a "$rb" -ge 25 ]
-}
 check_switching "gang-scheduled"
 
 # --- scontrol suspend/resume stay Slurm's ------------------------------------

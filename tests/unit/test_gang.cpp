@@ -221,7 +221,7 @@ struct SwitchBench {
                     out[j] = p;
             return out;
         };
-        return std::make_unique<Switcher>(base, *engine, l, SwitcherConfig{0, journal, rescan},
+        return std::make_unique<Switcher>(base, *engine, l, SwitcherConfig{0, journal, rescan, 0, {}},
                                           Logger("gang"));
     }
     bool run_until(const std::function<bool()> &f, std::chrono::milliseconds t = 3000ms)
@@ -243,9 +243,11 @@ Table table(uint64_t epoch, std::vector<TableJob> jobs, std::vector<uint32_t> ha
     return t;
 }
 
+uint64_t g_seq = 100; // strobes of one table apply once each, in increasing sequence
+
 void strobe(Switcher &s, uint64_t epoch, uint16_t slot)
 {
-    assert_true(s.on_signal(kStrobeEvent, Strobe{epoch, slot, 1, realtime_ns()}.encode()));
+    assert_true(s.on_signal(kStrobeEvent, Strobe{epoch, slot, ++g_seq, realtime_ns()}.encode()));
 }
 
 std::string on_whole(Switcher &s, const std::string &ev, const std::string &data)
@@ -352,6 +354,71 @@ struct RecordingHook : SwitchHook {
         return o.empty() ? "-" : o;
     }
 };
+
+// Strobes by multicast: sealed under the table's key, applied once (a
+// replayed datagram, or the same strobe down the tree, changes nothing);
+// forged or altered ones are rejected and counted; another table's, or
+// any when the table carries no key, are ignored.
+void test_switcher_multicast(void **)
+{
+    SwitchBench b;
+    pid_t p1 = sleeper(), p2 = sleeper();
+    b.procs = {{1, {p1}}, {2, {p2}}};
+    auto sw = b.make();
+    RangeSet me = RangeSet::single(0);
+    Table t = table(8, {{1, 1, me}, {2, 2, me}});
+    t.has_key = true;
+    for (size_t i = 0; i < t.strobe_key.size(); ++i)
+        t.strobe_key[i] = static_cast<unsigned char>(0xa0 + i);
+    assert_true(sw->on_signal(kTableEvent, t.encode()));
+    assert_true(Table::decode(t.encode()).strobe_key == t.strobe_key);
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    Strobe s0{8, 0, 50, realtime_ns()};
+    std::string d0 = seal_strobe(s0, t.strobe_key);
+    sw->on_datagram(d0);
+    assert_true(eventually_state(b, p2, 'T'));
+    assert_int_equal(sw->mcast_applied(), 1);
+    // Replayed, or the same strobe down the tree: nothing more.
+    sw->on_datagram(d0);
+    assert_string_equal(on_whole(*sw, kStrobeEvent, s0.encode()).c_str(), "");
+    assert_int_equal(sw->applied(), 1);
+    // Forged (another key), altered, or junk: rejected, nothing applied.
+    StrobeKey wrong = t.strobe_key;
+    wrong[0] ^= 1;
+    Strobe s1{8, 1, 51, realtime_ns()};
+    sw->on_datagram(seal_strobe(s1, wrong));
+    std::string altered = seal_strobe(s1, t.strobe_key);
+    altered[altered.size() / 2] ^= 1;
+    sw->on_datagram(altered);
+    sw->on_datagram("junk");
+    assert_int_equal(sw->mcast_rejected(), 3);
+    assert_int_equal(sw->applied(), 1);
+    b.run_until([] { return false; }, 50ms);
+    assert_int_equal(state(p1), 'S');
+    // Another epoch's: ignored, not counted as forged.
+    sw->on_datagram(seal_strobe(Strobe{9, 1, 52, realtime_ns()}, t.strobe_key));
+    assert_int_equal(sw->mcast_rejected(), 3);
+    assert_int_equal(sw->applied(), 1);
+    // The next one switches.
+    sw->on_datagram(seal_strobe(s1, t.strobe_key));
+    assert_true(eventually_state(b, p1, 'T'));
+    assert_true(eventually_state(b, p2, 'S'));
+    assert_int_equal(sw->mcast_applied(), 2);
+    // An older strobe down the tree does not switch back.
+    assert_string_equal(on_whole(*sw, kStrobeEvent, Strobe{8, 0, 49, realtime_ns()}.encode()).c_str(), "");
+    b.run_until([] { return false; }, 50ms);
+    assert_int_equal(state(p1), 'T');
+    // A table without a key: datagrams are not applied.
+    Table t2 = table(10, {{1, 1, me}, {2, 2, me}});
+    assert_true(sw->on_signal(kTableEvent, t2.encode()));
+    sw->on_datagram(seal_strobe(Strobe{10, 0, 1, realtime_ns()}, t.strobe_key));
+    assert_int_equal(sw->mcast_applied(), 2);
+    sw.reset(); // continues everything
+    kill(p1, SIGKILL);
+    kill(p2, SIGKILL);
+    waitpid(p1, nullptr, 0);
+    waitpid(p2, nullptr, 0);
+}
 
 void test_switcher_hook(void **)
 {
@@ -462,7 +529,7 @@ void test_manager_end_to_end(void **)
                     out[j] = p;
             return out;
         };
-        sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l, SwitcherConfig{i, "", 20ms},
+        sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l, SwitcherConfig{i, "", 20ms, 0, {}},
                                                 Logger("gang" + std::to_string(i))));
         cl.agents[i]->add_sink("gang:",
                                [&sw, i](const std::string &ev, uint64_t o, uint64_t off, uint64_t t,
@@ -530,7 +597,7 @@ void test_manager_end_to_end(void **)
             return out;
         };
         uint64_t epoch = sw[1]->epoch();
-        sw[1] = std::make_unique<Switcher>(cl.base, *cl.agents[1], l, SwitcherConfig{1, "", 20ms},
+        sw[1] = std::make_unique<Switcher>(cl.base, *cl.agents[1], l, SwitcherConfig{1, "", 20ms, 0, {}},
                                            Logger("gang1b"));
         bool ok =
             cl.initiator->run_until([&] { return sw[1]->epoch() == epoch && sw[1]->applied() > 5; }, 3000ms);
@@ -575,13 +642,10 @@ int main()
 {
     storm::block_sigpipe();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matrix_packing),
-        cmocka_unit_test(test_matrix_overflow),
-        cmocka_unit_test(test_protocol),
-        cmocka_unit_test(test_config),
-        cmocka_unit_test(test_switcher_slots),
-        cmocka_unit_test(test_switcher_hook),
-        cmocka_unit_test(test_switcher_never_leaves_stopped),
+        cmocka_unit_test(test_matrix_packing),     cmocka_unit_test(test_matrix_overflow),
+        cmocka_unit_test(test_protocol),           cmocka_unit_test(test_config),
+        cmocka_unit_test(test_switcher_slots),     cmocka_unit_test(test_switcher_multicast),
+        cmocka_unit_test(test_switcher_hook),      cmocka_unit_test(test_switcher_never_leaves_stopped),
         cmocka_unit_test(test_manager_end_to_end),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);

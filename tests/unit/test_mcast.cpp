@@ -399,6 +399,57 @@ void test_seal(void **)
     }
 }
 
+// Short datagrams under a shared key: the clear header and the body are
+// both authenticated; another key, a changed byte or a cut datagram fail.
+// A GroupSocket member receives what another sends to the group.
+void test_datagrams(void **)
+{
+    unsigned char key[net::kMcastKey], other[net::kMcastKey];
+    for (size_t i = 0; i < sizeof key; ++i) {
+        key[i] = static_cast<unsigned char>(i * 7 + 1);
+        other[i] = static_cast<unsigned char>(i * 7 + 2);
+    }
+    std::string d = net::seal_datagram(key, 42, "HEAD", "the body");
+    uint64_t nonce = 0;
+    std::string body;
+    assert_true(net::open_datagram(key, d, 4, nonce, body));
+    assert_int_equal(nonce, 42);
+    assert_string_equal(body.c_str(), "the body");
+    assert_true(d.find("the body") == std::string::npos); // sealed
+    assert_false(net::open_datagram(other, d, 4, nonce, body));
+    for (size_t at : {size_t{0}, size_t{6}, d.size() - 20, d.size() - 1}) {
+        std::string t = d;
+        t[at] ^= 1;
+        assert_false(net::open_datagram(key, t, 4, nonce, body));
+    }
+    assert_false(net::open_datagram(key, d.substr(0, d.size() - 1), 4, nonce, body));
+    assert_false(net::open_datagram(key, "HEA", 4, nonce, body));
+    // Over the group, on this namespace's loopback.
+    event_base *base = event_base_new();
+    in_addr group, lo;
+    inet_pton(AF_INET, "239.255.77.3", &group);
+    lo.s_addr = htonl(INADDR_LOOPBACK);
+    std::vector<std::string> got;
+    {
+        net::GroupSocket member(base, group, kPort + 7, lo, true,
+                                [&](std::string_view v) { got.emplace_back(v); });
+        net::GroupSocket sender(base, group, kPort + 7, lo, true);
+        assert_true(sender.send(d));
+        assert_true(sender.send("x"));
+        timeval tv{0, 100000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    }
+    event_base_free(base);
+    assert_int_equal(got.size(), 2);
+    assert_true(got[0] == d);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr = lo;
+    to.sin_port = htons(9);
+    assert_int_equal(net::local_address_towards(to).s_addr, lo.s_addr);
+}
+
 // A network namespace of our own, whose loopback carries multicast.
 bool private_network()
 {
@@ -425,6 +476,7 @@ int main()
     }
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_seal),
+        cmocka_unit_test(test_datagrams),
         cmocka_unit_test(test_data_by_multicast),
         cmocka_unit_test(test_lost_segments_repaired_in_order),
         cmocka_unit_test(test_forged_chunk_refused),

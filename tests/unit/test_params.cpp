@@ -158,6 +158,9 @@ void test_agent_config(void **)
     assert_true(contains(
         error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast=239.1.1.1:0"); }),
         "is not a port from 1 to 65535"));
+    assert_true(contains(
+        error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast=239.1.1.1:65535"); }),
+        "gang strobes use PORT+1: PORT at most 65534"));
     assert_true(
         contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("storm_mcast_mtu=100"); }),
                  "storm_mcast_mtu"));

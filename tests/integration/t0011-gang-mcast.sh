@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# t0011: gang strobes by multicast (SwitchParameters storm_mcast): two
+# CPU-bound jobs of nobody on vn1 and vn2 at a 50 ms quantum, where only
+# every second strobe also goes down the tree (one every 100 ms).  The
+# manager multicasts the strobes, every node applies them
+# (gang:mcast_strobes), and the jobs take turns as in t0007.  Datagrams that are not strobes sealed under the
+# table's key (junk, a replayed header with a forged tag) are counted and
+# dropped (gang:mcast_rejected) and change nothing; nothing is left
+# stopped at the end.
+. "$(dirname "$0")/lib.sh"
+t_require_root
+t_require_installed
+command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+GANG=$STORM_BUILDDIR/tools/storm-gang
+GROUP=239.255.77.1 PORT=6831
+vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
+    --conf "SchedulerParameters=storm_gang_quantum=50ms" --conf "SwitchParameters=storm_mcast=$GROUP:$PORT"
+. "$(dirname "$0")/gang_lib.sh"
+chmod 1777 "$T_WORK"
+
+start_pair
+sleep 1
+"$GANG" > "$T_WORK/status" 2>&1
+t_diag < "$T_WORK/status"
+sent=$(sed -n "s/^strobe_multicast: $GROUP:$((PORT + 1)) from [0-9.]*, \([0-9]*\) sent, 0 failed$/\1/p" "$T_WORK/status")
+t_check "the manager multicasts its strobes to $GROUP:$((PORT + 1)) (${sent:-none} sent, none failed)" \
+    [ "${sent:-0}" -ge 10 ]
+# vn1 and vn2 are Storm's nodes 0 and 1
+t_check "vn1 and vn2 applied strobes that came by multicast" t_prim -n 0-1 caw gang:mcast_strobes ge 10
+check_states "strobes by multicast"
+
+# --- datagrams that are not the manager's --------------------------------------
+epoch=$(sed -n 's/^epoch: //p' "$T_WORK/status")
+forged() { # magic "SGMC", version 2, the current epoch; then junk where the nonce, strobe and tag go
+    printf 'SGMC\002'
+    printf '%016x' "$epoch" | sed 's/../\\x&/g' | xargs -0 printf
+    head -c 60 /dev/urandom
+}
+for _ in 1 2 3; do
+    ip netns exec storm-vn3 bash -c "echo junk > /dev/udp/$GROUP/$((PORT + 1))"
+    forged | ip netns exec storm-vn3 bash -c "cat > /dev/udp/$GROUP/$((PORT + 1))"
+done
+sleep 0.5
+t_check "vn1 and vn2 counted the junk and forged datagrams as rejected" t_prim -n 0-1 caw gang:mcast_rejected ge 3
+t_check "  and logged it" bash -c "grep -q 'gang: dropped a strobe datagram' '$STATE/log/slurmd-vn1.log'"
+check_states "after forged datagrams"
+
+scancel "$A" "$B"
+wait_job "$A" 30
+wait_job "$B" 30
+no_tasks() { ! pgrep -f "^(/usr)?/bin/sh -c while :; do :; done burn" > /dev/null; }
+t_check "nothing left: no task of either job remains, stopped or not" no_tasks
+t_check "no slurmd logged a switching error" bash -c "! grep -h 'gang: cannot send' '$STATE'/log/slurmd-vn*.log"
+t_done
