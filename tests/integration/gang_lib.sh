@@ -1,6 +1,12 @@
 # Helpers of the gang-scheduling tests (t0007, t0011): two CPU-bound 2-node
 # jobs of nobody on vn1 and vn2, and samples of their tasks' CPU time.
-# Sourced after lib.sh.
+# Sourced after lib.sh: the tests' requirements, STATE and GANG.
+t_require_root
+t_require_installed
+command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+GANG=$STORM_BUILDDIR/tools/storm-gang
+chmod 1777 "$T_WORK" # the jobs of nobody work there
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 burn() { # TAG: a 2-node job of nobody spinning one task per node
     as_user sbatch --parsable -p gang -N2 -o /dev/null -D "$T_WORK" \
@@ -50,7 +56,8 @@ check_switching() {
     t_check "$1: both jobs make progress (A $ra%, B $rb%)" [ "$ra" -ge 25 -a "$rb" -ge 25 ]
 }
 # start_pair: jobs A and B (burnA, burnB) running, their tasks' pids in
-# a1 a2 b1 b2; one check that they share vn[1-2].
+# a1 a2 b1 b2; one check that they share vn[1-2]; a second later,
+# storm-gang's status in $T_WORK/status (and the test's log).
 start_pair() {
     A=$(burn burnA); B=$(burn burnB)
     for _ in $(seq 100); do
@@ -61,6 +68,9 @@ start_pair() {
     t_check "two 2-node jobs of nobody run on the same cores of vn[1-2] ($A, $B)" \
         [ "$(squeue -h -j "$A,$B" -t R -o %N | sort -u)" = "vn[1-2]" ]
     a1=$(task_pid burnA vn1); a2=$(task_pid burnA vn2); b1=$(task_pid burnB vn1); b2=$(task_pid burnB vn2)
+    sleep 1
+    "$GANG" > "$T_WORK/status" 2>&1
+    t_diag < "$T_WORK/status"
 }
 # check_states LABEL: for quanta too short for check_switching's CPU time
 # intervals, 300 samples of the tasks' states: on each node one job is

@@ -219,6 +219,22 @@ std::string stats(Bench &b)
     return std::string(buf, n);
 }
 
+// Two swapped contexts (1 of job `job`, 2 of job `job` + 1), one task of
+// each attached; job's comes in and is released.
+void open_pair(Bench &b, uint32_t job, Task &a, Task &bt)
+{
+    Context ca = context(1, job, PoolMode::swapped, 1, 2, 1),
+            cb = context(2, job + 1, PoolMode::swapped, 1, 2, 1);
+    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
+    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
+    assert_true(a.attach(b, 1, job, 0));
+    assert_true(bt.attach(b, 2, job + 1, 0));
+    b.pool->swap({}, {job}, 2);
+    b.pool->release({job}, 2);
+    assert_string_equal(a.next(b).c_str(), "G1");
+    a.say(b, control::Type::ready, 1);
+}
+
 void test_open_close_rules(void **)
 {
     Bench b({0});
@@ -455,17 +471,8 @@ void test_failures(void **)
 void test_halt_out_of_pool(void **)
 {
     Bench b;
-    Context ca = context(1, 900, PoolMode::swapped, 1, 2, 1),
-            cb = context(2, 901, PoolMode::swapped, 1, 2, 1);
-    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
-    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
     Task a, bt;
-    assert_true(a.attach(b, 1, 900, 0));
-    assert_true(bt.attach(b, 2, 901, 0));
-    b.pool->swap({}, {900}, 2);
-    b.pool->release({900}, 2);
-    assert_string_equal(a.next(b).c_str(), "G1");
-    a.say(b, control::Type::ready, 1);
+    open_pair(b, 900, a, bt);
     assert_int_equal(b.pool->resident_context(), 1);
     // Job 901 leaves (it ran elsewhere); its context never came in here.
     assert_true(b.pool->halt({901}, 3));
@@ -528,17 +535,8 @@ bool logged(const std::string &part)
 void test_swap_waits_for_stop(void **)
 {
     Bench b;
-    Context ca = context(1, 700, PoolMode::swapped, 1, 2, 1),
-            cb = context(2, 701, PoolMode::swapped, 1, 2, 1);
-    assert_string_equal(b.request(control::open(ca)).c_str(), "ok");
-    assert_string_equal(b.request(control::open(cb)).c_str(), "ok");
     Task a, bt;
-    assert_true(a.attach(b, 1, 700, 0));
-    assert_true(bt.attach(b, 2, 701, 0));
-    b.pool->swap({}, {700}, 2);
-    b.pool->release({700}, 2);
-    assert_string_equal(a.next(b).c_str(), "G1");
-    a.say(b, control::Type::ready, 1);
+    open_pair(b, 700, a, bt);
     fill(a.q(), 4, 20);
 
     // Job 700 leaves; its task is not stopped yet.
