@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fcntl.h>
 #include <future>
+#include <numeric>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -317,9 +318,16 @@ void MachineManager::strobe()
     // heartbeat (fault detection, a table for nodes that missed it, and a
     // strobe for any that lost the datagrams), and its messages up and down
     // the tree cost the nodes more than the datagram itself.
-    int64_t answer_us = strobe_sock_ && table_.has_key ? 100000 : 20000;
+    bool mc = strobe_sock_ && table_.has_key;
+    int64_t answer_us = mc ? 100000 : 20000;
     auto every = static_cast<uint64_t>(
         std::max<int64_t>(1, answer_us / std::max<int64_t>(1, timing_.quantum.count())));
+    // A node whose network drops the multicast sees only the tree's
+    // strobes: they must visit every slot in turn (every is then prime to
+    // the slot count), or that node would run one slot's jobs only.
+    unsigned slots = std::max(1u, std::min(matrix_.slots(), kMaxSlots));
+    while (mc && std::gcd(every, static_cast<uint64_t>(slots)) != 1)
+        ++every;
     bool answered = seq_ % every == 0;
     if (in_flight_ && (answered || every == 1)) {
         if (every == 1) {

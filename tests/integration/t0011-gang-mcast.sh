@@ -5,8 +5,9 @@
 # manager multicasts the strobes, every node applies them
 # (gang:mcast_strobes), and the jobs take turns as in t0007.  Datagrams that are not strobes sealed under the
 # table's key (junk, a replayed header with a forged tag) are counted and
-# dropped (gang:mcast_rejected) and change nothing; nothing is left
-# stopped at the end.
+# dropped (gang:mcast_rejected) and change nothing.  A node whose network
+# drops the group still switches on the tree's strobes, both jobs in turn;
+# nothing is left stopped at the end.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gang_lib.sh"
 GROUP=239.255.77.1 PORT=6831
@@ -36,6 +37,33 @@ sleep 0.5
 t_check "vn1 and vn2 counted the junk and forged datagrams as rejected" t_prim -n 0-1 caw gang:mcast_rejected ge 3
 t_check "  and logged it" bash -c "grep -q 'gang: dropped a strobe datagram' '$STATE/log/slurmd-vn1.log'"
 check_states "after forged datagrams"
+
+# --- vn2's network drops the group: its strobes come down the tree alone ----
+# (the group's datagrams to vn2 go to a class of 8 bit/s with room for one
+# packet, as in t0010); the tree's strobes, one every 100 ms, visit both
+# slots in turn, so both jobs still run there.
+{
+    echo "qdisc add dev svh2 root handle 1: htb default 1 r2q 1000"
+    echo "class add dev svh2 parent 1: classid 1:1 htb rate 10gbit"
+    echo "class add dev svh2 parent 1: classid 1:2 htb rate 8bit ceil 8bit"
+    echo "qdisc add dev svh2 parent 1:2 pfifo limit 1"
+    echo "filter add dev svh2 parent 1: protocol ip u32 match ip dst $GROUP/32 flowid 1:2"
+} > "$T_WORK/drop.tc"
+tc -batch "$T_WORK/drop.tc" 2>&1 | grep -v 'quantum of class' | t_diag
+"$GANG" nodes -n vn2 > "$T_WORK/vn2.before" 2>&1
+sleep 2
+"$GANG" nodes -n vn2 > "$T_WORK/vn2.after" 2>&1
+t_diag < "$T_WORK/vn2.after"
+applied() { awk '$1 == "vn2" { print $2 }' "$1"; }
+t_check "with the multicast dropped, vn2 still applies strobes from the tree ($(applied "$T_WORK/vn2.before") then $(applied "$T_WORK/vn2.after"))" \
+    [ "$(applied "$T_WORK/vn2.after")" -ge $(( $(applied "$T_WORK/vn2.before") + 10 )) ]
+: > "$T_WORK/st.drop"
+for i in $(seq 300); do
+    awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' "/proc/$a2/stat" "/proc/$b2/stat" >> "$T_WORK/st.drop"
+done
+ra=$(pct "$T_WORK/st.drop" '!$1'); rb=$(pct "$T_WORK/st.drop" '!$2')
+t_check "  and runs both jobs in turn there (A $ra%, B $rb% of 300 samples)" [ "$ra" -ge 15 -a "$rb" -ge 15 ]
+tc qdisc del dev svh2 root
 
 scancel "$A" "$B"
 wait_job "$A" 30
