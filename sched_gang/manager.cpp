@@ -65,9 +65,7 @@ void MachineManager::start()
     engine_ = std::make_unique<prim::Engine>(base_, pc, *auth_, log_);
     if (cfg_.mcast.enabled() && !cfg_.nodes.empty()) {
         try {
-            if (cfg_.mcast.port == 65535)
-                throw std::invalid_argument("the strobe port would be 65536");
-            uint16_t port = static_cast<uint16_t>(cfg_.mcast.port + 1);
+            uint16_t port = strobe_port(cfg_.mcast);
             in_addr iface = cfg_.mcast.iface.s_addr != INADDR_ANY ? cfg_.mcast.iface
                                                                   : net::local_address_towards(cfg_.nodes[0]);
             // Loop: an agent on this host is a member too.
@@ -339,8 +337,7 @@ void MachineManager::strobe()
     net::RangeSet to = active(gang_nodes_);
     if (to.empty())
         return;
-    unsigned n = std::max(1u, std::min(matrix_.slots(), kMaxSlots));
-    slot_ = (slot_ + 1) % n;
+    slot_ = (slot_ + 1) % slots;
     Strobe s{table_.epoch, static_cast<uint16_t>(slot_), ++seq_, realtime_ns()};
     bool sent = multicast(s);
     if (!answered) {

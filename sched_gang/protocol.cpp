@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <stdexcept>
 
 #include "lib/net/mcast.hpp"
 #include "lib/net/wire.hpp"
@@ -116,6 +117,13 @@ Strobe Strobe::decode(std::string_view data)
     s.sent_ns = static_cast<int64_t>(r.u64());
     r.finish();
     return s;
+}
+
+uint16_t strobe_port(const net::McastConfig &mcast)
+{
+    if (mcast.port == 65535)
+        throw std::invalid_argument("the strobe port would be 65536");
+    return static_cast<uint16_t>(mcast.port + 1);
 }
 
 std::string seal_strobe(const Strobe &s, const StrobeKey &key)

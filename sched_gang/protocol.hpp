@@ -11,7 +11,7 @@
 // also sends every strobe as one UDP datagram to GROUP:PORT+1, sealed
 // (seal_strobe: AES-128-GCM, the strobe's sequence number as nonce) under
 // a key drawn afresh for each table and carried in it over the
-// authenticated tree; only strobes at least every 20 ms then also go down
+// authenticated tree; only strobes about every 100 ms then also go down
 // the tree (answered).  A node applies a strobe once, by whichever path
 // brings it first (sequence numbers only increase within a table), so a
 // replayed datagram is ignored as an old one.
@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lib/net/mcast.hpp"
 #include "lib/net/rangeset.hpp"
 
 namespace storm::gang {
@@ -73,6 +74,10 @@ struct Strobe {
     std::string encode() const;
     static Strobe decode(std::string_view data);
 };
+
+// Where strobes go by multicast: storm_mcast's PORT+1.  Throws
+// std::invalid_argument for PORT 65535 (the settings refuse it already).
+uint16_t strobe_port(const net::McastConfig &mcast);
 
 // The multicast form of a strobe (see above).  seal_strobe throws
 // std::runtime_error if the cipher fails; strobe_datagram_epoch (the

@@ -46,13 +46,13 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
         throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
     if (cfg_.mcast.enabled()) {
         try {
-            if (cfg_.mcast.port == 65535)
-                throw std::invalid_argument("the strobe port would be 65536");
             strobe_sock_ = std::make_unique<net::GroupSocket>(
-                base_, cfg_.mcast.group, static_cast<uint16_t>(cfg_.mcast.port + 1), cfg_.mcast.iface, false,
+                base_, cfg_.mcast.group, strobe_port(cfg_.mcast), cfg_.mcast.iface, false,
                 [this](std::string_view d) { on_datagram(d); });
         } catch (const std::exception &e) {
-            log_.error("gang: strobes come down the tree alone (every 20 ms at short quanta): %s", e.what());
+            log_.error("gang: this node gets only the strobes that come down the tree (about every 100 ms "
+                       "while the manager multicasts them): %s",
+                       e.what());
         }
     }
     thread_ = std::thread([this] { scanner(); });
@@ -60,12 +60,6 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
 
 void Switcher::on_datagram(std::string_view d)
 {
-    auto reject = [&](const std::string &why) {
-        engine_.set_variable("gang:mcast_rejected", static_cast<int64_t>(++mc_rejected_));
-        if (!mc_reject_logged_)
-            log_.error("gang: dropped a strobe datagram: %s (logged once per table)", why.c_str());
-        mc_reject_logged_ = true;
-    };
     try {
         uint64_t epoch = strobe_datagram_epoch(d);
         if (epoch != epoch_ || !key_)
@@ -76,7 +70,10 @@ void Switcher::on_datagram(std::string_view d)
         engine_.set_variable("gang:mcast_strobes", static_cast<int64_t>(++mc_applied_));
         on_strobe(s);
     } catch (const std::exception &e) {
-        reject(e.what());
+        engine_.set_variable("gang:mcast_rejected", static_cast<int64_t>(++mc_rejected_));
+        if (!mc_reject_logged_)
+            log_.error("gang: dropped a strobe datagram: %s (logged once per table)", e.what());
+        mc_reject_logged_ = true;
     }
 }
 

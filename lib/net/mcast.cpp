@@ -137,6 +137,47 @@ std::system_error sys_error(const std::string &what)
     return std::system_error(errno, std::generic_category(), what);
 }
 
+void counter_iv(uint64_t nonce, unsigned char iv[12])
+{
+    std::memset(iv, 0, 12);
+    for (int i = 0; i < 8; ++i)
+        iv[4 + i] = static_cast<unsigned char>(nonce >> (56 - 8 * i));
+}
+
+// A UDP socket sending to the group from `iface` (TTL 1), and with
+// `receive`, bound to the group's port and a member on `iface`.
+int open_group_socket(const in_addr &group, uint16_t port, const in_addr &iface, bool loop, bool receive)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        throw sys_error("multicast socket");
+    try {
+        if (receive) {
+            int one = 1;
+            if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+                throw sys_error("multicast socket: SO_REUSEADDR");
+            sockaddr_in a{};
+            a.sin_family = AF_INET;
+            a.sin_port = htons(port);
+            a.sin_addr = group; // only the group's datagrams
+            if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
+                throw sys_error("multicast socket: bind to port " + std::to_string(port));
+            ip_mreq m{};
+            m.imr_multiaddr = group;
+            m.imr_interface = iface;
+            if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
+                throw sys_error("multicast socket: joining the group");
+        }
+        if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &iface, sizeof iface) < 0)
+            throw sys_error("multicast socket: IP_MULTICAST_IF");
+        unsigned char l = loop ? 1 : 0;
+        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &l, sizeof l);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    return fd;
+}
 } // namespace
 
 void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port)
@@ -173,15 +214,6 @@ bool open_chunk(const ChunkSeal &seal, char *data, size_t len)
     std::memcpy(tag, seal.tag, sizeof tag);
     return gcm(false, seal.key, zero_iv, {}, tag, data, data, len);
 }
-
-namespace {
-void counter_iv(uint64_t nonce, unsigned char iv[12])
-{
-    std::memset(iv, 0, 12);
-    for (int i = 0; i < 8; ++i)
-        iv[4 + i] = static_cast<unsigned char>(nonce >> (56 - 8 * i));
-}
-} // namespace
 
 std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, std::string_view header,
                           std::string_view body)
@@ -233,43 +265,6 @@ in_addr local_address_towards(const sockaddr_in &to)
     }
     return me.sin_addr;
 }
-
-namespace {
-// A UDP socket sending to the group from `iface` (TTL 1), and with
-// `receive`, bound to the group's port and a member on `iface`.
-int open_group_socket(const in_addr &group, uint16_t port, const in_addr &iface, bool loop, bool receive)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw sys_error("multicast socket");
-    try {
-        if (receive) {
-            int one = 1;
-            if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
-                throw sys_error("multicast socket: SO_REUSEADDR");
-            sockaddr_in a{};
-            a.sin_family = AF_INET;
-            a.sin_port = htons(port);
-            a.sin_addr = group; // only the group's datagrams
-            if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
-                throw sys_error("multicast socket: bind to port " + std::to_string(port));
-            ip_mreq m{};
-            m.imr_multiaddr = group;
-            m.imr_interface = iface;
-            if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
-                throw sys_error("multicast socket: joining the group");
-        }
-        if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &iface, sizeof iface) < 0)
-            throw sys_error("multicast socket: IP_MULTICAST_IF");
-        unsigned char l = loop ? 1 : 0;
-        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &l, sizeof l);
-    } catch (...) {
-        ::close(fd);
-        throw;
-    }
-    return fd;
-}
-} // namespace
 
 GroupSocket::GroupSocket(event_base *base, const in_addr &group, uint16_t port, const in_addr &iface,
                          bool loop, std::function<void(std::string_view)> receive)
