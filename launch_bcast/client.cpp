@@ -324,8 +324,8 @@ private:
 };
 
 struct Run {
-    const ClientOptions &o;
-    const Source &src;
+    const ClientOptions o;
+    const Source src;
     event_base *base = nullptr;
     std::shared_ptr<net::Connection> conn;
     event *silence = nullptr;
@@ -338,9 +338,11 @@ struct Run {
     std::deque<uint64_t> inflight; // bytes of each unanswered chunk, in order
     uint64_t done_bytes = 0, total = 0;
     bool close_sent = false, opened = false;
+    bool pause_at_open = true; // open(): the loop returns once the nodes opened
+    uint64_t sid = 0;
     unsigned window = 0;
 
-    Run(const ClientOptions &opts, const Source &s) : o(opts), src(s) {}
+    Run(ClientOptions opts, Source s) : o(std::move(opts)), src(std::move(s)) {}
     ~Run()
     {
         if (ready)
@@ -373,7 +375,7 @@ struct Run {
 
     void pump()
     {
-        while (!finished && opened && inflight.size() < window) {
+        while (!finished && opened && !pause_at_open && inflight.size() < window) {
             auto c = reader->take();
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {
@@ -394,8 +396,12 @@ struct Run {
         arm();
         switch (r.kind) {
         case Reply::opened:
+            if (opened)
+                throw net::FrameError("a second open answer");
             opened = true;
-            pump();
+            sid = r.value;
+            if (pause_at_open)
+                event_base_loopbreak(base);
             break;
         case Reply::done:
             if (inflight.empty())
@@ -414,11 +420,28 @@ struct Run {
             break;
         }
     }
+
+    // Runs the loop until the broadcast finished, or (pause_at_open) until
+    // the nodes opened it; throws BcastError with the reason it failed.
+    void dispatch()
+    {
+        NoSigpipe guard;
+        if (!finished)
+            event_base_dispatch(base);
+        if (!finished && !(pause_at_open && opened))
+            throw BcastError("the broadcast stopped unexpectedly");
+        if (finished && !error.empty())
+            throw BcastError(error);
+    }
 };
 
 } // namespace
 
-void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src)
+struct Broadcast::State : Run {
+    using Run::Run;
+};
+
+Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
 {
     if (src.entries.empty() || src.entries.size() != src.paths.size())
         throw BcastError("nothing to broadcast");
@@ -435,9 +458,10 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
     req.entries = src.entries;
     std::string open = req.encode();
 
-    Run run(o, src);
-    run.total = src.total_bytes();
-    run.window = o.window ? o.window : std::max<unsigned>(2, (16u << 20) / chunk);
+    run_ = std::make_unique<State>(std::move(o), std::move(src));
+    Run &run = *run_;
+    run.total = run.src.total_bytes();
+    run.window = run.o.window ? run.o.window : std::max<unsigned>(2, (16u << 20) / chunk);
     run.base = event_base_new();
     if (!run.base)
         throw BcastError("cannot create an event loop");
@@ -450,9 +474,9 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
         },
         &run);
     try {
-        run.conn = net::Connection::connect(run.base, o.agent, o.agent_index, auth);
+        run.conn = net::Connection::connect(run.base, run.o.agent, run.o.agent_index, auth);
     } catch (const std::exception &e) {
-        throw BcastError("cannot connect to the Storm agent on " + o.agent_name + ": " + e.what());
+        throw BcastError("cannot connect to the Storm agent on " + run.o.agent_name + ": " + e.what());
     }
     run.conn->on_frame([&run](net::Connection &, const net::FrameHeader &h, std::string_view p) {
         if (h.type != net::MsgType::bcast_reply)
@@ -467,7 +491,7 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
         run.stop("lost the connection to the Storm agent on " + run.o.agent_name + ": " + why);
     });
     // Reading starts at once, while the nodes open their files.
-    run.reader = std::make_unique<ChunkReader>(src, chunk, o.compress, 4);
+    run.reader = std::make_unique<ChunkReader>(run.src, chunk, run.o.compress, 4);
     run.ready = event_new(
         run.base, run.reader->fd(), EV_READ | EV_PERSIST,
         [](evutil_socket_t, short, void *arg) {
@@ -482,11 +506,29 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
     event_add(run.ready, nullptr);
     run.conn->send(net::MsgType::bcast_open, 0, open);
     run.arm();
-    event_base_dispatch(run.base);
-    if (!run.finished)
-        throw BcastError("the broadcast stopped unexpectedly");
-    if (!run.error.empty())
-        throw BcastError(run.error);
+}
+
+Broadcast::~Broadcast() = default;
+
+uint64_t Broadcast::open()
+{
+    if (!run_->opened)
+        run_->dispatch();
+    return run_->sid;
+}
+
+void Broadcast::finish()
+{
+    open();
+    run_->pause_at_open = false;
+    run_->pump();
+    run_->dispatch();
+}
+
+void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src)
+{
+    Broadcast b(auth, o, src);
+    b.finish();
 }
 
 } // namespace storm::bcast

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <netinet/in.h>
 #include <stdexcept>
 #include <string>
@@ -65,6 +66,40 @@ struct ClientOptions {
 };
 
 void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);
+
+// The same broadcast in two steps, for a caller that does other work while
+// the bytes travel (srun launches the step's tasks meanwhile, and each
+// node's slurmstepd holds them until the broadcast ended there: gate.hpp).
+//
+// Contract:
+//  - The constructor checks the options, connects to the head agent and
+//    sends the open request; reading the source starts at once.
+//  - open() returns the session id the agents know the broadcast by, once
+//    every node opened the destination (the credential, the destination,
+//    room on the disk: the checks of the open request passed everywhere);
+//    it throws BcastError otherwise.  It may be called again: it then
+//    returns at once.
+//  - finish() streams the files and commits; it returns once they are in
+//    place on every node and throws BcastError otherwise (it opens first
+//    if open() was not called).
+//  - One thread at a time: open() and finish() may run on different
+//    threads, one after the other.  The authenticator must outlive open().
+//  - Destroying it before finish() returned closes the connection: the
+//    head aborts the broadcast on every node.
+class Broadcast {
+public:
+    Broadcast(net::Authenticator &auth, ClientOptions o, Source src);
+    ~Broadcast();
+    Broadcast(const Broadcast &) = delete;
+    Broadcast &operator=(const Broadcast &) = delete;
+
+    uint64_t open();
+    void finish();
+
+private:
+    struct State;
+    std::unique_ptr<State> run_;
+};
 
 // The chunk size a broadcast uses: o.chunk_size if set, else 32 KiB for a
 // pipeline through the nodes (short to fill), net::kMcastChunkSize where

@@ -94,6 +94,16 @@ struct Receiver::Session {
 Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log)
     : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log))
 {
+    if (!cfg_.gate_socket.empty()) {
+        try {
+            gate_ = std::make_unique<LaunchGate>(base, cfg_.gate_socket, cfg_.gate_trusted, log_);
+            gate_->start();
+        } catch (const std::exception &e) {
+            gate_.reset();
+            log_.error("bcast: the launch gate is off on this node (srun --bcast steps cannot start): %s",
+                       e.what());
+        }
+    }
     timer_ = event_new(
         base, -1, EV_PERSIST,
         [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); }, this);
@@ -232,6 +242,8 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
     log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
               hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,
               static_cast<unsigned>(s->grant.uid));
+    if (gate_)
+        gate_->opened(sid, s->grant.job_id);
     sessions_.emplace(sid, std::move(s));
     return "";
 }
@@ -349,6 +361,8 @@ std::string Receiver::commit(uint64_t sid)
     engine_.erase_variables(var_prefix(sid));
     log_.info("broadcast %s: %s in place", hex(sid).c_str(), s.dest.c_str());
     sessions_.erase(it);
+    if (gate_)
+        gate_->ended(sid, "");
     return "";
 }
 
@@ -378,6 +392,8 @@ void Receiver::abort(uint64_t sid, const char *why)
     journal_remove(sid);
     engine_.erase_variables(var_prefix(sid));
     sessions_.erase(it);
+    if (gate_)
+        gate_->ended(sid, why);
 }
 
 void Receiver::sweep()
@@ -389,6 +405,8 @@ void Receiver::sweep()
             stale.push_back(kv.first);
     for (uint64_t sid : stale)
         abort(sid, "no word from the head of the broadcast (it or its client died)");
+    if (gate_)
+        gate_->sweep();
 }
 
 // ---- journal: one file per open session, "uid gid ngroups groups...\ntemp\n"

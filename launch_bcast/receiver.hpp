@@ -12,6 +12,11 @@
 // for sessions a killed slurmd left behind, listed in the journal) remove
 // the temporaries: no node keeps a partial file.
 //
+// Every session's open and end is reported to the launch gate (gate.hpp),
+// which holds slurmstepd's launch of a step until its srun --bcast
+// broadcasts ended here.  The gate is off (and logged) when its socket
+// cannot be bound: the steps that wait for it then fail to start.
+//
 // A destination ending in '/' receives srun --bcast's per-node name,
 // "slurm_bcast_<job>.<step>_<node>", which slurmstepd computes too.
 //
@@ -24,8 +29,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
+#include <vector>
 
 #include "launch_bcast/authorizer.hpp"
+#include "launch_bcast/gate.hpp"
 #include "launch_bcast/protocol.hpp"
 #include "lib/common/log.hpp"
 #include "lib/prim/engine.hpp"
@@ -39,6 +47,9 @@ struct ReceiverConfig {
     uint32_t self = 0;
     std::string node_name;
     std::string journal_dir; // where open sessions are recorded; "" for none
+    // The launch gate's socket (gate.hpp), and who may ask it; "" for none.
+    std::string gate_socket;
+    std::vector<uid_t> gate_trusted;
 };
 
 class Receiver {
@@ -72,6 +83,7 @@ private:
     ReceiverConfig cfg_;
     Logger log_;
     std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+    std::unique_ptr<LaunchGate> gate_; // told of every session's open and end
     event *timer_ = nullptr;
 };
 

@@ -2,9 +2,19 @@
 //
 // Slurm-facing shim, loaded by srun only (LaunchType=launch/bcast).  It
 // wraps launch/slurm, loaded through Slurm's plugin loader, and forwards
-// every launch_p_* call to it.  The broadcast of `srun --bcast` files
-// through the node agents (launch_bcast/) will run in step_launch, before
-// the tasks start.
+// every launch_p_* call to it.  `srun --bcast` sends the program through
+// the node agents (launch_bcast/) while Slurm launches the step:
+//  - create_job_step, once the step exists, opens the broadcast of the
+//    program (and of its libraries with --send-libs) on every node and
+//    waits for that: a bad source or destination, a full disk, a refused
+//    credential end the step there with the reason, and nothing is
+//    launched.  Then a thread streams the bytes and commits;
+//  - step_launch passes the broadcasts' session ids to the step
+//    (SLURM_STORM_BCAST, launch_bcast/gate.hpp) and launches it through
+//    launch/slurm at once: each node's slurmstepd (switch/rdma) holds the
+//    tasks until the program is in place on every node, or fails the step
+//    with the broadcast's error, which srun then prints once it collected
+//    the thread.
 //
 // srun prints info() lines on the user's terminal, so the "loaded" line is
 // logged at verbose level: `srun -v` shows it.
@@ -22,7 +32,11 @@ extern "C" {
 }
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
 
+#include "launch_bcast/gate.hpp"
 #include "plugins/common/bcast_job.hpp"
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
@@ -49,10 +63,58 @@ struct LaunchOps {
     void (*fwd_signal)(int signal);
 };
 
+// The broadcasts of one step's srun --bcast, opened on every node and
+// streamed by `thread` while the step launches.
+struct StepBroadcast {
+    std::unique_ptr<storm::net::Authenticator> auth;
+    std::vector<std::unique_ptr<storm::bcast::Broadcast>> runs; // the program, then its libraries
+    std::vector<uint64_t> sids;
+    std::string program, dest;
+    uint32_t nodes = 0;
+    std::chrono::steady_clock::time_point start;
+    std::thread thread;
+    std::string error; // the thread's, read after join
+    double seconds = 0;
+
+    void stream()
+    {
+        try {
+            for (auto &r : runs)
+                r->finish();
+        } catch (const std::exception &e) {
+            error = e.what();
+        }
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        runs.clear(); // connections closed here, on the thread that used them last
+    }
+};
+
 struct LaunchContext {
     storm::Logger log{"launch/bcast"};
     storm::shim::WrappedPlugin<LaunchOps> slurm_launch{"launch", "launch/slurm", launch_syms,
                                                        sizeof(launch_syms)};
+    // By step: het job components launch from threads of their own.
+    std::mutex mu;
+    std::map<const srun_job_t *, std::unique_ptr<StepBroadcast>> broadcasts;
+
+    std::unique_ptr<StepBroadcast> take(const srun_job_t *job)
+    {
+        std::lock_guard<std::mutex> l(mu);
+        auto it = broadcasts.find(job);
+        if (it == broadcasts.end())
+            return nullptr;
+        auto b = std::move(it->second);
+        broadcasts.erase(it);
+        return b;
+    }
+    ~LaunchContext()
+    {
+        // srun ended before launching a step whose broadcast runs: wait for
+        // it (a thread must not outlive the plugin).
+        for (auto &[job, b] : broadcasts)
+            if (b->thread.joinable())
+                b->thread.join();
+    }
 };
 
 LaunchContext *g_ctx = nullptr;
@@ -131,9 +193,13 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             uint32_t het_offset = NO_VAL;
             if (sropt->het_grp_bits)
                 het_offset = static_cast<uint32_t>(bit_ffs(sropt->het_grp_bits));
-            auto t0 = std::chrono::steady_clock::now();
+            auto b = std::make_unique<StepBroadcast>();
+            b->start = std::chrono::steady_clock::now();
+            b->program = program;
+            b->dest = dest;
             auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
-            auto auth = storm::shim::daemon_authenticator();
+            b->nodes = target.nodes;
+            b->auth = storm::shim::daemon_authenticator();
             storm::bcast::ClientOptions o;
             storm::shim::aim(o, target);
             o.dest = dest;
@@ -143,7 +209,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             if (src.entries.front().dir)
                 throw storm::bcast::BcastError(program + " is a directory");
             try {
-                storm::bcast::broadcast(*auth, o, src);
+                b->runs.push_back(std::make_unique<storm::bcast::Broadcast>(*b->auth, o, std::move(src)));
                 if (sropt->send_libs) {
                     if (dest.back() == '/') {
                         g_ctx->log.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
@@ -155,19 +221,32 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                                                                 : "none");
                         if (!libs.empty()) {
                             o.dest = dest + "_libs";
-                            storm::bcast::broadcast(*auth, o, storm::bcast::scan_files(libs));
+                            b->runs.push_back(std::make_unique<storm::bcast::Broadcast>(
+                                *b->auth, o, storm::bcast::scan_files(libs)));
                         }
                     }
                 }
+                // Every node opened the destination, or this throws.
+                for (auto &r : b->runs)
+                    b->sids.push_back(r->open());
             } catch (const storm::bcast::BcastError &e) {
                 throw storm::bcast::BcastError("cannot broadcast " + program + ": " + e.what() +
                                                "\nStep launch aborted.");
             }
-            g_ctx->log.verbose("%s -> %s on %u nodes through Storm in %.3f s", program.c_str(), dest.c_str(),
-                               target.nodes,
-                               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            g_ctx->log.verbose(
+                "%s -> %s on %u nodes through Storm: opened in %.3f s, the launch goes on "
+                "while it streams",
+                program.c_str(), dest.c_str(), target.nodes,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
+            StepBroadcast *raw = b.get();
+            b->thread = std::thread([raw] { raw->stream(); });
+            {
+                std::lock_guard<std::mutex> l(g_ctx->mu);
+                g_ctx->broadcasts[job] = std::move(b);
+            }
             // As srun does after its own broadcast: run the copy.  srun's
-            // broadcast is off: the file is there.
+            // broadcast is off: the file will be there before any task
+            // starts (the launch gate).
             xfree(sropt->argv[0]);
             sropt->argv[0] = xstrdup(dest.c_str());
             sropt->bcast_flag = false;
@@ -191,7 +270,32 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
     // hidden: say at launch, when -v is in force, who launches the step.
     g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
                        STORM_SLURM_VERSION, job->ntasks);
-    return g_ctx->slurm_launch.ops().step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
+    auto b = g_ctx->take(job);
+    // Only the broadcasts of this srun hold the step: not a value the
+    // user's environment brought along.
+    if (b)
+        env_array_overwrite(&job->env, storm::bcast::gate::env_name,
+                            storm::bcast::gate::format(b->sids).c_str());
+    else
+        unsetenvp(job->env, storm::bcast::gate::env_name);
+    int rc = g_ctx->slurm_launch.ops().step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
+    if (!b)
+        return rc;
+    // The nodes started the tasks once the broadcasts ended: the thread is
+    // done, or about to be.
+    b->thread.join();
+    if (b->error.empty()) {
+        g_ctx->log.verbose("%s -> %s on %u nodes through Storm in %.3f s", b->program.c_str(),
+                           b->dest.c_str(), b->nodes, b->seconds);
+    } else {
+        // The nodes' slurmstepd failed the tasks (launch/slurm printed a
+        // line per task, and still returns success): say why, and exit 1.
+        g_ctx->log.error("cannot broadcast %s: %s\nStep launch aborted.", b->program.c_str(),
+                         b->error.c_str());
+        if (global_rc && *global_rc == 0)
+            *global_rc = 1;
+    }
+    return rc;
 }
 int launch_p_step_wait(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local)
 {

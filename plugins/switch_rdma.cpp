@@ -26,7 +26,11 @@
 //    STORM_POOL_SOCKET, and STORM_COSCHED_SOCKET in a coscheduled step (in
 //    the others, on a node that coschedules, STORM_COSCHED_REFUSED with
 //    why); postfini (root, after every process of the step is gone) closes
-//    it (a failure is only logged).
+//    it (a failure is only logged).  Before that, job_init holds a step
+//    that srun --bcast launched through launch/bcast (SLURM_STORM_BCAST in
+//    its environment) until the node agent says the broadcasts ended on
+//    this node (launch_bcast/gate.hpp), or fails it with their error;
+//    job_attach keeps the variable out of the tasks' environment.
 //  - slurmd, which loads EVERY switch_*.so in PluginDir after daemonizing
 //    and calls its init().  Slurm has no node-init hook, so init() is where
 //    the node agent (lib/agent) starts: only when the process is slurmd and
@@ -64,6 +68,7 @@
 #include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 #include "cosched/protocol.h"
+#include "launch_bcast/gate.hpp"
 #include "switch_rdma/context_table.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/step_context.hpp"
@@ -210,6 +215,7 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
         std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
     std::string spool = slurmd_spool_dir();
     net.journal_dir = spool + "/storm-bcast";
+    net.bcast_gate_socket = spool + "/" + storm::bcast::gate::socket_name;
     net.gang_journal_dir = spool + "/storm-gang";
     net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
         return list_step_processes(spool, me, jobs);
@@ -534,9 +540,44 @@ int switch_p_get_jobinfo(switch_jobinfo_t *switch_job, int key, void *resulting_
 
 int switch_p_job_preinit(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
 
-// Root, before the tasks start: opens the step's context on the node agent.
+namespace {
+
+// srun --bcast through launch/bcast: the tasks wait until the program is in
+// place on this node (every node confirmed every byte).  The step fails
+// with the broadcast's error instead.
+int hold_for_broadcasts(stepd_step_rec_t *job)
+{
+    const char *text = getenvp(job->env, storm::bcast::gate::env_name);
+    if (!text)
+        return SLURM_SUCCESS;
+    std::string name = step_name(job->step_id.job_id, job->step_id.step_id);
+    try {
+        auto sids = storm::bcast::gate::parse(text);
+        storm::bcast::gate::wait(slurmd_spool_dir() + "/" + storm::bcast::gate::socket_name,
+                                 job->step_id.job_id, job->step_id.step_id, sids);
+        g_ctx->log.verbose("step %s: broadcast %s in place, tasks start", name.c_str(), text);
+        return SLURM_SUCCESS;
+    } catch (const storm::net::UnixUnreachable &e) {
+        g_ctx->log.error("step %s: no launch gate on this node, so no task waits for the broadcast of its "
+                         "program: not started (%s)",
+                         name.c_str(), e.what());
+    } catch (const std::invalid_argument &e) {
+        g_ctx->log.error("step %s: %s=\"%s\": %s: not started", name.c_str(), storm::bcast::gate::env_name,
+                         text, e.what());
+    } catch (const std::exception &e) {
+        g_ctx->log.error("step %s: its program is not in place on this node: %s", name.c_str(), e.what());
+    }
+    return SLURM_ERROR;
+}
+
+} // namespace
+
+// Root, before the tasks start: holds a step until srun --bcast's
+// broadcasts ended here, and opens its context on the node agent.
 int switch_p_job_init(stepd_step_rec_t *job)
 {
+    if (hold_for_broadcasts(job) != SLURM_SUCCESS)
+        return SLURM_ERROR;
     JobInfo *info = nullptr;
     int rc = storm::shim::guarded(g_ctx->log, "job_init", [&] {
         info = jobinfo_of(job->switch_job ? job->switch_job->data : nullptr);
@@ -567,7 +608,10 @@ int switch_p_job_attach(switch_jobinfo_t *jobinfo, char ***env, uint32_t nodeid,
 {
     return storm::shim::guarded(g_ctx->log, "job_attach", [&] {
         JobInfo *info = jobinfo_of(jobinfo);
-        // Whatever the task's user passed on: only slurmstepd says.
+        // Whatever the task's user passed on: only slurmstepd says.  The
+        // launch gate's variable was for this slurmstepd alone: an srun in
+        // a task must not inherit it.
+        unsetenvp(*env, storm::bcast::gate::env_name);
         unsetenvp(*env, STORM_COSCHED_SOCKET_ENV);
         unsetenvp(*env, STORM_COSCHED_REFUSED_ENV);
         if (!info || !info->ctx)

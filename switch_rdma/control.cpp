@@ -1,12 +1,10 @@
 #include "switch_rdma/control.hpp"
 
+#include "lib/net/unix_client.hpp"
+
 #include <cerrno>
 #include <cstring>
-#include <poll.h>
 #include <stdexcept>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 namespace storm::rdma::control {
 
@@ -182,37 +180,8 @@ uint64_t read_epoch(net::Reader &r)
 
 void request(const std::string &socket_path, const std::string &message, int timeout_ms)
 {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (socket_path.size() >= sizeof sa.sun_path)
-        throw std::runtime_error("control socket path too long: " + socket_path);
-    std::memcpy(sa.sun_path, socket_path.c_str(), socket_path.size() + 1);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
-    if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
-        throw AgentUnreachable("cannot reach the node agent at " + socket_path + ": " + std::strerror(errno));
-    if (send(fd, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size()))
-        throw std::runtime_error("cannot send to the node agent at " + socket_path + ": " +
-                                 std::strerror(errno));
-    pollfd p{fd, POLLIN, 0};
-    int n;
-    do
-        n = poll(&p, 1, timeout_ms);
-    while (n < 0 && errno == EINTR);
-    if (n == 0)
-        throw std::runtime_error("the node agent at " + socket_path + " did not answer within " +
-                                 std::to_string(timeout_ms) + " ms");
-    std::string buf(64 * 1024, '\0');
-    ssize_t got = recv(fd, buf.data(), buf.size(), 0);
-    if (got <= 0)
-        throw std::runtime_error("the node agent at " + socket_path +
-                                 " closed the connection without an answer");
-    net::Reader r(buf.data(), static_cast<size_t>(got));
+    std::string answer = net::unix_request(socket_path, message, timeout_ms);
+    net::Reader r(answer);
     Header h = header(r);
     if (h.type == Type::ok)
         return;

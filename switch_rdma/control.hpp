@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "lib/net/unix_client.hpp"
 #include "lib/net/wire.hpp"
 #include "switch_rdma/context.hpp"
 
@@ -101,10 +102,7 @@ uint64_t read_epoch(net::Reader &r);
 // request() could not connect to the agent's socket (no socket, or no
 // agent listening on it): the node agent is not running.  A
 // std::runtime_error, so callers that catch that see it too.
-class AgentUnreachable : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
+using AgentUnreachable = net::UnixUnreachable;
 
 // Client side (slurmstepd, and tests): one request, one answer, on a new
 // connection to `socket_path`; throws std::runtime_error with the agent's

@@ -112,7 +112,9 @@ void NodeAgent::start()
                     self < network_->names.size() ? network_->names[self] : std::to_string(self);
                 bcast_receiver_ = std::make_unique<bcast::Receiver>(
                     base_, *engine_, *network_->authorizer,
-                    bcast::ReceiverConfig{self, name, network_->journal_dir}, log_);
+                    bcast::ReceiverConfig{self, name, network_->journal_dir, network_->bcast_gate_socket,
+                                          network_->pool_trusted},
+                    log_);
                 bcast_receiver_->recover();
                 bcast_service_ = std::make_unique<bcast::Service>(
                     *engine_, *network_->authorizer,

@@ -65,10 +65,12 @@ struct AgentNetwork {
     uint32_t self;
     std::unique_ptr<net::Authenticator> auth;
     // Users' broadcasts (launch_bcast), when an authorizer is given: node
-    // names by index, and where open broadcasts are journaled.
+    // names by index, where open broadcasts are journaled, and the launch
+    // gate's socket ("" for none; pool_trusted below may ask it).
     std::unique_ptr<bcast::Authorizer> authorizer;
     std::vector<std::string> names;
     std::string journal_dir;
+    std::string bcast_gate_socket;
     // Gang scheduling (sched_gang), when a lister is given: the processes
     // of the jobs' steps, and where the switched jobs are journaled.
     gang::StepLister step_lister;

@@ -6,10 +6,12 @@
 # input of the issue -- missing or unreadable source, a directory where a
 # file belongs, an unwritable destination, an existing file without
 # --force, a full disk on one node, a hung head node, a node killed
-# mid-transfer, a job that
-# ended, another user's job -- fails with a message naming the node and
-# cause, exit 1, no launch, and no file (partial or whole, temporary or
-# final) on any node.  A killed node's slurmd removes its part on restart.
+# mid-transfer (storm-bcast, and srun --bcast while its step launches), a
+# job that ended, another user's job -- fails with a message naming the
+# node and cause, exit 1, no launch, and no file (partial or whole,
+# temporary or final) on any node.  A killed node's slurmd removes its part
+# on restart.  srun --bcast's launch overlaps the transfer: with shaped
+# links every node's slurmstepd holds the tasks until the copy is there.
 # With T_BCAST_MCAST=1 (t0010) the agents carry the data by multicast, and
 # it also checks that they did, and that a node whose network drops the
 # multicast gets every chunk over the tree instead.
@@ -97,6 +99,28 @@ t_check "  as slurm_bcast_<job>.<step>_<node> in the working directory, nobody's
 rm -f "$T_WORK"/slurm_bcast_*
 as_user srun --jobid="$job" -N "$N" --bcast=/tmp/p2 sh -c 'echo $0' > "$T_WORK/srun2.out" 2>&1
 t_check "srun --bcast=/tmp/p2 runs /tmp/p2 on every node" bash -c "[ \$(grep -c '^/tmp/p2\$' '$T_WORK/srun2.out') = $N ]"
+# The launch overlaps the transfer.  With links shaped to 100 Mbit/s the
+# 12 MB program takes about a second to arrive, while Slurm starts the
+# step's slurmstepd at once: each one holds the tasks until the copy is in
+# place on its node (without the hold they would find no program).
+# log_mark: every slurmd log's size; new_log: what each logged since.
+log_mark() { for n in $NODES; do echo "$n $(stat -c %s "$STATE/log/slurmd-$n.log")"; done > "$T_WORK/logmark"; }
+new_log() { while read -r n size; do tail -c +$((size + 1)) "$STATE/log/slurmd-$n.log"; done < "$T_WORK/logmark"; }
+rm -f "$T_WORK"/slurm_bcast_*
+log_mark
+"$VC" shape 100mbit > /dev/null
+as_user srun --jobid="$job" -N "$N" --bcast "$SRC/prog" ok > "$T_WORK/srun4.out" 2>&1
+rc=$?
+"$VC" shape off > /dev/null
+t_diag < "$T_WORK/srun4.out"
+t_check "links shaped to 100 Mbit/s: every task ran the whole copy (rc $rc)" \
+    bash -c "[ $rc = 0 ] && [ \$(grep -c '^ok\$' '$T_WORK/srun4.out') = $N ]"
+new_log | grep "launch gate: step $job\.[0-9]* may start" > "$T_WORK/held"
+held_max=$(sed -n 's/.*(held \([0-9]*\) ms).*/\1/p' "$T_WORK/held" | sort -n | tail -1)
+t_check "  slurmstepd held the tasks on every node until the copy was there" [ "$(wc -l < "$T_WORK/held")" = "$N" ]
+t_check "  while the transfer ran: the launch did not wait for it (a node held ${held_max:-0} ms)" \
+    [ "${held_max:-0}" -ge 100 ]
+rm -f "$T_WORK"/slurm_bcast_*
 
 # --- bad input: a clear error, exit 1, nothing left ----------------------------
 t_check "a missing source: exit 1" fails b "$SRC/nope" /tmp/nope
@@ -153,6 +177,31 @@ t_check "restarted, vn5's slurmd removed what it had staged" \
     bash -c "[ \$(ls -a '$STATE/nodes/vn5/tmp' | grep -c storm-) = 0 ]"
 
 scontrol update nodename=vn5 state=resume > /dev/null 2>&1
+
+# srun --bcast with vn8 killed mid-transfer, while the step launches: the
+# tasks start nowhere, srun says why, and no node keeps a copy.  First the
+# agents' pause before they connect again to a node that failed (vn5,
+# above) must be over: a small broadcast to every node passes.
+echo probe > "$SRC/probe" && chown nobody "$SRC/probe"
+for _ in $(seq 40); do b -f "$SRC/probe" /tmp/probe && break; sleep 0.5; done
+"$VC" shape 100mbit > /dev/null
+as_user srun --jobid="$job" -N "$N" --bcast=/tmp/killed2 "$SRC/prog" ok > "$T_WORK/srun5.out" 2>&1 &
+spid=$!
+sleep 0.5
+kill -9 "$(cat "$STATE/run/slurmd-vn8.pid")"
+wait $spid
+rc=$?
+"$VC" shape off > /dev/null
+t_diag < "$T_WORK/srun5.out"
+t_check "srun --bcast, vn8 killed mid-transfer: exit non-zero (rc $rc), no task ran" \
+    bash -c "[ $rc != 0 ] && ! grep -q '^ok\$' '$T_WORK/srun5.out'"
+t_check "  srun says why, naming vn8, and that the launch was aborted" \
+    bash -c "grep -q 'cannot broadcast $SRC/prog: transfer of /tmp/killed2 failed' '$T_WORK/srun5.out' &&
+             grep -q '^ *vn8: ' '$T_WORK/srun5.out' && grep -q 'Step launch aborted' '$T_WORK/srun5.out'"
+"$VC" start vn8 > /dev/null
+for _ in $(seq 50); do grep -q "left by a broadcast that did not finish" "$STATE/log/slurmd-vn8.log" && break; sleep 0.2; done
+t_check "  and no node kept anything (vn8 once restarted)" no_trace /tmp/killed2
+scontrol update nodename=vn8 state=resume > /dev/null 2>&1
 scancel "$job"
 wait_job "$job" 30
 t_check "a job that ended: exit 1" fails b "$SRC/data12" /tmp/late

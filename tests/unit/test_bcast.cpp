@@ -14,11 +14,15 @@
 #include <fstream>
 #include <random>
 #include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <thread>
+#include <unistd.h>
 
 #include <event2/thread.h>
 
 #include "launch_bcast/client.hpp"
+#include "launch_bcast/gate.hpp"
 #include "launch_bcast/receiver.hpp"
 #include "launch_bcast/service.hpp"
 #include "lib/common/signals.hpp"
@@ -98,7 +102,7 @@ struct BcastCluster {
         for (unsigned i = 0; i < n; ++i)
             names.push_back("node" + std::to_string(i));
         for (unsigned i = 0; i < n; ++i) {
-            ReceiverConfig rc{i, names[i], dir + "/journal" + std::to_string(i)};
+            ReceiverConfig rc{i, names[i], dir + "/journal" + std::to_string(i), gate(i), {geteuid()}};
             receivers.push_back(std::make_unique<Receiver>(cl.base, *cl.agents[i], authz, rc,
                                                            Logger("node" + std::to_string(i))));
             receivers.back()->recover();
@@ -134,6 +138,21 @@ struct BcastCluster {
         services.clear();
         receivers.clear();
     }
+    // Node i's launch gate.
+    std::string gate(unsigned i) const { return dir + "/gate" + std::to_string(i) + ".sock"; }
+    ClientOptions options(const std::string &dest, const std::string &credential, uint32_t chunk = 16 << 10)
+    {
+        ClientOptions o;
+        o.agent = cl.table[0];
+        o.agent_index = 0;
+        o.cred = credential;
+        o.dest = dest;
+        o.flags = kForce;
+        o.chunk_size = chunk;
+        o.window = 8;
+        o.timeout = 2000ms;
+        return o;
+    }
     // Runs f on the loop thread and waits for it.
     void on_loop(std::function<void()> f)
     {
@@ -167,16 +186,9 @@ struct BcastCluster {
                      uint32_t chunk = 16 << 10)
     {
         FakeAuth user(uid);
-        ClientOptions o;
-        o.agent = cl.table[0];
-        o.agent_index = 0;
-        o.cred = credential;
-        o.dest = dest;
+        ClientOptions o = options(dest, credential, chunk);
         o.flags = flags;
         o.fanout = fanout;
-        o.chunk_size = chunk;
-        o.window = 8;
-        o.timeout = 2000ms;
         try {
             broadcast(user, o, src);
         } catch (const BcastError &e) {
@@ -275,7 +287,7 @@ void test_directory_and_preserve(void **)
     make_file(src + "/a", 10, 0644);
     assert_string_equal(bc.send(scan(src), dest, cred(1), kUser, kForce).c_str(), "");
     assert_int_equal(slurp(dest + "/a").size(), 10);
-    std::vector<std::string> expect{"copy", "journal0", "tree"};
+    std::vector<std::string> expect{"copy", "gate0.sock", "journal0", "tree"};
     assert_true(listing(t.path) == expect);
 }
 
@@ -295,7 +307,8 @@ void test_bad_credentials(void **)
     // A job whose nodes do not include the head.
     err = bc.send(scan(src), t.path + "/", "job=42 uid=65534 nodes=1-3");
     assert_true(contains(err, "node0 is not a node of job 42"));
-    std::vector<std::string> expect{"f", "journal0", "journal1", "journal2", "journal3"};
+    std::vector<std::string> expect{"f",        "gate0.sock", "gate1.sock", "gate2.sock", "gate3.sock",
+                                    "journal0", "journal1",   "journal2",   "journal3"};
     assert_true(listing(t.path) == expect);
 }
 
@@ -312,8 +325,9 @@ void test_a_node_that_cannot_write_fails_all(void **)
     std::string locked = out + "/slurm_bcast_42.0_locked";
     mkdir(locked.c_str(), 0755);
     bc.on_loop([&] {
-        bc.receivers[3] = std::make_unique<Receiver>(bc.cl.base, *bc.cl.agents[3], bc.authz,
-                                                     ReceiverConfig{3, "locked/y", ""}, Logger("node3"));
+        bc.receivers[3] =
+            std::make_unique<Receiver>(bc.cl.base, *bc.cl.agents[3], bc.authz,
+                                       ReceiverConfig{3, "locked/y", "", "", {}}, Logger("node3"));
     });
     std::string err = bc.send(scan(src), out + "/", cred(5));
     assert_true(contains(err, "node3: cannot create"));
@@ -355,6 +369,237 @@ void test_node_killed_mid_transfer(void **)
     assert_true(listing(out).empty());
 }
 
+// slurmstepd's side of the launch gate on every node, on threads: each
+// waits until the broadcasts ended on its node, and notes whether its copy
+// was in place when the answer came.
+struct Waiters {
+    struct Result {
+        std::atomic<bool> done{false};
+        std::string error;
+        bool in_place = false;
+    };
+    std::vector<std::unique_ptr<Result>> results;
+    std::vector<std::thread> threads;
+    Waiters(BcastCluster &bc, unsigned n, const std::vector<uint64_t> &sids, const std::string &out)
+    {
+        for (unsigned i = 0; i < n; ++i) {
+            results.push_back(std::make_unique<Result>());
+            Result *r = results.back().get();
+            std::string sock = bc.gate(i), copy = out + "/slurm_bcast_42.0_node" + std::to_string(i);
+            threads.emplace_back([r, sock, copy, sids] {
+                try {
+                    gate::wait(sock, 42, 0, sids);
+                } catch (const std::exception &e) {
+                    r->error = e.what();
+                }
+                r->in_place = access(copy.c_str(), F_OK) == 0;
+                r->done = true;
+            });
+        }
+    }
+    ~Waiters() { join(); }
+    void join()
+    {
+        for (auto &t : threads)
+            if (t.joinable())
+                t.join();
+    }
+    size_t answered() const
+    {
+        return static_cast<size_t>(
+            std::count_if(results.begin(), results.end(), [](const auto &r) { return r->done.load(); }));
+    }
+};
+
+// srun --bcast's overlap: the client opens the broadcast, slurmstepd waits
+// on every node's gate while nothing is streamed yet, and each is let go
+// only once the file is in place on its node (every node confirmed every
+// byte).  A session the node never saw is refused at once; a waiter that
+// comes after the commit goes at once.
+void test_launch_gate_holds_until_commit(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/prog";
+    std::string data = make_file(src, 2 << 20, 0755);
+    std::string out = open_to_all(t.path + "/out");
+    BcastCluster bc(5, t.path);
+    FakeAuth user(kUser);
+    Broadcast b(user, bc.options(out + "/", cred(5)), scan(src));
+    uint64_t sid = b.open();
+    assert_int_not_equal(sid, 0);
+    assert_int_equal(b.open(), sid); // again: at once, the same session
+    Waiters w(bc, 5, {sid}, out);
+    std::this_thread::sleep_for(200ms);
+    assert_int_equal(w.answered(), 0); // held: not a byte was streamed yet
+    assert_true(listing(out).size() == 5 && listing(out)[0].rfind(".slurm_bcast_42.0_node0.storm-", 0) == 0);
+    b.finish();
+    w.join();
+    for (unsigned i = 0; i < 5; ++i) {
+        assert_string_equal(w.results[i]->error.c_str(), "");
+        assert_true(w.results[i]->in_place);
+        assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == data);
+    }
+    // After the commit: at once.
+    gate::wait(bc.gate(2), 42, 0, {sid});
+    // A session this node never saw.
+    std::string err = test_helpers::error_of<std::runtime_error>([&] {
+        gate::wait(bc.gate(1), 42, 0, {sid, sid + 1});
+    });
+    assert_true(contains(err, "broadcast " + gate::format({sid + 1}) + " is unknown on this node"));
+}
+
+// A node dying mid-transfer: no waiter anywhere is let go.  The live
+// nodes' waiters hear that the head aborted the broadcast, the dying
+// node's that its agent stopped; and no node has the file.
+void test_launch_gate_fails_with_the_broadcast(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/prog";
+    make_file(src, 4 << 20, 0755);
+    std::string out = open_to_all(t.path + "/out");
+    BcastCluster bc(6, t.path);
+    bc.on_data = [&](unsigned node, unsigned chunks) {
+        if (node == 4 && chunks == 20) {
+            event_base_once(
+                bc.cl.base, -1, EV_TIMEOUT,
+                [](evutil_socket_t, short, void *a) {
+                    auto *c = static_cast<BcastCluster *>(a);
+                    c->receivers[4].reset();
+                    c->cl.agents[4].reset();
+                },
+                &bc, nullptr);
+        }
+    };
+    FakeAuth user(kUser);
+    Broadcast b(user, bc.options(out + "/", cred(6)), scan(src));
+    uint64_t sid = b.open();
+    Waiters w(bc, 6, {sid}, out);
+    std::this_thread::sleep_for(100ms);
+    std::string err = test_helpers::error_of<BcastError>([&] { b.finish(); });
+    assert_true(contains(err, "node4: "));
+    w.join();
+    for (unsigned i = 0; i < 6; ++i) {
+        const auto &r = *w.results[i];
+        assert_false(r.in_place);
+        assert_true(contains(r.error, "broadcast " + gate::format({sid}) +
+                                          " failed: " + (i == 4 ? "the agent is stopping" : "")));
+    }
+    for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
+        std::this_thread::sleep_for(10ms);
+    assert_true(listing(out).empty());
+}
+
+// The gate's socket: only the trusted uids may ask; a malformed request is
+// answered with an error and leaves the gate working; the variable's
+// format.
+void test_launch_gate_requests(void **)
+{
+    TempDir t;
+    event_base *base = event_base_new();
+    std::string sock = t.path + "/g.sock";
+    auto spin = [&] {
+        for (int i = 0; i < 20; ++i)
+            event_base_loop(base, EVLOOP_NONBLOCK);
+    };
+    {
+        LaunchGate g(base, sock, {geteuid() + 1}, Logger("gate"));
+        g.start();
+        std::atomic<bool> done{false};
+        std::string e;
+        std::thread c([&] {
+            e = test_helpers::error_of<std::runtime_error>([&] { gate::wait(sock, 1, 0, {7}); });
+            done = true;
+        });
+        for (int i = 0; i < 2000 && !done; ++i) {
+            spin();
+            std::this_thread::sleep_for(1ms);
+        }
+        c.join();
+        assert_true(contains(e, "only slurmstepd may hold a step"));
+    }
+    LaunchGate g(base, sock, {geteuid()}, Logger("gate"));
+    g.start();
+    g.opened(9, 1);
+    std::atomic<int> phase{0};
+    std::string junk;
+    std::thread c([&] {
+        junk = net::unix_request(sock, "junk", 2000);
+        phase = 1;
+        gate::wait(sock, 1, 0, {9}); // answered once session 9 ends
+        phase = 2;
+    });
+    for (int i = 0; i < 2000 && !(phase == 1 && g.waiters() == 1); ++i) {
+        spin();
+        std::this_thread::sleep_for(1ms);
+    }
+    assert_int_equal(g.waiters(), 1);
+    assert_true(contains(junk, "malformed request"));
+    g.ended(9, "");
+    for (int i = 0; i < 2000 && phase != 2; ++i) {
+        spin();
+        std::this_thread::sleep_for(1ms);
+    }
+    c.join();
+    assert_int_equal(phase, 2);
+    assert_int_equal(g.waiters(), 0);
+    // A waiter whose slurmstepd goes away is dropped.
+    g.opened(10, 1);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, sock.c_str());
+    assert_int_equal(connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+    std::string req = gate::hold(1, 0, {10});
+    assert_int_equal(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+    for (int i = 0; i < 200 && g.waiters() == 0; ++i)
+        spin();
+    assert_int_equal(g.waiters(), 1);
+    close(fd);
+    for (int i = 0; i < 200 && g.waiters() == 1; ++i)
+        spin();
+    assert_int_equal(g.waiters(), 0);
+    // Ended sessions are forgotten after `keep` (here 0 s).
+    {
+        LaunchGate quick(base, t.path + "/q.sock", {geteuid()}, Logger("gate"), std::chrono::seconds(0));
+        quick.start();
+        quick.opened(11, 1);
+        quick.ended(11, "");
+        std::this_thread::sleep_for(5ms);
+        quick.sweep();
+        std::atomic<bool> done{false};
+        std::string e;
+        std::thread q([&] {
+            e = test_helpers::error_of<std::runtime_error>(
+                [&] { gate::wait(t.path + "/q.sock", 1, 0, {11}); });
+            done = true;
+        });
+        for (int i = 0; i < 2000 && !done; ++i) {
+            spin();
+            std::this_thread::sleep_for(1ms);
+        }
+        q.join();
+        assert_true(contains(e, "is unknown on this node"));
+    }
+    event_base_free(base);
+    // The variable.
+    assert_string_equal(gate::format({1, 0xabcdef0123456789ull}).c_str(),
+                        "0000000000000001,abcdef0123456789");
+    assert_true(gate::parse("0000000000000001,abcdef0123456789") ==
+                (std::vector<uint64_t>{1, 0xabcdef0123456789ull}));
+    for (const char *bad : {"", "1", "0000000000000001,", "ABCDEF0123456789", "000000000000000g"})
+        assert_true(contains(test_helpers::error_of<std::invalid_argument>([&] { gate::parse(bad); }),
+                             "is not a broadcast's session id"));
+    std::string many;
+    for (int i = 0; i <= 16; ++i)
+        many += (i ? "," : "") + gate::format({static_cast<uint64_t>(i)});
+    assert_true(contains(test_helpers::error_of<std::invalid_argument>([&] { gate::parse(many); }),
+                         "more than 16 broadcasts"));
+}
+
 void test_receiver_rejects_and_recovers(void **)
 {
     if (geteuid() != 0)
@@ -363,8 +608,8 @@ void test_receiver_rejects_and_recovers(void **)
     Cluster cl(1, 8);
     FakeAuthorizer authz;
     std::string journal = t.path + "/journal";
-    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal},
-                                         Logger("n0"));
+    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz,
+                                         ReceiverConfig{0, "n0", journal, "", {}}, Logger("n0"));
     rx->recover();
     OpenRequest q;
     q.cred = cred(1);
@@ -393,7 +638,7 @@ void test_receiver_rejects_and_recovers(void **)
     assert_int_equal(stat(temp.c_str(), &st), 0);
     std::string entry = slurp(journal + "/0000000000000007");
     rx.release(); // leaked on purpose: a crash runs no destructor
-    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal},
+    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal, "", {}},
                                     Logger("n0"));
     rx->recover();
     assert_int_equal(stat(temp.c_str(), &st), -1);
@@ -438,6 +683,9 @@ int main()
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
         cmocka_unit_test(test_node_killed_mid_transfer),
         cmocka_unit_test(test_receiver_rejects_and_recovers),
+        cmocka_unit_test(test_launch_gate_holds_until_commit),
+        cmocka_unit_test(test_launch_gate_fails_with_the_broadcast),
+        cmocka_unit_test(test_launch_gate_requests),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

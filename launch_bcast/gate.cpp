@@ -1,0 +1,268 @@
+#include "launch_bcast/gate.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "lib/net/wire.hpp"
+
+namespace storm::bcast {
+
+namespace {
+
+constexpr uint8_t kHold = 'W', kOk = 'K', kError = 'E';
+constexpr size_t kMaxReason = 4096;
+
+} // namespace
+
+namespace gate {
+
+namespace {
+
+std::string hex(uint64_t v)
+{
+    char b[17];
+    std::snprintf(b, sizeof b, "%016" PRIx64, v);
+    return b;
+}
+
+} // namespace
+
+std::string format(const std::vector<uint64_t> &sids)
+{
+    std::string s;
+    for (uint64_t sid : sids)
+        s += (s.empty() ? "" : ",") + hex(sid);
+    return s;
+}
+
+std::vector<uint64_t> parse(std::string_view text)
+{
+    std::vector<uint64_t> sids;
+    while (true) {
+        size_t comma = text.find(',');
+        std::string_view one = text.substr(0, comma);
+        if (one.size() != 16 || one.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+            throw std::invalid_argument("\"" + std::string(one) + "\" is not a broadcast's session id");
+        if (sids.size() == max_sids)
+            throw std::invalid_argument("more than " + std::to_string(max_sids) + " broadcasts");
+        sids.push_back(std::stoull(std::string(one), nullptr, 16));
+        if (comma == std::string_view::npos)
+            return sids;
+        text.remove_prefix(comma + 1);
+    }
+}
+
+std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
+{
+    net::Writer w;
+    w.u8(version);
+    w.u8(kHold);
+    w.u32(job);
+    w.u32(step);
+    w.u32(static_cast<uint32_t>(sids.size()));
+    for (uint64_t sid : sids)
+        w.u64(sid);
+    return w.take();
+}
+
+void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
+{
+    std::string answer = net::unix_request(socket_path, hold(job, step, sids), -1);
+    net::Reader r(answer);
+    if (r.u8() != version)
+        throw std::runtime_error("the node agent answers in another version of the launch gate");
+    uint8_t kind = r.u8();
+    if (kind == kOk) {
+        r.finish();
+        return;
+    }
+    if (kind != kError)
+        throw std::runtime_error("unexpected answer from the node agent at " + socket_path);
+    std::string why(r.bytes(kMaxReason));
+    r.finish();
+    throw std::runtime_error(why);
+}
+
+} // namespace gate
+
+LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<uid_t> trusted, Logger log,
+                       std::chrono::seconds keep)
+    : trusted_(std::move(trusted)), log_(std::move(log)), keep_(keep), base_(base),
+      server_(base, std::move(socket_path), log_, "bcast", "launch gate",
+              [this](int fd, const ucred &cred) { on_client(fd, cred.uid); })
+{
+}
+
+LaunchGate::~LaunchGate()
+{
+    for (auto &[fd, w] : waiters_) {
+        event_free(w->ev);
+        ::close(fd); // the step sees the agent go: it fails its launch
+    }
+}
+
+void LaunchGate::start() { server_.start(); }
+
+void LaunchGate::opened(uint64_t sid, uint32_t job)
+{
+    Outcome &o = outcomes_[sid];
+    o.job = job;
+    o.ended = false;
+    o.why.clear();
+    o.when = std::chrono::steady_clock::now();
+}
+
+void LaunchGate::ended(uint64_t sid, const std::string &why)
+{
+    auto it = outcomes_.find(sid);
+    if (it == outcomes_.end())
+        return;
+    it->second.ended = true;
+    it->second.why = why;
+    it->second.when = std::chrono::steady_clock::now();
+    std::vector<int> settled;
+    for (auto &[fd, w] : waiters_)
+        if (std::find(w->sids.begin(), w->sids.end(), sid) != w->sids.end() && settle(*w))
+            settled.push_back(fd);
+    for (int fd : settled)
+        drop(fd);
+}
+
+void LaunchGate::sweep()
+{
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = outcomes_.begin(); it != outcomes_.end();)
+        it = it->second.ended && now - it->second.when > keep_ ? outcomes_.erase(it) : std::next(it);
+}
+
+void LaunchGate::on_client(int fd, uid_t uid)
+{
+    auto w = std::make_unique<Waiter>();
+    w->fd = fd;
+    w->uid = uid;
+    w->since = std::chrono::steady_clock::now();
+    w->ev = net::watch_readable(base_, fd, on_readable, this);
+    if (!w->ev) {
+        ::close(fd);
+        return;
+    }
+    waiters_[fd] = std::move(w);
+}
+
+void LaunchGate::on_readable(int fd, short, void *arg)
+{
+    auto *self = static_cast<LaunchGate *>(arg);
+    auto it = self->waiters_.find(fd);
+    if (it != self->waiters_.end())
+        self->read_request(*it->second);
+}
+
+void LaunchGate::read_request(Waiter &w)
+{
+    char buf[16 + 8 * gate::max_sids + 1];
+    ssize_t n = recv(w.fd, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0 || !w.sids.empty()) {
+        // The step went away (its slurmstepd was killed, or gave up), or
+        // spoke out of turn: nobody to answer.
+        if (!w.sids.empty())
+            log_.info("bcast: launch gate: step %u.%u stopped waiting for its broadcasts", w.job, w.step);
+        drop(w.fd);
+        return;
+    }
+    if (std::find(trusted_.begin(), trusted_.end(), w.uid) == trusted_.end()) {
+        // Answered once its request is in: a peer that is still sending
+        // would see a closed socket instead of the reason.
+        log_.error("bcast: launch gate: refused a request of uid %u (only slurmstepd may ask)",
+                   static_cast<unsigned>(w.uid));
+        answer(w.fd, "only slurmstepd may hold a step for its broadcasts");
+        drop(w.fd);
+        return;
+    }
+    try {
+        net::Reader r(buf, static_cast<size_t>(n));
+        if (r.u8() != gate::version)
+            throw net::DecodeError("another version of the launch gate");
+        if (r.u8() != kHold)
+            throw net::DecodeError("not a hold request");
+        w.job = r.u32();
+        w.step = r.u32();
+        uint32_t count = r.u32();
+        if (count == 0 || count > gate::max_sids)
+            throw net::DecodeError(std::to_string(count) + " broadcasts");
+        for (uint32_t i = 0; i < count; ++i)
+            w.sids.push_back(r.u64());
+        r.finish();
+    } catch (const net::DecodeError &e) {
+        log_.error("bcast: launch gate: malformed request: %s", e.what());
+        answer(w.fd, std::string("malformed request: ") + e.what());
+        drop(w.fd);
+        return;
+    }
+    if (settle(w))
+        drop(w.fd);
+}
+
+bool LaunchGate::settle(Waiter &w)
+{
+    bool all = true;
+    for (uint64_t sid : w.sids) {
+        auto it = outcomes_.find(sid);
+        std::string why;
+        if (it == outcomes_.end())
+            why = "broadcast " + gate::format({sid}) +
+                  " is unknown on this node (its agent restarted since, or it ended long ago)";
+        else if (it->second.ended && !it->second.why.empty())
+            why = "broadcast " + gate::format({sid}) + " failed: " + it->second.why;
+        if (!why.empty()) {
+            log_.error("bcast: launch gate: step %u.%u not started: %s", w.job, w.step, why.c_str());
+            answer(w.fd, why);
+            return true;
+        }
+        all = all && it->second.ended;
+    }
+    if (!all)
+        return false;
+    auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - w.since);
+    log_.info("bcast: launch gate: step %u.%u may start: %s in place (held %lld ms)", w.job, w.step,
+              gate::format(w.sids).c_str(), static_cast<long long>(waited.count()));
+    answer(w.fd, "");
+    return true;
+}
+
+void LaunchGate::answer(int fd, const std::string &error)
+{
+    net::Writer w;
+    w.u8(gate::version);
+    if (error.empty()) {
+        w.u8(kOk);
+    } else {
+        w.u8(kError);
+        w.bytes(error.substr(0, kMaxReason));
+    }
+    std::string m = w.take();
+    if (send(fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(m.size()))
+        log_.error("bcast: launch gate: cannot answer a step: %s", std::strerror(errno));
+}
+
+void LaunchGate::drop(int fd)
+{
+    auto it = waiters_.find(fd);
+    if (it == waiters_.end())
+        return;
+    event_free(it->second->ev);
+    ::close(fd);
+    waiters_.erase(it);
+}
+
+} // namespace storm::bcast
