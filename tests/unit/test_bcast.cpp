@@ -138,6 +138,24 @@ struct BcastCluster {
         services.clear();
         receivers.clear();
     }
+    // Node `victim` dies (its engine and receiver go) after its
+    // `chunks`-th chunk.
+    void kill_after(unsigned victim, unsigned chunks)
+    {
+        killed = victim;
+        on_data = [this, victim, chunks](unsigned node, unsigned n) {
+            if (node == victim && n == chunks)
+                event_base_once(
+                    cl.base, -1, EV_TIMEOUT,
+                    [](evutil_socket_t, short, void *a) {
+                        auto *b = static_cast<BcastCluster *>(a);
+                        b->receivers[b->killed].reset();
+                        b->cl.agents[b->killed].reset();
+                    },
+                    this, nullptr);
+        };
+    }
+    unsigned killed = 0;
     // Node i's launch gate.
     std::string gate(unsigned i) const { return dir + "/gate" + std::to_string(i) + ".sock"; }
     ClientOptions options(const std::string &dest, const std::string &credential, uint32_t chunk = 16 << 10)
@@ -346,19 +364,7 @@ void test_node_killed_mid_transfer(void **)
     make_file(src, 4 << 20, 0644);
     BcastCluster bc(6, t.path);
     std::string out = open_to_all(t.path + "/out");
-    // Node 4 dies (its engine and receiver go) after its 20th chunk.
-    bc.on_data = [&](unsigned node, unsigned chunks) {
-        if (node == 4 && chunks == 20) {
-            event_base_once(
-                bc.cl.base, -1, EV_TIMEOUT,
-                [](evutil_socket_t, short, void *a) {
-                    auto *b = static_cast<BcastCluster *>(a);
-                    b->receivers[4].reset();
-                    b->cl.agents[4].reset();
-                },
-                &bc, nullptr);
-        }
-    };
+    bc.kill_after(4, 20);
     std::string err = bc.send(scan(src), out + "/", cred(6), kUser, kForce, 1, 16 << 10);
     assert_true(contains(err, "transfer of " + out + "/ failed"));
     assert_true(contains(err, "node4: "));
@@ -462,18 +468,7 @@ void test_launch_gate_fails_with_the_broadcast(void **)
     make_file(src, 4 << 20, 0755);
     std::string out = open_to_all(t.path + "/out");
     BcastCluster bc(6, t.path);
-    bc.on_data = [&](unsigned node, unsigned chunks) {
-        if (node == 4 && chunks == 20) {
-            event_base_once(
-                bc.cl.base, -1, EV_TIMEOUT,
-                [](evutil_socket_t, short, void *a) {
-                    auto *c = static_cast<BcastCluster *>(a);
-                    c->receivers[4].reset();
-                    c->cl.agents[4].reset();
-                },
-                &bc, nullptr);
-        }
-    };
+    bc.kill_after(4, 20);
     FakeAuth user(kUser);
     Broadcast b(user, bc.options(out + "/", cred(6)), scan(src));
     uint64_t sid = b.open();
@@ -505,13 +500,12 @@ void test_launch_gate_requests(void **)
         for (int i = 0; i < 20; ++i)
             event_base_loop(base, EVLOOP_NONBLOCK);
     };
-    {
-        LaunchGate g(base, sock, {geteuid() + 1}, Logger("gate"));
-        g.start();
+    // The error a waiter on `path` gets, while this thread runs the loop.
+    auto refusal = [&](const std::string &path, std::vector<uint64_t> sids) {
         std::atomic<bool> done{false};
         std::string e;
         std::thread c([&] {
-            e = test_helpers::error_of<std::runtime_error>([&] { gate::wait(sock, 1, 0, {7}); });
+            e = test_helpers::error_of<std::runtime_error>([&] { gate::wait(path, 1, 0, sids); });
             done = true;
         });
         for (int i = 0; i < 2000 && !done; ++i) {
@@ -519,7 +513,12 @@ void test_launch_gate_requests(void **)
             std::this_thread::sleep_for(1ms);
         }
         c.join();
-        assert_true(contains(e, "only slurmstepd may hold a step"));
+        return e;
+    };
+    {
+        LaunchGate g(base, sock, {geteuid() + 1}, Logger("gate"));
+        g.start();
+        assert_true(contains(refusal(sock, {7}), "only slurmstepd may hold a step"));
     }
     LaunchGate g(base, sock, {geteuid()}, Logger("gate"));
     g.start();
@@ -570,19 +569,7 @@ void test_launch_gate_requests(void **)
         quick.ended(11, "");
         std::this_thread::sleep_for(5ms);
         quick.sweep();
-        std::atomic<bool> done{false};
-        std::string e;
-        std::thread q([&] {
-            e = test_helpers::error_of<std::runtime_error>(
-                [&] { gate::wait(t.path + "/q.sock", 1, 0, {11}); });
-            done = true;
-        });
-        for (int i = 0; i < 2000 && !done; ++i) {
-            spin();
-            std::this_thread::sleep_for(1ms);
-        }
-        q.join();
-        assert_true(contains(e, "is unknown on this node"));
+        assert_true(contains(refusal(t.path + "/q.sock", {11}), "is unknown on this node"));
     }
     event_base_free(base);
     // The variable.
