@@ -178,7 +178,14 @@ public:
     {
         if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0)
             throw BcastError(sys("pipe", errno));
-        thread_ = std::thread([this] { run(); });
+        thread_ = std::thread([this] {
+            // Signals are the process's business (srun's signal thread),
+            // never this reader's.
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+            run();
+        });
     }
     ~ChunkReader()
     {
@@ -341,10 +348,18 @@ struct Run {
     bool pause_at_open = true; // open(): the loop returns once the nodes opened
     uint64_t sid = 0;
     unsigned window = 0;
+    // cancel(): any thread (or a signal handler) writes, the loop stops
+    int cancel_pipe[2] = {-1, -1};
+    event *cancelled = nullptr;
 
     Run(ClientOptions opts, Source s) : o(std::move(opts)), src(std::move(s)) {}
     ~Run()
     {
+        if (cancelled)
+            event_free(cancelled);
+        for (int fd : cancel_pipe)
+            if (fd >= 0)
+                ::close(fd);
         if (ready)
             event_free(ready);
         reader.reset();
@@ -504,6 +519,20 @@ Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
         },
         &run);
     event_add(run.ready, nullptr);
+    if (pipe2(run.cancel_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+        throw BcastError(sys("pipe", errno));
+    run.cancelled = event_new(
+        run.base, run.cancel_pipe[0], EV_READ,
+        [](evutil_socket_t, short, void *arg) {
+            auto *r = static_cast<Run *>(arg);
+            // At once: the chunks queued towards the head would otherwise
+            // go first, and the nodes would wait for them.
+            r->stop("cancelled");
+            if (r->conn)
+                r->conn->reset("cancelled");
+        },
+        &run);
+    event_add(run.cancelled, nullptr);
     run.conn->send(net::MsgType::bcast_open, 0, open);
     run.arm();
 }
@@ -524,6 +553,8 @@ void Broadcast::finish()
     run_->pump();
     run_->dispatch();
 }
+
+void Broadcast::cancel() noexcept { (void)!write(run_->cancel_pipe[1], "x", 1); }
 
 void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src)
 {

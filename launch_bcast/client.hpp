@@ -84,6 +84,10 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
 //    if open() was not called).
 //  - One thread at a time: open() and finish() may run on different
 //    threads, one after the other.  The authenticator must outlive open().
+//  - cancel() may be called from any thread, and from a signal handler:
+//    finish() (or open()) then throws BcastError("cancelled") at once, and
+//    the head aborts the broadcast on every node.  After finish()
+//    returned it changes nothing.
 //  - Destroying it before finish() returned closes the connection: the
 //    head aborts the broadcast on every node.
 class Broadcast {
@@ -95,6 +99,7 @@ public:
 
     uint64_t open();
     void finish();
+    void cancel() noexcept;
 
 private:
     struct State;

@@ -4,17 +4,19 @@
 // wraps launch/slurm, loaded through Slurm's plugin loader, and forwards
 // every launch_p_* call to it.  `srun --bcast` sends the program through
 // the node agents (launch_bcast/) while Slurm launches the step:
-//  - create_job_step, once the step exists, opens the broadcast of the
-//    program (and of its libraries with --send-libs) on every node and
-//    waits for that: a bad source or destination, a full disk, a refused
-//    credential end the step there with the reason, and nothing is
-//    launched.  Then a thread streams the bytes and commits;
-//  - step_launch passes the broadcasts' session ids to the step
-//    (SLURM_STORM_BCAST, launch_bcast/gate.hpp) and launches it through
-//    launch/slurm at once: each node's slurmstepd (switch/rdma) holds the
-//    tasks until the program is in place on every node, or fails the step
-//    with the broadcast's error, which srun then prints once it collected
-//    the thread.
+//  - create_job_step, once the step exists, checks the program (and its
+//    libraries with --send-libs) and gets the broadcast credential;
+//  - step_launch opens the broadcasts on every node and waits for that: a
+//    bad destination, a full disk, a refused credential end the step there
+//    with the reason, and nothing is launched.  Then a thread streams the
+//    bytes and commits, while step_launch passes the broadcasts' session
+//    ids to the step (SLURM_STORM_BCAST, launch_bcast/gate.hpp) and
+//    launches it through launch/slurm at once: each node's slurmstepd
+//    (switch/rdma) holds the tasks until the program is in place on every
+//    node, or fails the step with the broadcast's error, which srun then
+//    prints once it collected the thread;
+//  - fwd_signal: srun ending the step cancels a broadcast still under way
+//    (its nodes then fail the tasks instead of starting them).
 //
 // srun prints info() lines on the user's terminal, so the "loaded" line is
 // logged at verbose level: `srun -v` shows it.
@@ -31,6 +33,7 @@ extern "C" {
 #include "src/srun/libsrun/multi_prog.h"
 }
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -67,7 +70,10 @@ struct LaunchOps {
 // streamed by `thread` while the step launches.
 struct StepBroadcast {
     std::unique_ptr<storm::net::Authenticator> auth;
-    std::vector<std::unique_ptr<storm::bcast::Broadcast>> runs; // the program, then its libraries
+    // What to send (the program, then its libraries), checked when the
+    // step was created, and the broadcasts once step_launch opened them.
+    std::vector<std::pair<storm::bcast::ClientOptions, storm::bcast::Source>> plans;
+    std::vector<std::unique_ptr<storm::bcast::Broadcast>> runs;
     std::vector<uint64_t> sids;
     std::string program, dest;
     uint32_t nodes = 0;
@@ -75,6 +81,8 @@ struct StepBroadcast {
     std::thread thread;
     std::string error; // the thread's, read after join
     double seconds = 0;
+    std::mutex mu; // runs: stream() clears it, cancel() reads it
+    bool cancelled = false;
 
     void stream()
     {
@@ -82,10 +90,21 @@ struct StepBroadcast {
             for (auto &r : runs)
                 r->finish();
         } catch (const std::exception &e) {
-            error = e.what();
+            std::lock_guard<std::mutex> l(mu);
+            error = cancelled ? "srun is ending the step (a signal): the broadcast was cancelled" : e.what();
         }
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::lock_guard<std::mutex> l(mu);
         runs.clear(); // connections closed here, on the thread that used them last
+    }
+    // From srun's signal thread: the tasks would start once the program is
+    // in place, and srun is ending the step before that.
+    void cancel()
+    {
+        std::lock_guard<std::mutex> l(mu);
+        cancelled = !runs.empty();
+        for (auto &r : runs)
+            r->cancel();
     }
 };
 
@@ -93,19 +112,21 @@ struct LaunchContext {
     storm::Logger log{"launch/bcast"};
     storm::shim::WrappedPlugin<LaunchOps> slurm_launch{"launch", "launch/slurm", launch_syms,
                                                        sizeof(launch_syms)};
-    // By step: het job components launch from threads of their own.
+    // By step: het job components launch from threads of their own.  A
+    // step's entry lives until step_launch collected its thread.
     std::mutex mu;
     std::map<const srun_job_t *, std::unique_ptr<StepBroadcast>> broadcasts;
 
-    std::unique_ptr<StepBroadcast> take(const srun_job_t *job)
+    StepBroadcast *find(const srun_job_t *job)
     {
         std::lock_guard<std::mutex> l(mu);
         auto it = broadcasts.find(job);
-        if (it == broadcasts.end())
-            return nullptr;
-        auto b = std::move(it->second);
-        broadcasts.erase(it);
-        return b;
+        return it == broadcasts.end() ? nullptr : it->second.get();
+    }
+    void erase(const srun_job_t *job)
+    {
+        std::lock_guard<std::mutex> l(mu);
+        broadcasts.erase(job);
     }
     ~LaunchContext()
     {
@@ -209,7 +230,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             if (src.entries.front().dir)
                 throw storm::bcast::BcastError(program + " is a directory");
             try {
-                b->runs.push_back(std::make_unique<storm::bcast::Broadcast>(*b->auth, o, std::move(src)));
+                b->plans.emplace_back(o, std::move(src));
                 if (sropt->send_libs) {
                     if (dest.back() == '/') {
                         g_ctx->log.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
@@ -221,32 +242,21 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                                                                 : "none");
                         if (!libs.empty()) {
                             o.dest = dest + "_libs";
-                            b->runs.push_back(std::make_unique<storm::bcast::Broadcast>(
-                                *b->auth, o, storm::bcast::scan_files(libs)));
+                            b->plans.emplace_back(o, storm::bcast::scan_files(libs));
                         }
                     }
                 }
-                // Every node opened the destination, or this throws.
-                for (auto &r : b->runs)
-                    b->sids.push_back(r->open());
             } catch (const storm::bcast::BcastError &e) {
                 throw storm::bcast::BcastError("cannot broadcast " + program + ": " + e.what() +
                                                "\nStep launch aborted.");
             }
-            g_ctx->log.verbose(
-                "%s -> %s on %u nodes through Storm: opened in %.3f s, the launch goes on "
-                "while it streams",
-                program.c_str(), dest.c_str(), target.nodes,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
-            StepBroadcast *raw = b.get();
-            b->thread = std::thread([raw] { raw->stream(); });
             {
                 std::lock_guard<std::mutex> l(g_ctx->mu);
                 g_ctx->broadcasts[job] = std::move(b);
             }
             // As srun does after its own broadcast: run the copy.  srun's
             // broadcast is off: the file will be there before any task
-            // starts (the launch gate).
+            // starts (step_launch and the launch gate).
             xfree(sropt->argv[0]);
             sropt->argv[0] = xstrdup(dest.c_str());
             sropt->bcast_flag = false;
@@ -268,9 +278,42 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
         mpir_init(job->ntasks);
     // srun loads its launcher before it applies -v, so init()'s line stays
     // hidden: say at launch, when -v is in force, who launches the step.
-    g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
-                       STORM_SLURM_VERSION, job->ntasks);
-    auto b = g_ctx->take(job);
+    StepBroadcast *b = g_ctx->find(job);
+    if (b) {
+        // Connections to the agents open here, not when the step was
+        // created: srun forks its shepherd in between, which would keep
+        // them open (and the head waiting) after srun closed them.
+        try {
+            b->start = std::chrono::steady_clock::now();
+            for (auto &[o, src] : b->plans)
+                b->runs.push_back(std::make_unique<storm::bcast::Broadcast>(*b->auth, o, std::move(src)));
+            b->plans.clear();
+            // Every node opened the destination, or this throws.
+            for (auto &r : b->runs)
+                b->sids.push_back(r->open());
+        } catch (const std::exception &e) {
+            g_ctx->log.error("srun --bcast: cannot broadcast %s: %s\nStep launch aborted.",
+                             b->program.c_str(), e.what());
+            b->runs.clear();
+            g_ctx->erase(job);
+            complete_step(job);
+            if (global_rc && *global_rc == 0)
+                *global_rc = 1;
+            return SLURM_ERROR;
+        }
+        g_ctx->log.verbose(
+            "%s -> %s on %u nodes through Storm: opened in %.3f s, the launch goes on "
+            "while it streams",
+            b->program.c_str(), b->dest.c_str(), b->nodes,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
+        b->thread = std::thread([b] {
+            // srun's signal thread takes the signals (and cancels us).
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+            b->stream();
+        });
+    }
     // Only the broadcasts of this srun hold the step: not a value the
     // user's environment brought along.
     if (b)
@@ -278,12 +321,18 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
                             storm::bcast::gate::format(b->sids).c_str());
     else
         unsetenvp(job->env, storm::bcast::gate::env_name);
+    g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
+                       STORM_SLURM_VERSION, job->ntasks);
     int rc = g_ctx->slurm_launch.ops().step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
     if (!b)
         return rc;
     // The nodes started the tasks once the broadcasts ended: the thread is
     // done, or about to be.
     b->thread.join();
+    struct Erase {
+        const srun_job_t *job;
+        ~Erase() { g_ctx->erase(job); }
+    } erase{job};
     if (b->error.empty()) {
         g_ctx->log.verbose("%s -> %s on %u nodes through Storm in %.3f s", b->program.c_str(),
                            b->dest.c_str(), b->nodes, b->seconds);
@@ -303,6 +352,18 @@ int launch_p_step_wait(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local)
 }
 int launch_p_step_terminate(void) { return g_ctx->slurm_launch.ops().step_terminate(); }
 void launch_p_print_status(void) { g_ctx->slurm_launch.ops().print_status(); }
-void launch_p_fwd_signal(int signal) { g_ctx->slurm_launch.ops().fwd_signal(signal); }
+void launch_p_fwd_signal(int signal)
+{
+    // srun ends the step (a second Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, a
+    // broken pipe: srun forwards SIGINT or SIGKILL): a program still on its
+    // way is not wanted any more.  Cancelled, the broadcast aborts on every
+    // node, whose slurmstepd then fail the tasks instead of starting them.
+    if (signal == SIGINT || signal == SIGKILL) {
+        std::lock_guard<std::mutex> l(g_ctx->mu);
+        for (auto &[job, b] : g_ctx->broadcasts)
+            b->cancel();
+    }
+    g_ctx->slurm_launch.ops().fwd_signal(signal);
+}
 
 } // extern "C"

@@ -180,6 +180,16 @@ void Connection::close(const std::string &why)
     ready_handler_ = nullptr;
 }
 
+void Connection::reset(const std::string &why)
+{
+    int fd = bev_ ? static_cast<int>(bufferevent_getfd(bev_)) : -1;
+    if (fd >= 0) {
+        linger l{1, 0}; // closing the socket then sends RST and drops the send queue
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+    close(why);
+}
+
 void Connection::flush_held()
 {
     if (!held_.empty()) {

@@ -73,6 +73,10 @@ public:
     // may keep it (or views into it) beyond the call.
     const std::shared_ptr<const void> &current_payload() const noexcept { return current_; }
     void close(const std::string &why);
+    // close(), and the peer learns at once (a reset, once the connection is
+    // destroyed): what is still queued towards it, here or in the kernel,
+    // is dropped rather than sent first.
+    void reset(const std::string &why);
 
     bool ready() const noexcept { return ready_; }
     bool closed() const noexcept { return closed_; }

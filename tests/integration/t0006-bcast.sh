@@ -11,7 +11,8 @@
 # node and cause, exit 1, no launch, and no file (partial or whole,
 # temporary or final) on any node.  A killed node's slurmd removes its part
 # on restart.  srun --bcast's launch overlaps the transfer: with shaped
-# links every node's slurmstepd holds the tasks until the copy is there.
+# links every node's slurmstepd holds the tasks until the copy is there;
+# srun ended mid-transfer cancels it, and no task starts.
 # With T_BCAST_MCAST=1 (t0010) the agents carry the data by multicast, and
 # it also checks that they did, and that a node whose network drops the
 # multicast gets every chunk over the tree instead.
@@ -121,6 +122,29 @@ t_check "  slurmstepd held the tasks on every node until the copy was there" [ "
 t_check "  while the transfer ran: the launch did not wait for it (a node held ${held_max:-0} ms)" \
     [ "${held_max:-0}" -ge 100 ]
 rm -f "$T_WORK"/slurm_bcast_*
+# srun ended (SIGTERM) while a 40 MB program is on its way: the broadcast is
+# cancelled, no task starts anywhere, and no node keeps a copy.
+cp /bin/echo "$SRC/big" && head -c 40000000 /dev/urandom >> "$SRC/big" && chmod 755 "$SRC/big"
+"$VC" shape 100mbit > /dev/null
+# (setpriv execs srun: $! is srun's pid)
+setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    srun --jobid="$job" -N "$N" --bcast=/tmp/cancelled "$SRC/big" ok > "$T_WORK/srun6.out" 2>&1 &
+spid=$!
+# once the step's slurmstepd hold its tasks on every node, while the
+# program streams
+for _ in $(seq 200); do [ "$(pgrep -fc "slurmstepd: \[$job\.[0-9]")" -ge "$N" ] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+kill -TERM "$spid"
+wait "$spid"
+rc=$?
+secs=$(echo "$(date +%s.%N) - $t0" | bc)
+"$VC" shape off > /dev/null
+t_diag < "$T_WORK/srun6.out"
+t_check "srun --bcast ended by SIGTERM mid-transfer: exit non-zero (rc $rc) within 10 s of it ($secs s), no task ran" \
+    bash -c "[ $rc != 0 ] && [ \$(echo '$secs < 10' | bc) = 1 ] && ! grep -q '^ok\$' '$T_WORK/srun6.out'"
+t_check "  srun says the broadcast was cancelled" grep -q "cannot broadcast $SRC/big: .*the broadcast was cancelled" "$T_WORK/srun6.out"
+t_check "  and no node kept anything" no_trace /tmp/cancelled
+t_check "  nor did any task start later" bash -c "sleep 2; ! grep -q '^ok\$' '$T_WORK/srun6.out'"
 
 # --- bad input: a clear error, exit 1, nothing left ----------------------------
 t_check "a missing source: exit 1" fails b "$SRC/nope" /tmp/nope

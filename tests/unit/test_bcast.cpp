@@ -488,6 +488,46 @@ void test_launch_gate_fails_with_the_broadcast(void **)
     assert_true(listing(out).empty());
 }
 
+// Cancelled from another thread (srun's signal thread) while it streams:
+// finish() throws at once, the head aborts everywhere, every waiter hears
+// it failed, and no node keeps anything.
+void test_cancel(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/prog";
+    make_file(src, 8 << 20, 0755);
+    std::string out = open_to_all(t.path + "/out");
+    BcastCluster bc(4, t.path);
+    std::atomic<bool> cancel_now{false};
+    bc.on_data = [&](unsigned node, unsigned chunks) {
+        if (node == 3 && chunks == 10)
+            cancel_now = true;
+    };
+    FakeAuth user(kUser);
+    Broadcast b(user, bc.options(out + "/", cred(4)), scan(src));
+    uint64_t sid = b.open();
+    Waiters w(bc, 4, {sid}, out);
+    std::thread canceller([&] {
+        while (!cancel_now)
+            std::this_thread::sleep_for(1ms);
+        b.cancel();
+    });
+    std::string err = test_helpers::error_of<BcastError>([&] { b.finish(); });
+    canceller.join();
+    assert_string_equal(err.c_str(), "cancelled");
+    w.join();
+    for (unsigned i = 0; i < 4; ++i) {
+        assert_false(w.results[i]->in_place);
+        assert_true(contains(w.results[i]->error, "broadcast " + gate::format({sid}) + " failed: "));
+    }
+    for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
+        std::this_thread::sleep_for(10ms);
+    assert_int_equal(bc.open_sessions(), 0);
+    assert_true(listing(out).empty());
+}
+
 // The gate's socket: only the trusted uids may ask; a malformed request is
 // answered with an error and leaves the gate working; the variable's
 // format.
@@ -673,6 +713,7 @@ int main()
         cmocka_unit_test(test_launch_gate_holds_until_commit),
         cmocka_unit_test(test_launch_gate_fails_with_the_broadcast),
         cmocka_unit_test(test_launch_gate_requests),
+        cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
