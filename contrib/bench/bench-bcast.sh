@@ -62,11 +62,12 @@ timed() {
 # between runs: no copies left, and no write-back of earlier runs under way
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
 # after an srun that failed or was stopped: end its step, so the next one
-# does not wait for the nodes
+# does not wait for the nodes (hundreds of nodes take a while: up to 3 min)
 end_steps() {
     local s
     for s in $(squeue -h -s -j "$1" -o %i 2>/dev/null | grep -v -e batch -e extern); do scancel "$s" 2>/dev/null; done
-    for _ in $(seq 1 100); do squeue -h -s -j "$1" -o %i 2>/dev/null | grep -q -v -e batch -e extern || return 0; sleep 0.2; done
+    for _ in $(seq 1 900); do squeue -h -s -j "$1" -o %i 2>/dev/null | grep -q -v -e batch -e extern || return 0; sleep 0.2; done
+    echo "bench-bcast: a step of job $1 still holds nodes after 3 min" >&2
 }
 # copy limit: N copies of FILE written by two writers at once
 copy_limit() {
