@@ -276,8 +276,6 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
     // (mpir_cleanup) whatever the launcher.
     if (!MPIR_proctable)
         mpir_init(job->ntasks);
-    // srun loads its launcher before it applies -v, so init()'s line stays
-    // hidden: say at launch, when -v is in force, who launches the step.
     StepBroadcast *b = g_ctx->find(job);
     if (b) {
         // Connections to the agents open here, not when the step was
@@ -321,6 +319,8 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
                             storm::bcast::gate::format(b->sids).c_str());
     else
         unsetenvp(job->env, storm::bcast::gate::env_name);
+    // srun loads its launcher before it applies -v, so init()'s line stays
+    // hidden: say at launch, when -v is in force, who launches the step.
     g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
                        STORM_SLURM_VERSION, job->ntasks);
     int rc = g_ctx->slurm_launch.ops().step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
