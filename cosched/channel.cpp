@@ -16,6 +16,7 @@
 #include <event2/event.h>
 
 #include "cosched/protocol.h"
+#include "lib/common/signals.hpp"
 
 namespace storm::cosched {
 
@@ -184,9 +185,7 @@ void Channel::start()
 void Channel::worker() noexcept
 {
     // slurmd's signals (SIGTERM, SIGHUP, ...) are for its own threads.
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    block_all_signals();
     for (;;) {
         Check c;
         {

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <zlib.h>
 
+#include "lib/common/signals.hpp"
 #include "lib/common/timeval.hpp"
 #include "lib/net/connection.hpp"
 
@@ -181,9 +182,7 @@ public:
         thread_ = std::thread([this] {
             // Signals are the process's business (srun's signal thread),
             // never this reader's.
-            sigset_t all;
-            sigfillset(&all);
-            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+            block_all_signals();
             run();
         });
     }

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <sys/socket.h>
@@ -11,6 +9,7 @@
 
 #include <event2/event.h>
 
+#include "launch_bcast/protocol.hpp"
 #include "lib/net/wire.hpp"
 
 namespace storm::bcast {
@@ -24,22 +23,11 @@ constexpr size_t kMaxReason = 4096;
 
 namespace gate {
 
-namespace {
-
-std::string hex(uint64_t v)
-{
-    char b[17];
-    std::snprintf(b, sizeof b, "%016" PRIx64, v);
-    return b;
-}
-
-} // namespace
-
 std::string format(const std::vector<uint64_t> &sids)
 {
     std::string s;
     for (uint64_t sid : sids)
-        s += (s.empty() ? "" : ",") + hex(sid);
+        s += (s.empty() ? "" : ",") + session_hex(sid);
     return s;
 }
 
@@ -111,10 +99,9 @@ LaunchGate::~LaunchGate()
 
 void LaunchGate::start() { server_.start(); }
 
-void LaunchGate::opened(uint64_t sid, uint32_t job)
+void LaunchGate::opened(uint64_t sid)
 {
     Outcome &o = outcomes_[sid];
-    o.job = job;
     o.ended = false;
     o.why.clear();
     o.when = std::chrono::steady_clock::now();
@@ -219,10 +206,10 @@ bool LaunchGate::settle(Waiter &w)
         auto it = outcomes_.find(sid);
         std::string why;
         if (it == outcomes_.end())
-            why = "broadcast " + gate::format({sid}) +
+            why = "broadcast " + session_hex(sid) +
                   " is unknown on this node (its agent restarted since, or it ended long ago)";
         else if (it->second.ended && !it->second.why.empty())
-            why = "broadcast " + gate::format({sid}) + " failed: " + it->second.why;
+            why = "broadcast " + session_hex(sid) + " failed: " + it->second.why;
         if (!why.empty()) {
             log_.error("bcast: launch gate: step %u.%u not started: %s", w.job, w.step, why.c_str());
             answer(w.fd, why);

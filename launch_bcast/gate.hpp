@@ -84,7 +84,7 @@ public:
 
     // The receiver's reports: a session opened on this node, and how it
     // ended ("" committed, else why not).
-    void opened(uint64_t sid, uint32_t job);
+    void opened(uint64_t sid);
     void ended(uint64_t sid, const std::string &why);
     // Forgets sessions that ended more than `keep` ago (the receiver's
     // sweep calls it every second).
@@ -94,7 +94,6 @@ public:
 
 private:
     struct Outcome {
-        uint32_t job = 0;
         bool ended = false;
         std::string why;
         std::chrono::steady_clock::time_point when;

@@ -3,6 +3,8 @@
 #include "lib/prim/checksum.hpp"
 
 #include <array>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 #include <zlib.h>
@@ -37,6 +39,13 @@ bool safe_relative_path(std::string_view rel)
 }
 
 uint32_t crc32(std::string_view data) { return prim::crc32c(data); }
+
+std::string session_hex(uint64_t sid)
+{
+    char b[17];
+    std::snprintf(b, sizeof b, "%016" PRIx64, sid);
+    return b;
+}
 
 std::string OpenRequest::encode() const
 {

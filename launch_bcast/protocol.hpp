@@ -94,4 +94,7 @@ bool safe_relative_path(std::string_view rel);
 // CRC-32C (Castagnoli) of data ("123456789" -> 0xe3069283).
 uint32_t crc32(std::string_view data);
 
+// A session id as every name and message shows it: 16 hex digits.
+std::string session_hex(uint64_t sid);
+
 } // namespace storm::bcast

@@ -21,13 +21,6 @@ namespace storm::bcast {
 
 namespace {
 
-std::string hex(uint64_t v)
-{
-    char b[17];
-    std::snprintf(b, sizeof b, "%016" PRIx64, v);
-    return b;
-}
-
 std::string err(const std::string &what, int e) { return what + ": " + std::strerror(e); }
 
 std::string dirname_of(const std::string &p)
@@ -60,9 +53,9 @@ int remove_tree(const std::string &path)
 
 std::string event_name(const char *kind, uint64_t sid)
 {
-    return std::string("bcast:") + kind + ":" + hex(sid);
+    return std::string("bcast:") + kind + ":" + session_hex(sid);
 }
-std::string var_prefix(uint64_t sid) { return "bcast:" + hex(sid) + ":"; }
+std::string var_prefix(uint64_t sid) { return "bcast:" + session_hex(sid) + ":"; }
 
 struct Receiver::File {
     std::string path; // in the staging area
@@ -126,7 +119,7 @@ std::string Receiver::on_chunk(const std::string &event, uint64_t sid, std::stri
 {
     // "bcast:<kind>:<sid>"
     size_t colon = event.rfind(':');
-    if (colon == std::string::npos || event.substr(colon + 1) != hex(sid))
+    if (colon == std::string::npos || event.substr(colon + 1) != session_hex(sid))
         return "malformed broadcast event " + event;
     std::string kind = event.substr(6, colon - 6);
     try {
@@ -149,13 +142,13 @@ std::string Receiver::on_chunk(const std::string &event, uint64_t sid, std::stri
 std::string Receiver::open(uint64_t sid, std::string_view payload)
 {
     if (sessions_.count(sid))
-        return "broadcast " + hex(sid) + " is already open";
+        return "broadcast " + session_hex(sid) + " is already open";
     OpenRequest req = OpenRequest::decode(payload);
     auto s = std::make_unique<Session>();
     try {
         s->grant = auth_.authorize(req.cred);
     } catch (const std::exception &e) {
-        log_.error("broadcast %s: credential refused: %s", hex(sid).c_str(), e.what());
+        log_.error("broadcast %s: credential refused: %s", session_hex(sid).c_str(), e.what());
         return std::string("credential refused: ") + e.what();
     }
     if (!s->grant.nodes.contains(cfg_.self))
@@ -166,7 +159,7 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
     if (s->dest.back() == '/')
         s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
                    "_" + cfg_.node_name;
-    s->temp = dirname_of(s->dest) + "/." + basename_of(s->dest) + ".storm-" + hex(sid);
+    s->temp = dirname_of(s->dest) + "/." + basename_of(s->dest) + ".storm-" + session_hex(sid);
     s->idle_limit =
         std::max(std::chrono::milliseconds(3 * uint64_t(req.timeout_ms)), std::chrono::milliseconds(30000));
     bool top_dir = req.entries.front().dir;
@@ -240,10 +233,10 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
     }
     engine_.set_variable(var_prefix(sid) + "complete", s->incomplete == 0 ? 1 : 0);
     log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
-              hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,
+              session_hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,
               static_cast<unsigned>(s->grant.uid));
     if (gate_)
-        gate_->opened(sid, s->grant.job_id);
+        gate_->opened(sid);
     sessions_.emplace(sid, std::move(s));
     return "";
 }
@@ -252,7 +245,7 @@ std::string Receiver::data(uint64_t sid, std::string_view payload)
 {
     auto it = sessions_.find(sid);
     if (it == sessions_.end())
-        return "no broadcast " + hex(sid) + " is open on this node";
+        return "no broadcast " + session_hex(sid) + " is open on this node";
     Session &s = *it->second;
     if (!s.error.empty())
         return s.error;
@@ -318,7 +311,7 @@ std::string Receiver::commit(uint64_t sid)
 {
     auto it = sessions_.find(sid);
     if (it == sessions_.end())
-        return "no broadcast " + hex(sid) + " is open on this node";
+        return "no broadcast " + session_hex(sid) + " is open on this node";
     Session &s = *it->second;
     if (s.incomplete != 0 || !s.error.empty() || engine_.variable(var_prefix(sid) + "commit") != 1) {
         std::string why = "commit of " + s.dest + " before every node confirmed every byte";
@@ -346,7 +339,7 @@ std::string Receiver::commit(uint64_t sid)
                 if (renameat2(AT_FDCWD, s.temp.c_str(), AT_FDCWD, s.dest.c_str(), RENAME_EXCHANGE) != 0)
                     why = err("cannot replace " + s.dest, errno);
                 else if (int e = remove_tree(s.temp))
-                    log_.error("broadcast %s: cannot remove the replaced %s: %s", hex(sid).c_str(),
+                    log_.error("broadcast %s: cannot remove the replaced %s: %s", session_hex(sid).c_str(),
                                s.dest.c_str(), std::strerror(e));
             } else if (rename(s.temp.c_str(), s.dest.c_str()) != 0) {
                 why = err("cannot rename into " + s.dest, errno);
@@ -359,7 +352,7 @@ std::string Receiver::commit(uint64_t sid)
     }
     journal_remove(sid);
     engine_.erase_variables(var_prefix(sid));
-    log_.info("broadcast %s: %s in place", hex(sid).c_str(), s.dest.c_str());
+    log_.info("broadcast %s: %s in place", session_hex(sid).c_str(), s.dest.c_str());
     sessions_.erase(it);
     if (gate_)
         gate_->ended(sid, "");
@@ -383,11 +376,11 @@ void Receiver::abort(uint64_t sid, const char *why)
     auto it = sessions_.find(sid);
     if (it == sessions_.end())
         return;
-    log_.info("broadcast %s: %s not kept: %s", hex(sid).c_str(), it->second->dest.c_str(), why);
+    log_.info("broadcast %s: %s not kept: %s", session_hex(sid).c_str(), it->second->dest.c_str(), why);
     try {
         discard(*it->second);
     } catch (const std::exception &e) {
-        log_.error("broadcast %s: %s", hex(sid).c_str(), e.what());
+        log_.error("broadcast %s: %s", session_hex(sid).c_str(), e.what());
     }
     journal_remove(sid);
     engine_.erase_variables(var_prefix(sid));
@@ -415,7 +408,7 @@ void Receiver::journal_add(uint64_t sid, const Session &s)
 {
     if (cfg_.journal_dir.empty())
         return;
-    std::string path = cfg_.journal_dir + "/" + hex(sid), tmp = path + ".new";
+    std::string path = cfg_.journal_dir + "/" + session_hex(sid), tmp = path + ".new";
     {
         std::ofstream out(tmp, std::ios::trunc);
         out << s.grant.uid << " " << s.grant.gid << " " << s.groups.size();
@@ -433,7 +426,7 @@ void Receiver::journal_add(uint64_t sid, const Session &s)
 void Receiver::journal_remove(uint64_t sid)
 {
     if (!cfg_.journal_dir.empty())
-        unlink((cfg_.journal_dir + "/" + hex(sid)).c_str());
+        unlink((cfg_.journal_dir + "/" + session_hex(sid)).c_str());
 }
 
 void Receiver::recover()

@@ -40,6 +40,7 @@ extern "C" {
 #include <thread>
 
 #include "launch_bcast/gate.hpp"
+#include "lib/common/signals.hpp"
 #include "plugins/common/bcast_job.hpp"
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
@@ -140,6 +141,12 @@ struct LaunchContext {
 
 LaunchContext *g_ctx = nullptr;
 
+// What srun says when the program cannot be broadcast: nothing is launched.
+std::string cannot_broadcast(const std::string &program, const std::string &why)
+{
+    return "cannot broadcast " + program + ": " + why + "\nStep launch aborted.";
+}
+
 // Ends a step whose tasks will not be launched, as srun does for steps it
 // gives up on (src/srun/libsrun/srun_job.c, _cancel_steps): else it would
 // hold its resources and the next step would wait for them.
@@ -215,7 +222,6 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             if (sropt->het_grp_bits)
                 het_offset = static_cast<uint32_t>(bit_ffs(sropt->het_grp_bits));
             auto b = std::make_unique<StepBroadcast>();
-            b->start = std::chrono::steady_clock::now();
             b->program = program;
             b->dest = dest;
             auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
@@ -247,8 +253,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                     }
                 }
             } catch (const storm::bcast::BcastError &e) {
-                throw storm::bcast::BcastError("cannot broadcast " + program + ": " + e.what() +
-                                               "\nStep launch aborted.");
+                throw storm::bcast::BcastError(cannot_broadcast(program, e.what()));
             }
             {
                 std::lock_guard<std::mutex> l(g_ctx->mu);
@@ -290,8 +295,7 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
             for (auto &r : b->runs)
                 b->sids.push_back(r->open());
         } catch (const std::exception &e) {
-            g_ctx->log.error("srun --bcast: cannot broadcast %s: %s\nStep launch aborted.",
-                             b->program.c_str(), e.what());
+            g_ctx->log.error("srun --bcast: %s", cannot_broadcast(b->program, e.what()).c_str());
             b->runs.clear();
             g_ctx->erase(job);
             complete_step(job);
@@ -306,9 +310,7 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
             std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
         b->thread = std::thread([b] {
             // srun's signal thread takes the signals (and cancels us).
-            sigset_t all;
-            sigfillset(&all);
-            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+            storm::block_all_signals();
             b->stream();
         });
     }
@@ -339,8 +341,7 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
     } else {
         // The nodes' slurmstepd failed the tasks (launch/slurm printed a
         // line per task, and still returns success): say why, and exit 1.
-        g_ctx->log.error("cannot broadcast %s: %s\nStep launch aborted.", b->program.c_str(),
-                         b->error.c_str());
+        g_ctx->log.error("%s", cannot_broadcast(b->program, b->error).c_str());
         if (global_rc && *global_rc == 0)
             *global_rc = 1;
     }

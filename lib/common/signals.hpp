@@ -17,4 +17,13 @@ inline void block_sigpipe() noexcept
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+// Blocks every signal in the calling thread: a worker thread of a daemon
+// or of srun, whose signals are for the process's own signal handling.
+inline void block_all_signals() noexcept
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
+
 } // namespace storm

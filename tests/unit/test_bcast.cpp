@@ -453,7 +453,7 @@ void test_launch_gate_holds_until_commit(void **)
     std::string err = test_helpers::error_of<std::runtime_error>([&] {
         gate::wait(bc.gate(1), 42, 0, {sid, sid + 1});
     });
-    assert_true(contains(err, "broadcast " + gate::format({sid + 1}) + " is unknown on this node"));
+    assert_true(contains(err, "broadcast " + session_hex(sid + 1) + " is unknown on this node"));
 }
 
 // A node dying mid-transfer: no waiter anywhere is let go.  The live
@@ -480,7 +480,7 @@ void test_launch_gate_fails_with_the_broadcast(void **)
     for (unsigned i = 0; i < 6; ++i) {
         const auto &r = *w.results[i];
         assert_false(r.in_place);
-        assert_true(contains(r.error, "broadcast " + gate::format({sid}) +
+        assert_true(contains(r.error, "broadcast " + session_hex(sid) +
                                           " failed: " + (i == 4 ? "the agent is stopping" : "")));
     }
     for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
@@ -520,7 +520,7 @@ void test_cancel(void **)
     w.join();
     for (unsigned i = 0; i < 4; ++i) {
         assert_false(w.results[i]->in_place);
-        assert_true(contains(w.results[i]->error, "broadcast " + gate::format({sid}) + " failed: "));
+        assert_true(contains(w.results[i]->error, "broadcast " + session_hex(sid) + " failed: "));
     }
     for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
         std::this_thread::sleep_for(10ms);
@@ -562,7 +562,7 @@ void test_launch_gate_requests(void **)
     }
     LaunchGate g(base, sock, {geteuid()}, Logger("gate"));
     g.start();
-    g.opened(9, 1);
+    g.opened(9);
     std::atomic<int> phase{0};
     std::string junk;
     std::thread c([&] {
@@ -586,7 +586,7 @@ void test_launch_gate_requests(void **)
     assert_int_equal(phase, 2);
     assert_int_equal(g.waiters(), 0);
     // A waiter whose slurmstepd goes away is dropped.
-    g.opened(10, 1);
+    g.opened(10);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
@@ -605,7 +605,7 @@ void test_launch_gate_requests(void **)
     {
         LaunchGate quick(base, t.path + "/q.sock", {geteuid()}, Logger("gate"), std::chrono::seconds(0));
         quick.start();
-        quick.opened(11, 1);
+        quick.opened(11);
         quick.ended(11, "");
         std::this_thread::sleep_for(5ms);
         quick.sweep();
