@@ -228,9 +228,11 @@ void Connection::event_cb(bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_EOF) {
         c->closed_by_peer_ = true;
         c->close("connection closed by " + c->name_);
-    } else if (what & BEV_EVENT_ERROR)
+    } else if (what & BEV_EVENT_ERROR) {
+        c->error_ = EVUTIL_SOCKET_ERROR();
         c->close(std::string("connection error with ") + c->name_ + ": " +
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+                 evutil_socket_error_to_string(c->error_));
+    }
 }
 
 void Connection::handle_input()

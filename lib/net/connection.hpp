@@ -82,6 +82,9 @@ public:
     bool closed() const noexcept { return closed_; }
     // The peer closed it in order (EOF), as opposed to an error or a rejection.
     bool closed_by_peer() const noexcept { return closed_by_peer_; }
+    // The socket error that closed it (ECONNREFUSED, ETIMEDOUT, ...), 0 if
+    // none did.
+    int error() const noexcept { return error_; }
     uint32_t peer() const noexcept { return peer_; }
     // The peer's verified uid, and whether it is a daemon's.
     uid_t peer_uid() const noexcept { return peer_uid_; }
@@ -111,6 +114,7 @@ private:
     bool ready_ = false;
     bool closed_ = false;
     bool closed_by_peer_ = false;
+    int error_ = 0;
     bool users_ = false;
     uid_t peer_uid_ = static_cast<uid_t>(-1);
     bool trusted_ = false;

@@ -302,12 +302,9 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
         return it->second;
     if (index >= cfg_.nodes.size())
         throw std::out_of_range("node index " + std::to_string(index) + " beyond the node table");
-    auto down = down_until_.find(index);
-    if (down != down_until_.end()) {
-        if (std::chrono::steady_clock::now() < down->second)
-            throw std::runtime_error("failed recently");
-        down_until_.erase(down);
-    }
+    auto down = down_.find(index);
+    if (down != down_.end() && std::chrono::steady_clock::now() < down->second.until)
+        throw std::runtime_error("failed recently");
     auto c = Connection::connect(base_, cfg_.nodes[index], index, auth_);
     std::weak_ptr<bool> alive = alive_;
     c->on_frame(
@@ -317,8 +314,10 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
             on_peer_closed(conn, why);
     });
     c->on_ready([this, alive](Connection &conn) {
-        if (!alive.expired() && *alive.lock())
+        if (!alive.expired() && *alive.lock()) {
             unready_sends_.erase(conn.peer()); // delivered to a live agent from now on
+            down_.erase(conn.peer());
+        }
     });
     peers_[index] = c;
     return c;
@@ -443,7 +442,12 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
     auto pit = peers_.find(index);
     if (pit != peers_.end() && pit->second.get() == &c)
         peers_.erase(pit);
-    down_until_[index] = std::chrono::steady_clock::now() + cfg_.timeout;
+    Down &down = down_[index];
+    if (c.closed_by_peer() || c.error() == ECONNREFUSED || c.error() == ECONNRESET)
+        down.pause = std::min(down.pause.count() ? 2 * down.pause : kFirstRetry, cfg_.timeout);
+    else
+        down.pause = cfg_.timeout;
+    down.until = std::chrono::steady_clock::now() + down.pause;
     // Unanswered transfers queued for an agent that never answered the
     // connection: route them around it, to its children.
     auto un = unready_sends_.find(index);
@@ -776,7 +780,7 @@ void Engine::each_child(
             send(slice, peer(root));
         } catch (const std::exception &e) {
             // Unreachable at once: route around it.
-            if (down_until_.count(root) == 0)
+            if (down_.count(root) == 0)
                 log_.error("agent %u unreachable (%s): routing around it", root, e.what());
             unreachable(root, e.what());
             for (auto &sub : net::split_children(slice, fanout))

@@ -368,8 +368,18 @@ private:
     uint64_t rejected_ = 0;
     std::map<uint32_t, std::shared_ptr<net::Connection>> peers_; // outgoing, by node index
     // Agents whose connection failed: routed around without a new connect
-    // attempt until the time given (one timeout later).
-    std::map<uint32_t, std::chrono::steady_clock::time_point> down_until_;
+    // attempt until `until`.  A connection refused or closed by the agent
+    // (its daemon is down or restarting: a new attempt fails or succeeds at
+    // once) is tried again after kFirstRetry, doubling up to the timeout
+    // while it keeps failing; any other failure (an unreachable host, an
+    // error, a failed authentication) pauses the agent for the timeout.
+    // Forgotten once a connection to the agent is ready again.
+    struct Down {
+        std::chrono::steady_clock::time_point until;
+        std::chrono::milliseconds pause{0};
+    };
+    static constexpr std::chrono::milliseconds kFirstRetry{250};
+    std::map<uint32_t, Down> down_;
     std::set<std::shared_ptr<net::Connection>> accepted_;
     std::map<uint64_t, std::shared_ptr<Hop>> hops_;               // by our op id
     std::map<uint64_t, std::pair<uint64_t, RangeSet>> child_ops_; // child op -> (hop op, child's slice)

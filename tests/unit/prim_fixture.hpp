@@ -108,6 +108,7 @@ struct Cluster {
     std::vector<sockaddr_in> table;
     std::vector<std::unique_ptr<Engine>> agents;
     std::unique_ptr<Engine> initiator;
+    std::vector<EngineConfig> agent_config;
 
     // With `mcast`, every agent also runs the multicast data path.
     Cluster(unsigned n, unsigned fanout, std::chrono::milliseconds timeout = 2000ms,
@@ -124,6 +125,7 @@ struct Cluster {
             c.chunk_size = 64 << 10;
             if (mcast)
                 c.mcast = *mcast;
+            agent_config.push_back(c);
             agents.push_back(std::make_unique<Engine>(base, c, auth, Logger("agent" + std::to_string(i))));
             agents.back()->listen();
         }
@@ -133,6 +135,15 @@ struct Cluster {
         c.timeout = timeout;
         c.chunk_size = 64 << 10;
         initiator = std::make_unique<Engine>(base, c, auth, Logger("initiator"));
+    }
+    // Agent i (dead or alive) as if its daemon restarted: a fresh engine on
+    // the same address.
+    void restart(unsigned i)
+    {
+        agents[i].reset();
+        agents[i] =
+            std::make_unique<Engine>(base, agent_config[i], auth, Logger("agent" + std::to_string(i)));
+        agents[i]->listen();
     }
     ~Cluster()
     {

@@ -128,6 +128,40 @@ void test_dead_node_routed_around(void **)
         assert_int_equal(cl.agents[i]->test_event("ev"), 1);
 }
 
+// A node whose daemon went down and came back is reached again well within
+// the timeout: a refused or closed connection is retried after a short
+// pause, not after a whole timeout.  While it is down, it alone fails.
+void test_restarted_node_reached_again(void **)
+{
+    Cluster cl(8, 2, 4000ms);
+    assert_true(cl.xfer(RangeSet::range(0, 8), "ev", "before").ok);
+    cl.agents[3].reset();
+    cl.initiator->run_until([] { return false; }, 100ms); // the connections to it close
+    for (int k = 0; k < 3; ++k) {                         // refused at once, each time, and routed around
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = cl.xfer(RangeSet::range(0, 8), "ev", "down " + std::to_string(k));
+        assert_false(r.ok);
+        assert_string_equal(r.failed.str().c_str(), "3");
+        assert_true(std::chrono::steady_clock::now() - t0 < 1000ms);
+    }
+    cl.restart(3);
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = false;
+    while (!ok && std::chrono::steady_clock::now() - t0 < 3000ms) {
+        ok = cl.xfer(RangeSet::range(0, 8), "ev", "after").ok;
+        if (!ok)
+            cl.initiator->run_until([] { return false; }, 50ms);
+    }
+    auto took = std::chrono::steady_clock::now() - t0;
+    assert_true(ok);
+    // Within the pause of the last refusals (at most 2 s after 3 of them),
+    // not the 4 s timeout.
+    assert_true(took < 2100ms);
+    std::string data;
+    assert_int_equal(cl.agents[3]->test_event("ev", &data), 1);
+    assert_string_equal(data.c_str(), "after");
+}
+
 // Unanswered transfers (strobes): every live node gets the data once, the
 // dead ones are routed around, no answer comes back, and a transfer beyond
 // one chunk is refused.  Frames with route timeout 0 are refused for
@@ -340,6 +374,7 @@ int main()
         cmocka_unit_test(test_caw),
         cmocka_unit_test(test_caw_concurrent_same_value),
         cmocka_unit_test(test_dead_node_routed_around),
+        cmocka_unit_test(test_restarted_node_reached_again),
         cmocka_unit_test(test_xfer_unacked),
         cmocka_unit_test(test_node_killed_mid_transfer),
         cmocka_unit_test(test_abandoned_transfer_reclaimed),
