@@ -10,6 +10,10 @@
 # file to the same nodes; time of a 12 MB XFER-AND-SIGNAL against sbcast of
 # 12 MB; with links unshaped and, for N=64, shaped to 100 Mbit/s.  Prints
 # one table with the ratios (stock / Storm: higher is better for Storm).
+# Beside Storm's 64-byte latency it prints this machine's floor for the same
+# round trip, measured on the same nodes in the same run: contrib/bench/
+# floor_tree, plain C over a TCP tree of the same fanout (8), with no
+# framing, authentication or event library.
 # Environment: REPS (default 200; sbcast runs REPS/10 times), BUILD (the
 # build tree with tools/storm-prim, default: this source tree), MCAST (the
 # agents' multicast group, SwitchParameters storm_mcast, default
@@ -19,12 +23,15 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 PRIM=$BUILD/tools/storm-prim
+FLOOR=$BUILD/contrib/bench/floor_tree
+FLOOR_PORT=${FLOOR_PORT:-17779}
 VC=$top/contrib/vcluster/storm-vcluster
 REPS=${REPS:-200}
 MCAST=${MCAST:-239.255.77.1:6831}
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(8 64 256)
 work=/var/tmp/storm-bench-prim
 [ -x "$PRIM" ] || { echo "bench-primitives: $PRIM not built (run contrib/storm-setup)" >&2; exit 2; }
+[ -x "$FLOOR" ] || { echo "bench-primitives: $FLOOR not built (run make)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-primitives: must run as root" >&2; exit 2; }
 trap '"$VC" down > /dev/null 2>&1' EXIT
 mkdir -p "$work"
@@ -46,6 +53,23 @@ sbcast_times() { # JOBID FILE COUNT OUT: one sbcast per line, ms; a failed one i
         fi
     done
 }
+# floor N: p50 of floor_tree's round trip over vn1..vnN (fanout 8), in ms,
+# or "failed".
+floor() {
+    local n=$1 i addrs=() pids=() out
+    for i in $(seq 1 "$n"); do
+        addrs+=("$(scontrol -o show node "vn$i" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')")
+    done
+    for i in $(seq 0 $((n - 1))); do
+        "$VC" exec "vn$((i + 1))" "$FLOOR" node "$i" 8 "$FLOOR_PORT" "${addrs[@]}" 2>> "$work/floor.err" &
+        pids+=($!)
+    done
+    out=$(timeout 120 "$FLOOR" root "$REPS" "$FLOOR_PORT" "${addrs[0]}" 2>> "$work/floor.err")
+    sleep 0.2 # the nodes exit as the tree closes; any left (a failed run) are ended
+    kill "${pids[@]}" 2> /dev/null
+    for i in "${pids[@]}"; do wait "$i" 2> /dev/null; done
+    sed -n 's/.* p50 \([0-9.]*\) ms.*/\1/p' <<<"$out" | grep . || echo failed
+}
 rows=()
 run_case() { # N SHAPE
     local n=$1 shape=$2 label
@@ -65,6 +89,8 @@ run_case() { # N SHAPE
     local x50 x99 c50 c99
     x50=$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$x"); x99=$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$x")
     c50=$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$c"); c99=$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$c")
+    local f50
+    f50=$(floor "$n")
     sbcast_times "$jid" "$work/f64" $((REPS / 10)) "$work/s64"
     local s50 s99 sfail
     sfail=$(grep -c failed "$work/s64")
@@ -89,8 +115,8 @@ run_case() { # N SHAPE
     scancel "$jid"
     local link=""
     [ -n "$shape" ] && link=$(awk -v r="${shape%mbit}" 'BEGIN { printf "%.0f", 12582912 * 8 / (r * 1e6) * 1000 }')
-    rows+=("$(printf '%-22s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s' "$label" \
-        "$x50" "$x99" "$c50" "$c99" "$s50" "$s99" \
+    rows+=("$(printf '%-22s %9s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s' "$label" \
+        "$x50" "$x99" "$f50" "$c50" "$c99" "$s50" "$s99" \
         "$(awk -v s="$s50" -v x="$x50" 'BEGIN { printf "%.1fx", s / x }')" \
         "$best_x" "$best_s" "$(awk -v s="$best_s" -v x="$best_x" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }')" "${link:--}")")
 }
@@ -98,6 +124,8 @@ for n in "${sizes[@]}"; do run_case "$n" ""; done
 for n in "${sizes[@]}"; do [ "$n" = 64 ] && run_case 64 100mbit; done
 echo
 echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs; multicast: $MCAST)"
-printf '%-22s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
-    "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
+printf '%-22s %9s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
+    "floor p50" "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
 for r in "${rows[@]}"; do echo "$r"; done
+echo "floor p50: the same 64-byte round trip to every node in plain C over a TCP tree of fanout 8"
+echo "(contrib/bench/floor_tree), on the same virtual nodes in the same run: what the kernel alone costs here."

@@ -1,10 +1,13 @@
 #include "lib/net/connection.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
 #include <netinet/tcp.h>
 #include <random>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -45,13 +48,12 @@ bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string
     return true;
 }
 
-// libevent reads and writes at most 16 KiB per system call by default: a
-// 64 KiB chunk would take four each way.
-void tune(bufferevent *bev)
-{
-    bufferevent_set_max_single_read(bev, 1 << 20);
-    bufferevent_set_max_single_write(bev, 1 << 20);
-}
+// libevent writes at most 16 KiB per system call by default: a 64 KiB chunk
+// would take four.
+void tune(bufferevent *bev) { bufferevent_set_max_single_write(bev, 1 << 20); }
+
+// What one read asks the kernel for, at most.
+constexpr size_t kReadSize = 256u << 10;
 
 } // namespace
 
@@ -63,8 +65,63 @@ Connection::Connection(event_base *base, bufferevent *bev, Authenticator &auth, 
 
 Connection::~Connection()
 {
+    if (rev_)
+        event_free(rev_);
+    if (in_)
+        evbuffer_free(in_);
     if (bev_)
         bufferevent_free(bev_);
+}
+
+// The bufferevent writes (and connects); reads are ours, one readv per
+// readable event straight into our input buffer: libevent's own read asks
+// the kernel how much is there first (an ioctl per read).
+void Connection::watch_reads()
+{
+    in_ = evbuffer_new();
+    if (!in_)
+        throw std::runtime_error("cannot allocate a connection's input buffer");
+    rev_ = event_new(base_, bufferevent_getfd(bev_), EV_READ | EV_PERSIST, on_readable, this);
+    if (!rev_ || event_add(rev_, nullptr) < 0)
+        throw std::runtime_error("cannot watch a connection's socket");
+}
+
+void Connection::on_readable(evutil_socket_t fd, short, void *arg)
+{
+    auto *c = static_cast<Connection *>(arg);
+    auto keep = c->shared_from_this();
+    if (c->closed_)
+        return;
+    evbuffer *in = c->in_;
+    evbuffer_iovec v[2];
+    int nv = evbuffer_reserve_space(in, kReadSize, v, 2);
+    if (nv <= 0) {
+        c->close("out of memory reading from " + c->name_);
+        return;
+    }
+    iovec iov[2];
+    for (int i = 0; i < nv; ++i)
+        iov[i] = {v[i].iov_base, v[i].iov_len};
+    ssize_t n = readv(fd, iov, nv);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return; // the reservation is simply not committed
+        c->error_ = errno;
+        c->close(std::string("connection error with ") + c->name_ + ": " + std::strerror(c->error_));
+        return;
+    }
+    if (n == 0) {
+        c->closed_by_peer_ = true;
+        c->close("connection closed by " + c->name_);
+        return;
+    }
+    size_t left = static_cast<size_t>(n);
+    for (int i = 0; i < nv; ++i) {
+        v[i].iov_len = std::min(v[i].iov_len, left);
+        left -= v[i].iov_len;
+    }
+    evbuffer_commit_space(in, v, nv);
+    c->handle_input();
 }
 
 std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr_in &addr, uint32_t peer,
@@ -82,9 +139,10 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
     std::shared_ptr<Connection> c(new Connection(base, bev, auth, true, peer));
     c->name_ = "agent " + std::to_string(peer) + " (" + addr_str(addr) + ")";
     c->self_ref_ = c;
-    bufferevent_setcb(bev, read_cb, nullptr, event_cb, c.get());
+    bufferevent_setcb(bev, nullptr, nullptr, event_cb, c.get());
     tune(bev);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    bufferevent_enable(bev, EV_WRITE);
+    c->watch_reads();
     if (bufferevent_socket_connect(bev, reinterpret_cast<const sockaddr *>(&addr), sizeof addr) < 0) {
         // Reported through the close handler, like any other failure.
         c->closed_ = true;
@@ -111,9 +169,10 @@ std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->self_ref_ = c;
-    bufferevent_setcb(bev, read_cb, nullptr, event_cb, c.get());
+    bufferevent_setcb(bev, nullptr, nullptr, event_cb, c.get());
     tune(bev);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    bufferevent_enable(bev, EV_WRITE);
+    c->watch_reads();
     return c;
 }
 
@@ -127,7 +186,40 @@ void Connection::send(MsgType type, uint64_t op, std::string_view payload)
         held_ += frame;
         return;
     }
-    bufferevent_write(bev_, frame.data(), frame.size());
+    write_now(frame.data(), frame.size(), nullptr);
+}
+
+// With nothing queued, the bytes go to the kernel at once: no write event
+// to arm and disarm (two epoll_ctl calls) and no loop iteration to wait
+// for.  What the kernel does not take now, or any error, is left to the
+// bufferevent, which queues it in order and reports the error.
+void Connection::write_now(const char *head, size_t head_len, const DataRef *data)
+{
+    evbuffer *out = bufferevent_get_output(bev_);
+    size_t sent = 0, total = head_len + (data ? data->len : 0);
+    int fd = static_cast<int>(bufferevent_getfd(bev_));
+    if (ready_ && fd >= 0 && evbuffer_get_length(out) == 0) {
+        iovec iov[2] = {{const_cast<char *>(head), head_len},
+                        {data ? const_cast<char *>(data->ptr) : nullptr, data ? data->len : 0}};
+        msghdr m{};
+        m.msg_iov = iov;
+        m.msg_iovlen = data ? 2 : 1;
+        ssize_t n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0)
+            sent = static_cast<size_t>(n);
+        if (sent == total)
+            return;
+    }
+    if (sent < head_len)
+        evbuffer_add(out, head + sent, head_len - sent);
+    if (data && data->len) {
+        size_t skip = sent > head_len ? sent - head_len : 0;
+        auto *keep = new std::shared_ptr<const void>(data->owner);
+        evbuffer_add_reference(
+            out, data->ptr + skip, data->len - skip,
+            [](const void *, size_t, void *arg) { delete static_cast<std::shared_ptr<const void> *>(arg); },
+            keep);
+    }
 }
 
 void Connection::send(MsgType type, uint64_t op, std::string_view head, const DataRef &data)
@@ -155,13 +247,7 @@ void Connection::send(MsgType type, uint64_t op, std::string_view head, const Da
     w.u32(static_cast<uint32_t>(head.size() + data.len));
     std::memcpy(frame.data() + 8, w.data().data(), 4); // the length field of the header
     frame.append(head.data(), head.size());
-    evbuffer *out = bufferevent_get_output(bev_);
-    evbuffer_add(out, frame.data(), frame.size());
-    auto *keep = new std::shared_ptr<const void>(data.owner);
-    evbuffer_add_reference(
-        out, data.ptr, data.len,
-        [](const void *, size_t, void *arg) { delete static_cast<std::shared_ptr<const void> *>(arg); },
-        keep);
+    write_now(frame.data(), frame.size(), &data);
 }
 
 void Connection::close(const std::string &why)
@@ -169,6 +255,8 @@ void Connection::close(const std::string &why)
     if (closed_)
         return;
     closed_ = true;
+    if (rev_)
+        event_del(rev_);
     bufferevent_disable(bev_, EV_READ | EV_WRITE);
     bufferevent_setcb(bev_, nullptr, nullptr, nullptr, nullptr);
     auto keep = shared_from_this(); // handlers may drop the last other reference
@@ -196,13 +284,6 @@ void Connection::flush_held()
         bufferevent_write(bev_, held_.data(), held_.size());
         held_.clear();
     }
-}
-
-void Connection::read_cb(bufferevent *, void *arg)
-{
-    auto *c = static_cast<Connection *>(arg);
-    auto keep = c->shared_from_this();
-    c->handle_input();
 }
 
 void Connection::event_cb(bufferevent *bev, short what, void *arg)
@@ -237,7 +318,7 @@ void Connection::event_cb(bufferevent *bev, short what, void *arg)
 
 void Connection::handle_input()
 {
-    evbuffer *in = bufferevent_get_input(bev_);
+    evbuffer *in = in_;
     while (!closed_) {
         size_t avail = evbuffer_get_length(in);
         if (avail < kHeaderSize)

@@ -10,6 +10,12 @@
 // verification, EOF or a socket error closes the connection: the close
 // handler runs once, with the reason, and nothing more is delivered.
 //
+// I/O: a frame sent while nothing is queued goes to the kernel at once
+// (one sendmsg; the rest, if any, is queued on a bufferevent, which also
+// connects and reports errors); each readable event is one readv into the
+// input buffer.  Small frames thus cost one system call each way, which
+// matters on nodes that wake for every message.
+//
 // Ownership: Connections are owned by shared_ptr (the engine's tables).
 // Handlers get a reference valid for the duration of the call; a handler
 // may close the connection or drop the engine's reference, and the object
@@ -28,6 +34,8 @@
 #include "lib/net/frame.hpp"
 
 struct bufferevent;
+struct evbuffer;
+struct event;
 struct event_base;
 
 namespace storm::net {
@@ -93,7 +101,8 @@ public:
 
 private:
     Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index);
-    static void read_cb(bufferevent *bev, void *arg);
+    void watch_reads();
+    static void on_readable(int fd, short what, void *arg);
     static void event_cb(bufferevent *bev, short what, void *arg);
     void handle_input();
     struct Hello {
@@ -104,9 +113,12 @@ private:
     void handle_hello(std::string_view payload);
     void handle_hello_ok(std::string_view payload);
     void flush_held();
+    void write_now(const char *head, size_t head_len, const DataRef *data);
 
     event_base *base_;
     bufferevent *bev_;
+    event *rev_ = nullptr;   // reads (the bufferevent writes)
+    evbuffer *in_ = nullptr; // what was read, not yet framed
     Authenticator &auth_;
     bool client_;
     uint32_t peer_; // client: the server's index; server: set from the credential
