@@ -40,7 +40,10 @@
 // node of the set got every byte; otherwise it names the nodes that did not
 // (a node that was unreachable, died or timed out, with the subtree it
 // served if it died after forwarding).  A node that cannot be connected to
-// is routed around: its slice is re-split among its own children.
+// is routed around: its slice is re-split among its own children.  It is
+// tried again 0.25 s later if its daemon refused or closed the connection
+// (down or restarting: the pause doubles while that goes on, up to the
+// timeout), one timeout later after any other failure.
 //
 // COMPARE-AND-WRITE runs in two phases from the set's first member, which
 // serialises the calls on that set: compare everywhere (the answers are
