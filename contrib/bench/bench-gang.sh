@@ -5,7 +5,7 @@
 # shortest SchedulerTimeSlice Slurm accepts, 5 s).  Virtual nodes have one
 # CPU each; vn1 and vn2 share this machine's two cores.
 #
-#   sudo contrib/bench/bench-gang.sh [-p "overhead cosched delivery response"]
+#   sudo contrib/bench/bench-gang.sh [-p "mechanism overhead cosched delivery response"]
 #                                    [-q "1 2 10 50"] [-n "8 64 256"] [-s SECONDS]
 #
 #  overhead  a compute-bound job (one task on each of vn1, vn2) alone under
@@ -24,6 +24,14 @@
 #            switch: `scontrol suspend` of a job on every node until all its
 #            tasks are stopped (5 times: p50, max).  Storm runs twice:
 #            strobes down the tree alone, and by multicast (MCAST below).
+#  mechanism what one switch costs on a node by each way of stopping and
+#            continuing a job's processes, outside Slurm and Storm
+#            (contrib/bench/stop_probe): SIGSTOP/SIGCONT (the switcher's way,
+#            and stock Slurm's suspend), the cgroup v1 freezer and cgroup v2
+#            cgroup.freeze, each for 2000 switches at 2 ms between two jobs
+#            of two spinning tasks under a parent that waits for them as
+#            slurmstepd does: the calls' wall time, and the CPU of the
+#            switcher and of the parents' wake-ups per switch.
 #  response  a 1-second job submitted to nodes already running a long job
 #            in a partition with MPL 2: submission to completion, and the
 #            job's own work time, under stock gang, stock uncoordinated
@@ -39,8 +47,9 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 GANG=$BUILD/tools/storm-gang
+PROBE=$BUILD/contrib/bench/stop_probe
 VC=$top/contrib/vcluster/storm-vcluster
-PARTS="overhead cosched delivery response" QUANTA="1 2 10 50" NODES="8 64 256" SOLO=5
+PARTS="mechanism overhead cosched delivery response" QUANTA="1 2 10 50" NODES="8 64 256" SOLO=5
 MCAST=${MCAST:-239.255.77.1:6831}
 while getopts p:q:n:s: o; do
     case $o in
@@ -53,6 +62,7 @@ while getopts p:q:n:s: o; do
 done
 [ "$(id -u)" = 0 ] || { echo "bench-gang: must run as root" >&2; exit 2; }
 [ -x "$GANG" ] || { echo "bench-gang: $GANG not built (run contrib/storm-setup)" >&2; exit 2; }
+[ -x "$PROBE" ] || { echo "bench-gang: $PROBE not built (run make)" >&2; exit 2; }
 work=/var/tmp/storm-bench-gang
 trap '"$VC" down > /dev/null 2>&1' EXIT
 rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
@@ -103,6 +113,19 @@ MPI="srun --mpi=pmix $work/mpi_sync $MPI_ITERS $MPI_WORK"
 
 for part in $PARTS; do
 case $part in
+mechanism)
+    echo
+    echo "== mechanism: one switch on a node (stop one job, continue the other; 2 spinning tasks each, under a"
+    echo "   parent that waits for them as slurmstepd does), 2000 switches at 2 ms (contrib/bench/stop_probe)"
+    printf "  %-12s %13s %13s %14s %13s %11s\n" "way" "call p50(us)" "call p99(us)" "switcher(us)" "parents(us)" "CPU(us)"
+    for m in signals freezer-v1 freeze-v2; do
+        out=$("$PROBE" "$m" 2000 2000)
+        if [ $? != 0 ]; then printf "  %-12s %s\n" "$m" "${out#stop_probe: }"; continue; fi
+        read -r c50 c99 sw pa < <(sed -n 's/.*call p50 \([0-9.]*\) us p99 \([0-9.]*\) us; switcher \([0-9.]*\) us and parents \([0-9.]*\) us.*/\1 \2 \3 \4/p' <<<"$out")
+        printf "  %-12s %13s %13s %14s %13s %11s\n" "$m" "$c50" "$c99" "$sw" "$pa" "$(awk -v a="$sw" -v b="$pa" 'BEGIN { printf "%.1f", a + b }')"
+    done
+    echo "  CPU = switcher + parents, per switch; the switcher's includes waking for each quantum."
+    ;;
 overhead)
     echo
     echo "== overhead: compute-bound 2-task jobs on vn[1-2] (ideal: MPL x stock solo time)"
