@@ -30,8 +30,10 @@
 #            and stock Slurm's suspend), the cgroup v1 freezer and cgroup v2
 #            cgroup.freeze, each for 2000 switches at 2 ms between two jobs
 #            of two spinning tasks under a parent that waits for them as
-#            slurmstepd does: the calls' wall time, and the CPU of the
-#            switcher and of the parents' wake-ups per switch.
+#            slurmstepd does, the switcher at real-time priority as the
+#            node agent: the calls' wall time, the time until the outgoing
+#            tasks are really stopped, and the CPU of the switcher and of
+#            the parents' wake-ups per switch.
 #  response  a 1-second job submitted to nodes already running a long job
 #            in a partition with MPL 2: submission to completion, and the
 #            job's own work time, under stock gang, stock uncoordinated
@@ -117,14 +119,15 @@ mechanism)
     echo
     echo "== mechanism: one switch on a node (stop one job, continue the other; 2 spinning tasks each, under a"
     echo "   parent that waits for them as slurmstepd does), 2000 switches at 2 ms (contrib/bench/stop_probe)"
-    printf "  %-12s %13s %13s %14s %13s %11s\n" "way" "call p50(us)" "call p99(us)" "switcher(us)" "parents(us)" "CPU(us)"
+    printf "  %-12s %13s %13s %16s %14s %13s %11s\n" "way" "call p50(us)" "call p99(us)" "stopped p50(us)" "switcher(us)" "parents(us)" "CPU(us)"
     for m in signals freezer-v1 freeze-v2; do
         out=$("$PROBE" "$m" 2000 2000)
         if [ $? != 0 ]; then printf "  %-12s %s\n" "$m" "${out#stop_probe: }"; continue; fi
-        read -r c50 c99 sw pa < <(sed -n 's/.*call p50 \([0-9.]*\) us p99 \([0-9.]*\) us; switcher \([0-9.]*\) us and parents \([0-9.]*\) us.*/\1 \2 \3 \4/p' <<<"$out")
-        printf "  %-12s %13s %13s %14s %13s %11s\n" "$m" "$c50" "$c99" "$sw" "$pa" "$(awk -v a="$sw" -v b="$pa" 'BEGIN { printf "%.1f", a + b }')"
+        read -r c50 c99 s50 sw pa < <(sed -n 's/.*call p50 \([0-9.]*\) us p99 \([0-9.]*\) us; stopped after p50 \([0-9.]*\) us.*; switcher \([0-9.]*\) us and parents \([0-9.]*\) us.*/\1 \2 \3 \4 \5/p' <<<"$out")
+        printf "  %-12s %13s %13s %16s %14s %13s %11s\n" "$m" "$c50" "$c99" "$s50" "$sw" "$pa" "$(awk -v a="$sw" -v b="$pa" 'BEGIN { printf "%.1f", a + b }')"
     done
-    echo "  CPU = switcher + parents, per switch; the switcher's includes waking for each quantum."
+    echo "  CPU = switcher + parents, per switch; the switcher's includes waking for each quantum. stopped: from the"
+    echo "  calls until the outgoing tasks are stopped or frozen (they must run to take it: on 2 cores, a scheduling matter)."
     ;;
 overhead)
     echo

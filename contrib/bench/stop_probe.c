@@ -12,12 +12,15 @@
  * with WUNTRACED | WCONTINUED, as slurmstepd does; every QUANTUM_US one job
  * is stopped and the other continued, SWITCHES times.  Prints one line:
  *
- *   stop_probe: MODE: N switches: call p50 X us p99 Y us; switcher Z us
- *   and parents W us of CPU per switch
+ *   stop_probe: MODE: N switches: call p50 X us p99 Y us; stopped after
+ *   p50 A us p99 B us; switcher Z us and parents W us of CPU per switch
  *
  * "call" is the wall time of the stop and continue calls of one switch;
- * the CPU figures come from getrusage (the switcher) and from the parents'
- * own rusage (their wake-ups on the tasks' state changes).  Exit 3 when
+ * "stopped after", from a further 200 switches, the time from the calls
+ * until every task of the outgoing job is stopped (state T) or its group
+ * frozen, polled; the CPU figures come from getrusage over the first N
+ * switches (the switcher) and from the parents' own rusage over all of
+ * them (their wake-ups on the tasks' state changes).  Exit 3 when
  * MODE's hierarchy is not mounted or not writable (the line says so).
  * Everything it made (processes, cgroups) is gone when it exits, whatever
  * the outcome.
@@ -26,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -179,24 +183,47 @@ static void job(int j, int out)
     _exit(0);
 }
 
-static void stop(int j)
+/* Stops job j (run 0) or continues it (run 1). */
+static void set_running(int j, int run)
 {
+    static const char *const freezer_v1[2] = {"FROZEN", "THAWED"}, *const freeze_v2[2] = {"1", "0"};
     if (mode == SIGNALS) {
-        kill(task[j][0], SIGSTOP);
-        kill(task[j][1], SIGSTOP);
-    } else if (write(state_fd[j], mode == FREEZER_V1 ? "FROZEN" : "1", mode == FREEZER_V1 ? 6 : 1) < 0) {
-        fail("freeze");
+        for (int k = 0; k < 2; ++k)
+            kill(task[j][k], run ? SIGCONT : SIGSTOP);
+        return;
     }
+    const char *text = mode == FREEZER_V1 ? freezer_v1[run] : freeze_v2[run];
+    if (write(state_fd[j], text, strlen(text)) < 0)
+        fail(run ? "thaw" : "freeze");
 }
 
-static void cont(int j)
+/* Whether every task of job j is stopped (signals) or frozen (freezers). */
+static int stopped(int j)
 {
-    if (mode == SIGNALS) {
-        kill(task[j][0], SIGCONT);
-        kill(task[j][1], SIGCONT);
-    } else if (write(state_fd[j], mode == FREEZER_V1 ? "THAWED" : "0", mode == FREEZER_V1 ? 6 : 1) < 0) {
-        fail("thaw");
+    char path[320], buf[512];
+    for (int k = 0; k < (mode == SIGNALS ? 2 : 1); ++k) {
+        if (mode == SIGNALS)
+            snprintf(path, sizeof path, "/proc/%d/stat", (int)task[j][k]);
+        else
+            snprintf(path, sizeof path, "%s/%s", group[j],
+                     mode == FREEZER_V1 ? "freezer.state" : "cgroup.events");
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return 0;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0)
+            return 0;
+        buf[n] = 0;
+        if (mode == SIGNALS) {
+            const char *p = strrchr(buf, ')');
+            if (!p || (p[2] != 'T' && p[2] != 't'))
+                return 0;
+        } else if (!strstr(buf, mode == FREEZER_V1 ? "FROZEN" : "frozen 1")) {
+            return 0;
+        }
     }
+    return 1;
 }
 
 static int cmp(const void *a, const void *b)
@@ -272,26 +299,46 @@ int main(int argc, char **argv)
                 fail("a job did not start");
     }
     usleep(50000); /* the tasks are in their groups and spinning */
+    /* The switcher runs at real-time priority, as the node agent does
+     * (its children, forked before, keep the normal policy). */
+    struct sched_param sp = {.sched_priority = 1};
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
+        fail("SCHED_FIFO");
     double *call = malloc(sizeof *call * (size_t)switches);
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);
-    stop(1);
+    set_running(1, 0);
     int cur = 0;
     struct timespec q = {quantum / 1000000, (quantum % 1000000) * 1000L};
     for (int s = 0; s < switches; ++s) {
         nanosleep(&q, NULL);
         double t0 = now_us();
-        stop(cur);
-        cont(1 - cur);
+        set_running(cur, 0);
+        set_running(1 - cur, 1);
         call[s] = now_us() - t0;
         cur = 1 - cur;
     }
     getrusage(RUSAGE_SELF, &r1);
+    /* Then, apart (the polling costs CPU): how long after the calls the
+     * job is really stopped, polled for up to 100 ms. */
+    int checks = switches < 200 ? switches : 200;
+    double *done = malloc(sizeof *done * (size_t)checks);
+    for (int s = 0; s < checks; ++s) {
+        nanosleep(&q, NULL);
+        double t0 = now_us();
+        set_running(cur, 0);
+        set_running(1 - cur, 1);
+        struct timespec poll = {0, 20000};
+        while (!stopped(cur) && now_us() - t0 < 100000)
+            nanosleep(&poll, NULL);
+        done[s] = now_us() - t0;
+        cur = 1 - cur;
+    }
     /* The parents' CPU: end the tasks, read what each parent used. */
     double parents = 0;
     for (int j = 0; j < 2; ++j) {
         if (state_fd[j] >= 0)
-            cont(j);
+            set_running(j, 1);
         for (int k = 0; k < 2; ++k) {
             kill(task[j][k], SIGCONT);
             kill(task[j][k], SIGKILL);
@@ -304,11 +351,13 @@ int main(int argc, char **argv)
     }
     cleanup();
     qsort(call, (size_t)switches, sizeof *call, cmp);
-    printf("stop_probe: %s: %d switches: call p50 %.0f us p99 %.0f us; switcher %.1f us and parents %.1f us "
-           "of CPU "
-           "per switch\n",
-           argv[1], switches, call[switches / 2], call[switches * 99 / 100],
-           (cpu_us(&r1) - cpu_us(&r0)) / switches, parents / switches);
+    qsort(done, (size_t)checks, sizeof *done, cmp);
+    printf(
+        "stop_probe: %s: %d switches: call p50 %.0f us p99 %.0f us; stopped after p50 %.0f us p99 %.0f us; "
+        "switcher %.1f us and parents %.1f us of CPU per switch\n",
+        argv[1], switches, call[switches / 2], call[switches * 99 / 100], done[checks / 2],
+        done[checks * 99 / 100], (cpu_us(&r1) - cpu_us(&r0)) / switches, parents / (switches + checks));
     free(call);
+    free(done);
     return 0;
 }
