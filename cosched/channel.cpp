@@ -243,12 +243,7 @@ void Channel::on_client(int fd, const ucred &cred)
     client->fd = fd;
     client->pid = cred.pid;
     client->uid = cred.uid;
-    client->ev = net::watch_readable(base_, fd, on_readable, this);
-    if (!client->ev) {
-        ::close(fd);
-        return;
-    }
-    clients_[fd] = std::move(client);
+    net::keep_watched(base_, clients_, std::move(client), on_readable, this);
 }
 
 void Channel::on_readable(int fd, short, void *arg)

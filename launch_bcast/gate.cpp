@@ -136,12 +136,7 @@ void LaunchGate::on_client(int fd, uid_t uid)
     w->fd = fd;
     w->uid = uid;
     w->since = std::chrono::steady_clock::now();
-    w->ev = net::watch_readable(base_, fd, on_readable, this);
-    if (!w->ev) {
-        ::close(fd);
-        return;
-    }
-    waiters_[fd] = std::move(w);
+    net::keep_watched(base_, waiters_, std::move(w), on_readable, this);
 }
 
 void LaunchGate::on_readable(int fd, short, void *arg)

@@ -169,12 +169,7 @@ void Pool::on_client(int fd, const ucred &cred)
     client->fd = fd;
     client->uid = cred.uid;
     client->pid = cred.pid;
-    client->ev = net::watch_readable(base_, fd, on_readable, this);
-    if (!client->ev) {
-        ::close(fd);
-        return;
-    }
-    clients_[fd] = std::move(client);
+    net::keep_watched(base_, clients_, std::move(client), on_readable, this);
 }
 
 void Pool::on_readable(int fd, short, void *arg)

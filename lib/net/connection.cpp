@@ -106,13 +106,11 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return; // the reservation is simply not committed
-        c->error_ = errno;
-        c->close(std::string("connection error with ") + c->name_ + ": " + std::strerror(c->error_));
+        c->close_on_error(errno);
         return;
     }
     if (n == 0) {
-        c->closed_by_peer_ = true;
-        c->close("connection closed by " + c->name_);
+        c->close_by_peer();
         return;
     }
     size_t left = static_cast<size_t>(n);
@@ -306,14 +304,22 @@ void Connection::event_cb(bufferevent *bev, short what, void *arg)
         }
         return;
     }
-    if (what & BEV_EVENT_EOF) {
-        c->closed_by_peer_ = true;
-        c->close("connection closed by " + c->name_);
-    } else if (what & BEV_EVENT_ERROR) {
-        c->error_ = EVUTIL_SOCKET_ERROR();
-        c->close(std::string("connection error with ") + c->name_ + ": " +
-                 evutil_socket_error_to_string(c->error_));
-    }
+    if (what & BEV_EVENT_EOF)
+        c->close_by_peer();
+    else if (what & BEV_EVENT_ERROR)
+        c->close_on_error(EVUTIL_SOCKET_ERROR());
+}
+
+void Connection::close_by_peer()
+{
+    closed_by_peer_ = true;
+    close("connection closed by " + name_);
+}
+
+void Connection::close_on_error(int err)
+{
+    error_ = err;
+    close(std::string("connection error with ") + name_ + ": " + evutil_socket_error_to_string(err));
 }
 
 void Connection::handle_input()

@@ -113,6 +113,9 @@ private:
     void handle_hello(std::string_view payload);
     void handle_hello_ok(std::string_view payload);
     void flush_held();
+    // The peer closed it in order (EOF); a socket error `err` closed it.
+    void close_by_peer();
+    void close_on_error(int err);
     void write_now(const char *head, size_t head_len, const DataRef *data);
 
     event_base *base_;

@@ -29,12 +29,16 @@
 //    server.
 //
 // watch_readable() is the companion for the accepted connections: one
-// persistent EV_READ event per connection.
+// persistent EV_READ event per connection; keep_watched() adds it to a
+// client and keeps the client in its owner's table.
 #pragma once
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "lib/common/log.hpp"
 
@@ -76,5 +80,21 @@ private:
 // `base`; null (nothing registered, `fd` left open) if libevent cannot.
 // The caller frees it with event_free() before closing `fd`.
 event *watch_readable(event_base *base, int fd, void (*cb)(int, short, void *), void *arg) noexcept;
+
+// An accepted client (any record with `int fd` and `event *ev`) watched
+// with watch_readable() and kept in `table` under its descriptor.  If
+// libevent cannot watch it, its descriptor is closed and it is dropped.
+template <class Client>
+void keep_watched(event_base *base, std::map<int, std::unique_ptr<Client>> &table,
+                  std::unique_ptr<Client> client, void (*cb)(int, short, void *), void *arg)
+{
+    client->ev = watch_readable(base, client->fd, cb, arg);
+    if (!client->ev) {
+        ::close(client->fd);
+        return;
+    }
+    int fd = client->fd;
+    table[fd] = std::move(client);
+}
 
 } // namespace storm::net

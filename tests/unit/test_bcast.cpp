@@ -188,6 +188,16 @@ struct BcastCluster {
         while (!done)
             std::this_thread::sleep_for(1ms);
     }
+    // Broadcast sessions still open on the nodes once they all closed, or
+    // after `limit`.
+    size_t sessions_left(std::chrono::milliseconds limit = 1000ms)
+    {
+        auto end = std::chrono::steady_clock::now() + limit;
+        size_t n;
+        while ((n = open_sessions()) != 0 && std::chrono::steady_clock::now() < end)
+            std::this_thread::sleep_for(10ms);
+        return n;
+    }
     size_t open_sessions()
     {
         size_t n = 0;
@@ -369,9 +379,7 @@ void test_node_killed_mid_transfer(void **)
     assert_true(contains(err, "transfer of " + out + "/ failed"));
     assert_true(contains(err, "node4: "));
     // Every live node removed its part.
-    for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
-        std::this_thread::sleep_for(10ms);
-    assert_int_equal(bc.open_sessions(), 0);
+    assert_int_equal(bc.sessions_left(), 0);
     assert_true(listing(out).empty());
 }
 
@@ -483,8 +491,7 @@ void test_launch_gate_fails_with_the_broadcast(void **)
         assert_true(contains(r.error, "broadcast " + session_hex(sid) +
                                           " failed: " + (i == 4 ? "the agent is stopping" : "")));
     }
-    for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
-        std::this_thread::sleep_for(10ms);
+    assert_int_equal(bc.sessions_left(), 0);
     assert_true(listing(out).empty());
 }
 
@@ -522,9 +529,7 @@ void test_cancel(void **)
         assert_false(w.results[i]->in_place);
         assert_true(contains(w.results[i]->error, "broadcast " + session_hex(sid) + " failed: "));
     }
-    for (int i = 0; i < 100 && bc.open_sessions() != 0; ++i)
-        std::this_thread::sleep_for(10ms);
-    assert_int_equal(bc.open_sessions(), 0);
+    assert_int_equal(bc.sessions_left(), 0);
     assert_true(listing(out).empty());
 }
 
