@@ -17,6 +17,7 @@
 
 #include "cosched/protocol.h"
 #include "lib/common/signals.hpp"
+#include "lib/common/thread_name.hpp"
 
 namespace storm::cosched {
 
@@ -179,7 +180,10 @@ void Channel::start()
     wake_ev_ = event_new(base_, wake_[0], EV_READ | EV_PERSIST, on_verified, this);
     if (!wake_ev_ || event_add(wake_ev_, nullptr) != 0)
         throw std::runtime_error("cosched: cannot register the request socket's events");
-    thread_ = std::thread([this] { worker(); });
+    thread_ = std::thread([this] {
+        name_thread("storm-cosched");
+        worker();
+    });
 }
 
 void Channel::worker() noexcept

@@ -22,6 +22,7 @@
 #include "lib/common/signals.hpp"
 #include "lib/common/timeval.hpp"
 #include "lib/net/connection.hpp"
+#include "lib/common/thread_name.hpp"
 
 namespace storm::bcast {
 
@@ -180,6 +181,7 @@ public:
         if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0)
             throw BcastError(sys("pipe", errno));
         thread_ = std::thread([this] {
+            name_thread("storm-read");
             // Signals are the process's business (srun's signal thread),
             // never this reader's.
             block_all_signals();

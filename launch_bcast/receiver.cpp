@@ -49,6 +49,34 @@ int remove_tree(const std::string &path)
     return rc < 0 ? errno : rc;
 }
 
+// Moves the staged `temp` to `dest`, replacing what is there.  An existing
+// destination is swapped with the new one (RENAME_EXCHANGE), then removed
+// under the temporary name: readers see the old or the new, never neither.
+// A file is swapped too rather than renamed over: ext4 (auto_da_alloc)
+// writes a file renamed over another to disk before the rename returns,
+// about 10 ms per 12 MB on each node, where the broadcast never promised
+// more than the page cache (neither does stock sbcast, which truncates and
+// rewrites).  Where the file system cannot exchange (EINVAL), or the
+// destination went away meanwhile, a plain rename.  Returns "" or why it
+// failed; `left` is the errno of removing the replaced one (0: removed).
+std::string put_in_place(const std::string &temp, const std::string &dest, bool dir, int &left)
+{
+    left = 0;
+    struct stat st;
+    bool exists = lstat(dest.c_str(), &st) == 0;
+    if (exists && (dir || !S_ISDIR(st.st_mode))) {
+        if (renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
+            left = remove_tree(temp);
+            return "";
+        }
+        if (dir || (errno != EINVAL && errno != ENOENT))
+            return err("cannot replace " + dest, errno);
+    }
+    if (rename(temp.c_str(), dest.c_str()) != 0)
+        return err("cannot rename into " + dest, errno);
+    return "";
+}
+
 } // namespace
 
 std::string event_name(const char *kind, uint64_t sid)
@@ -332,18 +360,11 @@ std::string Receiver::commit(uint64_t sid)
             }
         }
         if (why.empty()) {
-            struct stat st;
-            bool replace_dir = s.files.front().dir && lstat(s.dest.c_str(), &st) == 0;
-            if (replace_dir) {
-                // Swap the new tree in, then remove the old one.
-                if (renameat2(AT_FDCWD, s.temp.c_str(), AT_FDCWD, s.dest.c_str(), RENAME_EXCHANGE) != 0)
-                    why = err("cannot replace " + s.dest, errno);
-                else if (int e = remove_tree(s.temp))
-                    log_.error("broadcast %s: cannot remove the replaced %s: %s", session_hex(sid).c_str(),
-                               s.dest.c_str(), std::strerror(e));
-            } else if (rename(s.temp.c_str(), s.dest.c_str()) != 0) {
-                why = err("cannot rename into " + s.dest, errno);
-            }
+            int left = 0;
+            why = put_in_place(s.temp, s.dest, s.files.front().dir, left);
+            if (left)
+                log_.error("broadcast %s: cannot remove the replaced %s: %s", session_hex(sid).c_str(),
+                           s.dest.c_str(), std::strerror(left));
         }
     }
     if (!why.empty()) {

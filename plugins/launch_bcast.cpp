@@ -41,6 +41,7 @@ extern "C" {
 
 #include "launch_bcast/gate.hpp"
 #include "lib/common/signals.hpp"
+#include "lib/common/thread_name.hpp"
 #include "plugins/common/bcast_job.hpp"
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
@@ -309,6 +310,7 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
             b->program.c_str(), b->dest.c_str(), b->nodes,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
         b->thread = std::thread([b] {
+            storm::name_thread("storm-bcast");
             // srun's signal thread takes the signals (and cancels us).
             storm::block_all_signals();
             b->stream();

@@ -28,6 +28,7 @@
 #include "lib/agent/agent_config.hpp"
 #include "lib/common/params.hpp"
 #include "lib/net/munge_auth.hpp"
+#include "lib/common/thread_name.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 #include "sched_gang/config.hpp"
 #include "sched_gang/manager.hpp"
@@ -105,7 +106,10 @@ void SchedContext::start_manager(const storm::gang::GangConfig &c)
     manager = std::make_unique<storm::gang::MachineManager>(std::move(mc),
                                                             storm::shim::daemon_authenticator(), log);
     manager->start();
-    poller = std::thread([this] { poll(); });
+    poller = std::thread([this] {
+        storm::name_thread("storm-poll");
+        poll();
+    });
 }
 
 // The cells of a job: (Storm's node index << 20 | core) for each core

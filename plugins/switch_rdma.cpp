@@ -572,19 +572,22 @@ int hold_for_broadcasts(stepd_step_rec_t *job)
 
 } // namespace
 
-// Root, before the tasks start: holds a step until srun --bcast's
-// broadcasts ended here, and opens its context on the node agent.
+// Root, before the tasks start: opens the step's context on the node
+// agent, then holds the step until srun --bcast's broadcasts ended here.
+// In that order, so that the opening overlaps the transfer instead of
+// following it; if the hold fails, job_postfini (which slurmstepd calls
+// after a failed job_init too) closes the context.
 int switch_p_job_init(stepd_step_rec_t *job)
 {
-    if (hold_for_broadcasts(job) != SLURM_SUCCESS)
-        return SLURM_ERROR;
     JobInfo *info = nullptr;
     int rc = storm::shim::guarded(g_ctx->log, "job_init", [&] {
         info = jobinfo_of(job->switch_job ? job->switch_job->data : nullptr);
         return SLURM_SUCCESS;
     });
-    if (rc != SLURM_SUCCESS || !info || !info->ctx)
+    if (rc != SLURM_SUCCESS)
         return rc;
+    if (!info || !info->ctx)
+        return hold_for_broadcasts(job);
     const auto &ctx = *info->ctx;
     std::string name = step_name(ctx.job_id, ctx.step_id);
     try {
@@ -598,7 +601,7 @@ int switch_p_job_init(stepd_step_rec_t *job)
     }
     g_ctx->opened = ctx;
     g_ctx->log.verbose("step %s: context %u open on the node agent", name.c_str(), ctx.id);
-    return SLURM_SUCCESS;
+    return hold_for_broadcasts(job);
 }
 
 // In each task, as its user, before exec: the context and the agent's

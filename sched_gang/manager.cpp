@@ -19,6 +19,7 @@
 #include "lib/common/precise_base.hpp"
 #include "lib/common/realtime.hpp"
 #include "lib/common/signals.hpp"
+#include "lib/common/thread_name.hpp"
 
 namespace storm::gang {
 
@@ -94,6 +95,7 @@ void MachineManager::start()
     std::promise<void> started;
     auto ready = started.get_future();
     thread_ = std::thread([this, &started] {
+        name_thread("storm-gang");
         running_ = true;
         started.set_value();
         run();

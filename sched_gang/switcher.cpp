@@ -16,6 +16,7 @@
 #include "lib/common/params.hpp"
 #include "lib/common/percentile.hpp"
 #include "lib/common/realtime.hpp"
+#include "lib/common/thread_name.hpp"
 
 namespace storm::gang {
 
@@ -55,7 +56,10 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
                        e.what());
         }
     }
-    thread_ = std::thread([this] { scanner(); });
+    thread_ = std::thread([this] {
+        name_thread("storm-scan");
+        scanner();
+    });
 }
 
 void Switcher::on_datagram(std::string_view d)

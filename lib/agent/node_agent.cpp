@@ -11,6 +11,7 @@
 #include "lib/common/precise_base.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
+#include "lib/common/thread_name.hpp"
 
 namespace storm::agent {
 
@@ -137,6 +138,7 @@ void NodeAgent::start()
     auto ready = started.get_future();
     try {
         thread_ = std::thread([this, &started] {
+            name_thread("storm-agent");
             running_ = true;
             started.set_value();
             run();

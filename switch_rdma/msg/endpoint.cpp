@@ -19,6 +19,7 @@
 
 #include "lib/net/fd_passing.hpp"
 #include "lib/net/wire.hpp"
+#include "lib/common/thread_name.hpp"
 #include "switch_rdma/msg/frames.hpp"
 
 namespace storm::rdma::msg {
@@ -146,7 +147,10 @@ Endpoint::Endpoint()
         prog_efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (prog_efd_ < 0)
             error(errno, sys("eventfd"));
-        progress_ = std::thread([this] { progress_main(); });
+        progress_ = std::thread([this] {
+            name_thread("storm-msg");
+            progress_main();
+        });
         if (!att_.resident) {
             wait_resident();
             check_failed();

@@ -282,6 +282,42 @@ void test_file_reaches_every_node(void **)
     }
 }
 
+// --force on a file: the new one takes the old one's place (swapped in, the
+// old one removed), nothing else is left in the directory, and a symbolic
+// link at the destination is itself replaced, never written through.
+void test_force_replaces_a_file(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string out = open_to_all(t.path + "/out");
+    std::string dest = out + "/f";
+    BcastCluster bc(1, t.path);
+    std::string first = make_file(t.path + "/one", 100000, 0644);
+    assert_string_equal(bc.send(scan(t.path + "/one"), dest, cred(1), kUser, 0).c_str(), "");
+    assert_true(slurp(dest) == first);
+    std::string second = make_file(t.path + "/two", 70001, 0600);
+    assert_string_equal(bc.send(scan(t.path + "/two"), dest, cred(1), kUser, kForce).c_str(), "");
+    assert_true(slurp(dest) == second);
+    struct stat st;
+    assert_int_equal(stat(dest.c_str(), &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(st.st_uid, kUser);
+    assert_true(listing(out) == std::vector<std::string>{"f"});
+
+    std::string victim = make_file(t.path + "/victim", 10, 0666);
+    assert_int_equal(unlink(dest.c_str()), 0);
+    assert_int_equal(symlink((t.path + "/victim").c_str(), dest.c_str()), 0);
+    assert_int_equal(lchown(dest.c_str(), kUser, kGroup), 0); // the user's own link, to root's file
+    assert_string_equal(bc.send(scan(t.path + "/one"), dest, cred(1), kUser, kForce).c_str(), "");
+    assert_int_equal(lstat(dest.c_str(), &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_true(slurp(dest) == first);
+    assert_true(slurp(t.path + "/victim") == victim);
+    assert_true(listing(out) == std::vector<std::string>{"f"});
+    assert_int_equal(bc.open_sessions(), 0);
+}
+
 void test_directory_and_preserve(void **)
 {
     if (geteuid() != 0)
@@ -710,6 +746,7 @@ int main()
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_protocol_decoding),
         cmocka_unit_test(test_file_reaches_every_node),
+        cmocka_unit_test(test_force_replaces_a_file),
         cmocka_unit_test(test_directory_and_preserve),
         cmocka_unit_test(test_bad_credentials),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
