@@ -6,7 +6,7 @@
 #
 #   sudo contrib/bench/bench-bcast.sh [-n "8 16 64 256"] [-s "4 12 100"]
 #                                     [-r "unshaped shaped"] [-t SECONDS]
-#                                     [-m GROUP:PORT|off]
+#                                     [-m GROUP:PORT|off] [-k REPS]
 #
 # For each node count, regime (links shaped to 100 Mbit/s, or unshaped) and
 # file size (MB): the time of stock sbcast and of storm-bcast, and for 12 MB
@@ -20,23 +20,30 @@
 # Every Storm copy is checked (md5) on the first and last node.  Storm's
 # agents carry the data by multicast on -m GROUP:PORT (default
 # 239.255.77.1:6831; SwitchParameters storm_mcast), or through the tree of
-# TCP connections alone with -m off.
+# TCP connections alone with -m off.  With -k REPS (default 1), every
+# measurement is taken REPS times, the four of a size in turn each time,
+# and the table shows the median of each (every run's figures go to
+# stderr as they come): on a machine whose timings wander, one run says
+# little.  A copy that differs (md5) makes the whole cell "corrupt"; a
+# failed run counts as the slowest.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 BCAST=$BUILD/tools/storm-bcast
 VC=$top/contrib/vcluster/storm-vcluster
-NODES="8 16 64 256" SIZES="4 12 100" REGIMES="unshaped shaped" STOCK_TIMEOUT=300 MCAST=239.255.77.1:6831
-while getopts n:s:r:t:m: o; do
+NODES="8 16 64 256" SIZES="4 12 100" REGIMES="unshaped shaped" STOCK_TIMEOUT=300 MCAST=239.255.77.1:6831 REPS=1
+while getopts n:s:r:t:m:k: o; do
     case $o in
     n) NODES=$OPTARG ;;
     s) SIZES=$OPTARG ;;
     r) REGIMES=$OPTARG ;;
     t) STOCK_TIMEOUT=$OPTARG ;;
     m) MCAST=$OPTARG ;;
-    *) echo "usage: $0 [-n NODES] [-s SIZES_MB] [-r REGIMES] [-t SECONDS] [-m GROUP:PORT|off]" >&2; exit 2 ;;
+    k) REPS=$OPTARG ;;
+    *) echo "usage: $0 [-n NODES] [-s SIZES_MB] [-r REGIMES] [-t SECONDS] [-m GROUP:PORT|off] [-k REPS]" >&2; exit 2 ;;
     esac
 done
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "bench-bcast: -k REPS must be a positive whole number, not \"$REPS\"" >&2; exit 2; }
 RATE_MBIT=100
 work=/var/tmp/storm-bench-bcast
 [ -x "$BCAST" ] || { echo "bench-bcast: $BCAST not built (run contrib/storm-setup)" >&2; exit 2; }
@@ -49,6 +56,12 @@ cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && ch
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# median VALUE...: "failed" counts as the slowest; any "corrupt" wins; "-" stays "-"
+median() {
+    case " $* " in *" corrupt "*) echo corrupt; return ;; *" - "*) echo -; return ;; esac
+    printf '%s\n' "$@" | sed 's/^failed$/1e18/' | sort -g |
+        awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; if (m + 0 >= 1e18) print "failed"; else print m }'
+}
 ratio() { awk -v s="$1" -v x="$2" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }'; }
 # timed OUTFILE CMD...: prints seconds, or "failed"
 timed() {
@@ -99,35 +112,41 @@ for n in $NODES; do
         if [ "$regime" = shaped ]; then "$VC" shape ${RATE_MBIT}mbit > /dev/null; else "$VC" shape off > /dev/null; fi
         for s in $SIZES; do
             f=$work/f$s
-            clean_dest
-            st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
-            [ "$st" = failed ] && sed 's/^/  sbcast: /' "$work/sbcast.out" | tail -n 3 >&2
-            clean_dest
-            t0=$(now)
-            if "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm > "$work/storm.out" 2>&1; then
-                xt=$(secs "$t0" "$(now)")
-                want=$(md5sum < "$f")
-                for node in vn1 "$last"; do
-                    [ "$("$VC" exec "$node" sh -c 'md5sum < /tmp/bench.storm')" = "$want" ] ||
-                        { echo "bench-bcast: $node's copy differs ($n nodes, $s MB)" >&2; xt=corrupt; }
-                done
-            else
-                xt=failed
-                sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
-            fi
-            clean_dest
-            ss=- sx=-
-            if [ "$s" = 12 ]; then
-                # Storm's first: a stock srun that fails can leave its step
-                # holding the nodes for a while.
-                sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+            all_st=() all_xt=() all_sx=() all_ss=()
+            for ((rep = 1; rep <= REPS; rep++)); do
                 clean_dest
-                ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
-                    srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                [ "$ss" = failed ] && end_steps "$jid"
+                st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
+                [ "$st" = failed ] && sed 's/^/  sbcast: /' "$work/sbcast.out" | tail -n 3 >&2
                 clean_dest
-            fi
+                t0=$(now)
+                if "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm > "$work/storm.out" 2>&1; then
+                    xt=$(secs "$t0" "$(now)")
+                    want=$(md5sum < "$f")
+                    for node in vn1 "$last"; do
+                        [ "$("$VC" exec "$node" sh -c 'md5sum < /tmp/bench.storm')" = "$want" ] ||
+                            { echo "bench-bcast: $node's copy differs ($n nodes, $s MB)" >&2; xt=corrupt; }
+                    done
+                else
+                    xt=failed
+                    sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
+                fi
+                clean_dest
+                ss=- sx=-
+                if [ "$s" = 12 ]; then
+                    # Storm's first: a stock srun that fails can leave its step
+                    # holding the nodes for a while.
+                    sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                    [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+                    clean_dest
+                    ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
+                        srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                    [ "$ss" = failed ] && end_steps "$jid"
+                    clean_dest
+                fi
+                all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss")
+                [ "$REPS" = 1 ] || echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt srun stock $ss srun storm $sx" >&2
+            done
+            st=$(median "${all_st[@]}") xt=$(median "${all_xt[@]}") sx=$(median "${all_sx[@]}") ss=$(median "${all_ss[@]}")
             link=$(awk -v s="$s" -v r="$RATE_MBIT" 'BEGIN { printf "%.2f", s * 8 / r }')
             copy=$(copy_limit "$n" "$f")
             limit=$copy
@@ -144,6 +163,7 @@ done
 echo
 echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP connections" || echo "multicast on $MCAST")), seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
 echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine)"
+[ "$REPS" = 1 ] || echo "sbcast, storm and srun: the median of $REPS runs each"
 printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %12s\n' nodes regime MB sbcast storm ratio "srun stock" \
     "srun storm" ratio link copy storm/limit
 for r in "${rows[@]}"; do echo "$r"; done
