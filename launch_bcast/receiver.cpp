@@ -49,24 +49,25 @@ int remove_tree(const std::string &path)
     return rc < 0 ? errno : rc;
 }
 
-// Moves the staged `temp` to `dest`, replacing what is there.  An existing
-// destination is swapped with the new one (RENAME_EXCHANGE), then removed
-// under the temporary name: readers see the old or the new, never neither.
-// A file is swapped too rather than renamed over: ext4 (auto_da_alloc)
-// writes a file renamed over another to disk before the rename returns,
-// about 10 ms per 12 MB on each node, where the broadcast never promised
-// more than the page cache (neither does stock sbcast, which truncates and
-// rewrites).  Where the file system cannot exchange (EINVAL), or the
-// destination went away meanwhile, a plain rename.  Returns "" or why it
-// failed; `left` is the errno of removing the replaced one (0: removed).
-std::string put_in_place(const std::string &temp, const std::string &dest, bool dir, int &left)
+// Moves the staged `temp` to `dest`.  An existing destination is swapped
+// with the new one (RENAME_EXCHANGE): readers see the old or the new,
+// never neither, and the old one stays under the temporary name
+// (`kept_old`) until the broadcast is finished everywhere (then removed)
+// or aborted (then swapped back).  A file is swapped too rather than
+// renamed over: ext4 (auto_da_alloc) writes a file renamed over another
+// to disk before the rename returns, about 10 ms per 12 MB on each node,
+// where the broadcast never promised more than the page cache (neither
+// does stock sbcast, which truncates and rewrites).  Where the file system
+// cannot exchange (EINVAL), or the destination went away meanwhile, a
+// plain rename (nothing kept).  Returns "" or why it failed.
+std::string swap_into_place(const std::string &temp, const std::string &dest, bool dir, bool &kept_old)
 {
-    left = 0;
+    kept_old = false;
     struct stat st;
     bool exists = lstat(dest.c_str(), &st) == 0;
     if (exists && (dir || !S_ISDIR(st.st_mode))) {
         if (renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
-            left = remove_tree(temp);
+            kept_old = true;
             return "";
         }
         if (dir || (errno != EINVAL && errno != ENOENT))
@@ -102,6 +103,10 @@ struct Receiver::Session {
     std::vector<File> files;
     size_t incomplete = 0;
     std::string error; // set once a chunk failed here: every later one fails too
+    // Committed: in place here, the replaced one (kept_old) under `temp`,
+    // until the head says every node committed (finish) or not (abort).
+    bool committed = false;
+    bool kept_old = false;
     std::chrono::steady_clock::time_point last;
     std::chrono::milliseconds idle_limit{30000};
     ~Session()
@@ -157,6 +162,8 @@ std::string Receiver::on_chunk(const std::string &event, uint64_t sid, std::stri
             return data(sid, payload);
         if (kind == "commit")
             return commit(sid);
+        if (kind == "finish")
+            return finish(sid);
         if (kind == "abort") {
             abort(sid, "aborted by the head of the broadcast");
             return "";
@@ -277,6 +284,8 @@ std::string Receiver::data(uint64_t sid, std::string_view payload)
     Session &s = *it->second;
     if (!s.error.empty())
         return s.error;
+    if (s.committed)
+        return "data for " + s.dest + " after its commit";
     s.last = std::chrono::steady_clock::now();
     auto failed = [&](const std::string &why) {
         s.error = why;
@@ -359,17 +368,34 @@ std::string Receiver::commit(uint64_t sid)
                     why = err("cannot set the times of " + f->path, errno);
             }
         }
-        if (why.empty()) {
-            int left = 0;
-            why = put_in_place(s.temp, s.dest, s.files.front().dir, left);
-            if (left)
-                log_.error("broadcast %s: cannot remove the replaced %s: %s", session_hex(sid).c_str(),
-                           s.dest.c_str(), std::strerror(left));
-        }
+        if (why.empty())
+            why = swap_into_place(s.temp, s.dest, s.files.front().dir, s.kept_old);
     }
     if (!why.empty()) {
         abort(sid, why.c_str());
         return why;
+    }
+    s.committed = true;
+    s.last = std::chrono::steady_clock::now();
+    return "";
+}
+
+std::string Receiver::finish(uint64_t sid)
+{
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end())
+        return "no broadcast " + session_hex(sid) + " is open on this node";
+    Session &s = *it->second;
+    if (!s.committed) {
+        std::string why = "finish of " + s.dest + " before its commit";
+        abort(sid, why.c_str());
+        return why;
+    }
+    if (s.kept_old) {
+        AsUser as(s.grant.uid, s.grant.gid, s.groups);
+        if (int e = remove_tree(s.temp))
+            log_.error("broadcast %s: cannot remove the replaced %s (now %s): %s", session_hex(sid).c_str(),
+                       s.dest.c_str(), s.temp.c_str(), std::strerror(e));
     }
     journal_remove(sid);
     engine_.erase_variables(var_prefix(sid));
@@ -388,6 +414,18 @@ void Receiver::discard(Session &s)
             f.fd = -1;
         }
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
+    if (s.committed && !s.kept_old) {
+        // In place here, but not everywhere: the destination was new.
+        if (int e = remove_tree(s.dest))
+            log_.error("cannot remove %s: %s", s.dest.c_str(), std::strerror(e));
+        return;
+    }
+    if (s.committed && renameat2(AT_FDCWD, s.temp.c_str(), AT_FDCWD, s.dest.c_str(), RENAME_EXCHANGE) != 0) {
+        // The earlier one cannot go back: both stay, and the log says where.
+        log_.error("cannot put the earlier %s back from %s: %s (the new one stays in place)", s.dest.c_str(),
+                   s.temp.c_str(), std::strerror(errno));
+        return;
+    }
     if (int e = remove_tree(s.temp))
         log_.error("cannot remove %s: %s", s.temp.c_str(), std::strerror(e));
 }
@@ -483,6 +521,13 @@ void Receiver::recover()
             temp.find(".storm-") != std::string::npos) {
             try {
                 AsUser as(uid, gid, groups);
+                struct stat st;
+                if (lstat(temp.c_str(), &st) != 0 && errno == ENOENT) {
+                    unlink(path.c_str()); // committed here, nothing was replaced: nothing left
+                    continue;
+                }
+                // Staged files of a broadcast that did not commit, or what a
+                // committed one replaced: either way, not wanted.
                 int e = remove_tree(temp);
                 if (e == 0)
                     log_.info("removed %s, left by a broadcast that did not finish", temp.c_str());

@@ -6,15 +6,22 @@
 // under a temporary name (".NAME.storm-<sid>"), once it checked the file
 // system has room (a full disk fails the open, not the transfer); writes
 // each chunk after checking its CRC; sets "bcast:<sid>:complete" to 1 when
-// every byte is there; and on commit sets mode and times (the stock rules:
-// mode & 0777, times kept with --preserve) and renames into place.  Abort,
-// a stalled session (no chunk for three timeouts) and recover() (at start,
-// for sessions a killed slurmd left behind, listed in the journal) remove
-// the temporaries: no node keeps a partial file.
+// every byte is there; on commit sets mode and times (the stock rules:
+// mode & 0777, times kept with --preserve) and swaps the files into place,
+// keeping what they replace under the temporary name; and on finish (every
+// node committed) removes what was replaced.  Abort, a stalled session (no
+// chunk for three timeouts) and recover() (at start, for sessions a killed
+// slurmd left behind, listed in the journal) remove the temporaries, and
+// abort and a stall after the commit also put back what was replaced (or
+// remove the new files where there was nothing): no node keeps a partial
+// file, and a broadcast that failed on one node leaves no node changed.
+// recover() finishes a session committed before the kill (what the journal
+// names is then the replaced one).
 //
-// Every session's open and end is reported to the launch gate (gate.hpp),
-// which holds slurmstepd's launch of a step until its srun --bcast
-// broadcasts ended here.  The gate is off (and logged) when its socket
+// Every session's open and end (finish or abort) is reported to the launch
+// gate (gate.hpp), which holds slurmstepd's launch of a step until its
+// srun --bcast broadcasts ended here: the tasks start only once every node
+// committed.  The gate is off (and logged) when its socket
 // cannot be bound: the steps that wait for it then fail to start.
 //
 // A destination ending in '/' receives srun --bcast's per-node name,
@@ -73,6 +80,7 @@ private:
     std::string open(uint64_t sid, std::string_view payload);
     std::string data(uint64_t sid, std::string_view payload);
     std::string commit(uint64_t sid);
+    std::string finish(uint64_t sid);
     void abort(uint64_t sid, const char *why);
     void discard(Session &s);
     void journal_add(uint64_t sid, const Session &s);

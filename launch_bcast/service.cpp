@@ -172,22 +172,39 @@ void Service::commit(const std::shared_ptr<Session> &s)
                 return fail_session(s, c.ok ? "not every node holds every byte of " + s->dest
                                             : "cannot confirm " + s->dest + ": " + describe(r));
             }
-            engine_.send_chunk(
-                s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid, 0, 0, {},
-                [this, s, alive](const prim::XferResult &r) {
-                    if (alive.expired() || !*alive.lock() || s->state != Session::closing)
-                        return;
-                    if (!r.ok)
-                        return fail_session(s, "cannot put " + s->dest + " in place: " + describe(r));
-                    s->state = Session::finished;
-                    auto secs =
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - s->start).count();
-                    log_.info("broadcast %016" PRIx64 ": %s on all %u nodes in %.3f s", s->sid,
-                              s->dest.c_str(), s->set.size(), secs);
-                    send_reply(s, Reply{Reply::committed, s->sid, ""});
-                });
+            engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid,
+                               0, 0, {}, [this, s, alive](const prim::XferResult &r) {
+                                   if (alive.expired() || !*alive.lock() || s->state != Session::closing)
+                                       return;
+                                   if (!r.ok)
+                                       return fail_session(s, "cannot put " + s->dest +
+                                                                  " in place: " + describe(r));
+                                   finish(s);
+                               });
         },
         s->timeout);
+}
+
+// Every node committed: each removes what the broadcast replaced, and its
+// launch gate lets the step's tasks start.  A node that fails now (it died
+// since it committed) is aborted like any other failure: the nodes that
+// did not finish yet put back what they replaced.
+void Service::finish(const std::shared_ptr<Session> &s)
+{
+    std::weak_ptr<bool> alive = alive_;
+    engine_.send_chunk(
+        s->set, cfg_.control_fanout, s->timeout, event_name("finish", s->sid), s->sid, 0, 0, {},
+        [this, s, alive](const prim::XferResult &r) {
+            if (alive.expired() || !*alive.lock() || s->state != Session::closing)
+                return;
+            if (!r.ok)
+                return fail_session(s, "cannot finish " + s->dest + ": " + describe(r));
+            s->state = Session::finished;
+            auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->start).count();
+            log_.info("broadcast %016" PRIx64 ": %s on all %u nodes in %.3f s", s->sid, s->dest.c_str(),
+                      s->set.size(), secs);
+            send_reply(s, Reply{Reply::committed, s->sid, ""});
+        });
 }
 
 void Service::fail_session(const std::shared_ptr<Session> &s, const std::string &why)

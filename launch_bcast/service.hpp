@@ -7,10 +7,13 @@
 // bytes forwarded by reference, never copied), answering the client chunk
 // by chunk so that it keeps a window in flight (global flow control: a
 // chunk counts as done only when every node wrote it); on close, a
-// COMPARE-AND-WRITE that every node holds every byte, then the commit.
-// Anything failing -- a node's refusal, a node dying, the client going
-// away -- aborts the broadcast on every node and tells the client which
-// nodes failed and why.
+// COMPARE-AND-WRITE that every node holds every byte, then the commit
+// (each node swaps the files into place, keeping what they replace), then,
+// once every node committed, the finish (each node drops what was
+// replaced and lets the step's tasks start).  Anything failing -- a node's
+// refusal, a node dying, the client going away, before the finish --
+// aborts the broadcast on every node (a node that committed puts back what
+// it replaced) and tells the client which nodes failed and why.
 //
 // Threading: the agent's loop thread only.
 #pragma once
@@ -30,7 +33,7 @@ namespace storm::bcast {
 struct ServiceConfig {
     uint32_t self = 0;
     std::vector<std::string> names; // node names, by index (for messages)
-    unsigned control_fanout = 8;    // tree of open, commit and abort
+    unsigned control_fanout = 8;    // tree of open, commit, finish and abort
 };
 
 class Service {
@@ -53,6 +56,7 @@ private:
     void data(const std::shared_ptr<Session> &s, net::Connection &c, std::string_view payload);
     void close(const std::shared_ptr<Session> &s);
     void commit(const std::shared_ptr<Session> &s);
+    void finish(const std::shared_ptr<Session> &s);
     void fail_session(const std::shared_ptr<Session> &s, const std::string &why);
     void send_reply(const std::shared_ptr<Session> &s, const Reply &r);
     std::string describe(const prim::XferResult &r) const;

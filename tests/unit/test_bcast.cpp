@@ -96,6 +96,9 @@ struct BcastCluster {
     std::atomic<bool> stop{false};
     event *tick = nullptr;
     std::function<void(unsigned node, unsigned chunks)> on_data; // loop thread
+    // Loop thread: a non-empty answer fails node's event with it, unseen
+    // by its receiver (a node that cannot do what the event asks).
+    std::function<std::string(unsigned node, const std::string &event)> refuse;
 
     BcastCluster(unsigned n, const std::string &root) : cl(n, 8, 2000ms), dir(root)
     {
@@ -111,6 +114,11 @@ struct BcastCluster {
                                                                uint64_t, uint64_t, std::string_view data) {
                 if (ev.rfind("bcast:data:", 0) == 0 && on_data)
                     on_data(i, ++*chunks);
+                if (refuse) {
+                    std::string why = refuse(i, ev);
+                    if (!why.empty())
+                        return why;
+                }
                 return receivers[i] ? receivers[i]->on_chunk(ev, origin, data) : std::string("no receiver");
             });
             services.push_back(std::make_unique<Service>(*cl.agents[i], authz, ServiceConfig{i, names, 8},
@@ -316,6 +324,68 @@ void test_force_replaces_a_file(void **)
     assert_true(slurp(t.path + "/victim") == victim);
     assert_true(listing(out) == std::vector<std::string>{"f"});
     assert_int_equal(bc.open_sessions(), 0);
+}
+
+// A node that cannot put the file in place once the others did: the
+// broadcast fails naming it, and no node is changed -- where a file was
+// replaced, the earlier one is back; where there was none, none is left;
+// no temporary stays -- and the launch gate of a node that committed
+// reports the failure instead of letting the tasks start.
+void test_failed_commit_leaves_no_node_changed(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string out = open_to_all(t.path + "/out");
+    std::string fresh = open_to_all(t.path + "/fresh");
+    BcastCluster bc(4, t.path);
+    std::string v1 = make_file(t.path + "/v1", 300000, 0644);
+    std::string v2 = make_file(t.path + "/v2", 200001, 0755);
+    assert_string_equal(bc.send(scan(t.path + "/v1"), out + "/", cred(4), kUser, kForce).c_str(), "");
+    std::atomic<int> commits{0};
+    bc.refuse = [&](unsigned node, const std::string &ev) {
+        if (ev.rfind("bcast:commit:", 0) != 0)
+            return std::string();
+        ++commits;
+        return node == 2 ? std::string("cannot rename (injected)") : std::string();
+    };
+    std::string err = bc.send(scan(t.path + "/v2"), out + "/", cred(4), kUser, kForce);
+    assert_true(contains(err, "node2: cannot rename (injected)"));
+    assert_int_equal(commits.load(), 4); // the others did commit
+    for (unsigned i = 0; i < 4; ++i)
+        assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == v1);
+    assert_int_equal(listing(out).size(), 4);
+    err = bc.send(scan(t.path + "/v2"), fresh + "/", cred(4), kUser, kForce);
+    assert_true(contains(err, "node2: cannot rename (injected)"));
+    assert_true(listing(fresh).empty());
+    assert_int_equal(bc.sessions_left(), 0);
+
+    // The gate of node 0, which committed, says no.
+    FakeAuth user(kUser);
+    Broadcast b(user, bc.options(out + "/", cred(4)), scan(t.path + "/v2"));
+    uint64_t sid = b.open();
+    std::string gate_said;
+    std::thread waiter([&] {
+        try {
+            gate::wait(bc.gate(0), 42, 0, {sid});
+            gate_said = "ok";
+        } catch (const std::exception &e) {
+            gate_said = e.what();
+        }
+    });
+    try {
+        b.finish();
+    } catch (const BcastError &) {
+    }
+    waiter.join();
+    assert_true(contains(gate_said, "node2: cannot rename (injected)") || contains(gate_said, "aborted"));
+    for (unsigned i = 0; i < 4; ++i)
+        assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == v1);
+    bc.refuse = nullptr;
+    assert_string_equal(bc.send(scan(t.path + "/v2"), out + "/", cred(4), kUser, kForce).c_str(), "");
+    for (unsigned i = 0; i < 4; ++i)
+        assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == v2);
+    assert_int_equal(listing(out).size(), 4);
 }
 
 void test_directory_and_preserve(void **)
@@ -747,6 +817,7 @@ int main()
         cmocka_unit_test(test_protocol_decoding),
         cmocka_unit_test(test_file_reaches_every_node),
         cmocka_unit_test(test_force_replaces_a_file),
+        cmocka_unit_test(test_failed_commit_leaves_no_node_changed),
         cmocka_unit_test(test_directory_and_preserve),
         cmocka_unit_test(test_bad_credentials),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
