@@ -7,9 +7,10 @@
 # file belongs, an unwritable destination, an existing file without
 # --force, a full disk on one node, a hung head node, a node killed
 # mid-transfer (storm-bcast, and srun --bcast while its step launches), a
-# job that ended, another user's job -- fails with a message naming the
-# node and cause, exit 1, no launch, and no file (partial or whole,
-# temporary or final) on any node.  A killed node's slurmd removes its part
+# node that cannot put the file in place once the others did (they put the
+# earlier file back), a job that ended, another user's job -- fails with a
+# message naming the node and cause, exit 1, no launch, and no file
+# (partial or whole, temporary or final) on any node.  A killed node's slurmd removes its part
 # on restart.  srun --bcast's launch overlaps the transfer: with shaped
 # links every node's slurmstepd holds the tasks until the copy is there;
 # srun ended mid-transfer cancels it, and no task starts.
@@ -145,6 +146,26 @@ t_check "srun --bcast ended by SIGTERM mid-transfer: exit non-zero (rc $rc) with
 t_check "  srun says the broadcast was cancelled" grep -q "cannot broadcast $SRC/big: .*the broadcast was cancelled" "$T_WORK/srun6.out"
 t_check "  and no node kept anything" no_trace /tmp/cancelled
 t_check "  nor did any task start later" bash -c "sleep 2; ! grep -q '^ok\$' '$T_WORK/srun6.out'"
+
+# vn4 cannot put the file in place once every node has every byte (its
+# /tmp/data12 became root's directory meanwhile, which nobody may not
+# replace in /tmp): the others, which already swapped the new file in, put
+# the earlier one back.
+head -c 12000000 /dev/urandom > "$SRC/v2" && chmod 644 "$SRC/v2"
+"$VC" shape 100mbit > /dev/null
+b -f "$SRC/v2" /tmp/data12 &
+bpid=$!
+for _ in $(seq 200); do "$VC" exec vn4 sh -c 'ls /tmp/.data12.storm-*' > /dev/null 2>&1 && break; sleep 0.05; done
+"$VC" exec vn4 sh -c 'rm -f /tmp/data12 && mkdir /tmp/data12'
+wait "$bpid"
+rc=$?
+"$VC" shape off > /dev/null
+t_check "a node that cannot put the file in place at the end: exit non-zero (rc $rc)" [ "$rc" != 0 ]
+t_check "  naming node and cause" grep -q "vn4: cannot rename into /tmp/data12: Operation not permitted" "$T_WORK/b.out"
+t_check "  every other node has the earlier file back, byte for byte" \
+    bash -c "[ \$(for n in $NODES; do '$VC' exec \$n sh -c 'md5sum < /tmp/data12' 2>/dev/null; done | grep -c '$sum') = $((N - 1)) ]"
+t_check "  and no temporaries anywhere" no_trace /nonexistent
+"$VC" exec vn4 sh -c 'rmdir /tmp/data12'
 
 # --- bad input: a clear error, exit 1, nothing left ----------------------------
 t_check "a missing source: exit 1" fails b "$SRC/nope" /tmp/nope
