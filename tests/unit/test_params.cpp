@@ -1,5 +1,11 @@
 // Unit tests of the strict parameter parser (lib/common/params.*) and of the
-// node agent's settings (lib/agent/agent_config.hpp).
+// node agent's settings (lib/agent/agent_config.hpp), and of replace_file
+// (lib/common/files.hpp).
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
@@ -7,6 +13,7 @@
 #include <string>
 
 #include "lib/agent/agent_config.hpp"
+#include "lib/common/files.hpp"
 #include "lib/common/params.hpp"
 #include "tests/unit/helpers.hpp"
 
@@ -171,6 +178,42 @@ void test_agent_config(void **)
 
 } // namespace
 
+// replace_file: the new content whole, with its mode, in place of the old
+// (swapped in, the old one removed) or where there was none; nothing else
+// left in the directory; a directory it cannot write: false with errno.
+void test_replace_file(void **)
+{
+    char d[] = "/tmp/storm-files-test.XXXXXX";
+    assert_non_null(mkdtemp(d));
+    std::string dir = d, path = dir + "/status";
+    auto read = [](const std::string &p) {
+        std::ifstream in(p);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    };
+    auto entries = [&] {
+        int n = 0;
+        DIR *dp = opendir(dir.c_str());
+        while (dirent *e = readdir(dp))
+            n += e->d_name[0] != '.';
+        closedir(dp);
+        return n;
+    };
+    assert_true(storm::replace_file(path, "first\n", 0600));
+    assert_true(read(path) == "first\n");
+    assert_true(storm::replace_file(path, "second, longer\n", 0644));
+    assert_true(read(path) == "second, longer\n");
+    struct stat st;
+    assert_int_equal(stat(path.c_str(), &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+    assert_int_equal(entries(), 1);
+    assert_false(storm::replace_file(dir + "/missing/status", "x", 0644));
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(unlink(path.c_str()), 0);
+    assert_int_equal(rmdir(d), 0);
+}
+
 int main()
 {
     const struct CMUnitTest tests[] = {
@@ -182,6 +225,7 @@ int main()
         cmocka_unit_test(test_durations),
         cmocka_unit_test(test_bools),
         cmocka_unit_test(test_agent_config),
+        cmocka_unit_test(test_replace_file),
     };
     return cmocka_run_group_tests_name("params", tests, nullptr, nullptr);
 }
