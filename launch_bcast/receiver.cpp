@@ -278,10 +278,11 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
 
 std::string Receiver::data(uint64_t sid, std::string_view payload)
 {
-    auto it = sessions_.find(sid);
-    if (it == sessions_.end())
-        return "no broadcast " + session_hex(sid) + " is open on this node";
-    Session &s = *it->second;
+    std::string none;
+    Session *sp = session(sid, none);
+    if (!sp)
+        return none;
+    Session &s = *sp;
     if (!s.error.empty())
         return s.error;
     if (s.committed)
@@ -344,18 +345,30 @@ std::string Receiver::data(uint64_t sid, std::string_view payload)
     return "";
 }
 
-std::string Receiver::commit(uint64_t sid)
+Receiver::Session *Receiver::session(uint64_t sid, std::string &why)
 {
     auto it = sessions_.find(sid);
-    if (it == sessions_.end())
-        return "no broadcast " + session_hex(sid) + " is open on this node";
-    Session &s = *it->second;
-    if (s.incomplete != 0 || !s.error.empty() || engine_.variable(var_prefix(sid) + "commit") != 1) {
-        std::string why = "commit of " + s.dest + " before every node confirmed every byte";
-        abort(sid, why.c_str());
-        return why;
-    }
+    if (it != sessions_.end())
+        return it->second.get();
+    why = "no broadcast " + session_hex(sid) + " is open on this node";
+    return nullptr;
+}
+
+std::string Receiver::refuse(uint64_t sid, std::string why)
+{
+    abort(sid, why.c_str());
+    return why;
+}
+
+std::string Receiver::commit(uint64_t sid)
+{
     std::string why;
+    Session *sp = session(sid, why);
+    if (!sp)
+        return why;
+    Session &s = *sp;
+    if (s.incomplete != 0 || !s.error.empty() || engine_.variable(var_prefix(sid) + "commit") != 1)
+        return refuse(sid, "commit of " + s.dest + " before every node confirmed every byte");
     {
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
         // Contents first, so that directories' times stay as set.
@@ -371,10 +384,8 @@ std::string Receiver::commit(uint64_t sid)
         if (why.empty())
             why = swap_into_place(s.temp, s.dest, s.files.front().dir, s.kept_old);
     }
-    if (!why.empty()) {
-        abort(sid, why.c_str());
-        return why;
-    }
+    if (!why.empty())
+        return refuse(sid, why);
     s.committed = true;
     s.last = std::chrono::steady_clock::now();
     return "";
@@ -382,15 +393,13 @@ std::string Receiver::commit(uint64_t sid)
 
 std::string Receiver::finish(uint64_t sid)
 {
-    auto it = sessions_.find(sid);
-    if (it == sessions_.end())
-        return "no broadcast " + session_hex(sid) + " is open on this node";
-    Session &s = *it->second;
-    if (!s.committed) {
-        std::string why = "finish of " + s.dest + " before its commit";
-        abort(sid, why.c_str());
+    std::string why;
+    Session *sp = session(sid, why);
+    if (!sp)
         return why;
-    }
+    Session &s = *sp;
+    if (!s.committed)
+        return refuse(sid, "finish of " + s.dest + " before its commit");
     if (s.kept_old) {
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
         if (int e = remove_tree(s.temp))
@@ -400,7 +409,7 @@ std::string Receiver::finish(uint64_t sid)
     journal_remove(sid);
     engine_.erase_variables(var_prefix(sid));
     log_.info("broadcast %s: %s in place", session_hex(sid).c_str(), s.dest.c_str());
-    sessions_.erase(it);
+    sessions_.erase(sid);
     if (gate_)
         gate_->ended(sid, "");
     return "";

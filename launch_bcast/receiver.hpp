@@ -81,6 +81,10 @@ private:
     std::string data(uint64_t sid, std::string_view payload);
     std::string commit(uint64_t sid);
     std::string finish(uint64_t sid);
+    // The open session `sid`, or nullptr with `why` saying so.
+    Session *session(uint64_t sid, std::string &why);
+    // Aborts `sid` here and returns `why`.
+    std::string refuse(uint64_t sid, std::string why);
     void abort(uint64_t sid, const char *why);
     void discard(Session &s);
     void journal_add(uint64_t sid, const Session &s);
