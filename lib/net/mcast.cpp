@@ -4,16 +4,19 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
+#include <dlfcn.h>
 #include <netinet/udp.h>
 #include <stdexcept>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <system_error>
+#include <type_traits>
 #include <unistd.h>
 
 #include <event2/event.h>
 #include <openssl/evp.h>
+#include <openssl/opensslv.h>
 
 #include "lib/net/frame.hpp"
 #include "lib/net/wire.hpp"
@@ -77,9 +80,61 @@ uint32_t segments(size_t len, size_t seg_bytes)
     return static_cast<uint32_t>(std::max<size_t>(1, (len + seg_bytes - 1) / seg_bytes));
 }
 
+// libcrypto, loaded on first use rather than linked: of the processes
+// that load Storm's plugins, only the node agents (slurmd) and the machine
+// manager (slurmctld) seal anything, and loading libcrypto cost every
+// slurmstepd and srun about 1.2 ms, a third of what Storm adds to a step's
+// start on a node.  The functions are the ones of the headers compiled
+// against (the same major version's library).
+struct Crypto {
+    decltype(&EVP_CIPHER_CTX_new) ctx_new = nullptr;
+    decltype(&EVP_CIPHER_CTX_free) ctx_free = nullptr;
+    decltype(&EVP_CIPHER_fetch) fetch = nullptr;
+    decltype(&EVP_CipherInit_ex) init = nullptr;
+    decltype(&EVP_CipherUpdate) update = nullptr;
+    decltype(&EVP_CipherFinal_ex) final = nullptr;
+    decltype(&EVP_CIPHER_CTX_ctrl) ctrl = nullptr;
+    std::string error; // why it could not be loaded ("" when loaded)
+};
+
+const Crypto &crypto()
+{
+    static const Crypto c = [] {
+        Crypto c;
+        std::string name = "libcrypto.so." + std::to_string(OPENSSL_VERSION_MAJOR);
+        void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            const char *e = dlerror();
+            c.error = "cannot load " + name + ": " + (e ? e : "unknown error");
+            return c;
+        }
+        auto get = [&](auto &fn, const char *sym) {
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, sym));
+            if (!fn && c.error.empty())
+                c.error = name + " has no " + sym;
+        };
+        get(c.ctx_new, "EVP_CIPHER_CTX_new");
+        get(c.ctx_free, "EVP_CIPHER_CTX_free");
+        get(c.fetch, "EVP_CIPHER_fetch");
+        get(c.init, "EVP_CipherInit_ex");
+        get(c.update, "EVP_CipherUpdate");
+        get(c.final, "EVP_CipherFinal_ex");
+        get(c.ctrl, "EVP_CIPHER_CTX_ctrl");
+        return c; // the library stays loaded for the process's life
+    }();
+    return c;
+}
+
+// Why sealing cannot work at all in this process ("" when it can).
+std::string cipher_unavailable() { return crypto().error; }
+
 struct CipherCtx {
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
+    EVP_CIPHER_CTX *ctx = crypto().error.empty() ? crypto().ctx_new() : nullptr;
+    ~CipherCtx()
+    {
+        if (ctx)
+            crypto().ctx_free(ctx);
+    }
 };
 
 // AES-128-GCM; `aad` is authenticated, not encrypted.  A key must never
@@ -91,43 +146,46 @@ bool gcm(bool enc, const unsigned char *key, const unsigned char iv[12], std::st
     // The cipher is fetched once, and the key schedule kept while the same
     // key comes back (a table's strobes): then only the IV is set.  Chunks
     // bring a new key each.
-    static EVP_CIPHER *const aes = EVP_CIPHER_fetch(nullptr, "AES-128-GCM", nullptr);
+    const Crypto &k = crypto();
+    if (!k.error.empty())
+        return false;
+    static EVP_CIPHER *const aes = k.fetch(nullptr, "AES-128-GCM", nullptr);
     static thread_local CipherCtx c;
     static thread_local unsigned char last_key[kMcastKey];
     static thread_local int last_enc = -1;
     if (!c.ctx || !aes)
         return false;
     if (last_enc == (enc ? 1 : 0) && std::memcmp(last_key, key, kMcastKey) == 0) {
-        if (EVP_CipherInit_ex(c.ctx, nullptr, nullptr, nullptr, iv, enc ? 1 : 0) != 1)
+        if (k.init(c.ctx, nullptr, nullptr, nullptr, iv, enc ? 1 : 0) != 1)
             return false;
     } else {
         last_enc = -1;
-        if (EVP_CipherInit_ex(c.ctx, aes, nullptr, key, iv, enc ? 1 : 0) != 1)
+        if (k.init(c.ctx, aes, nullptr, key, iv, enc ? 1 : 0) != 1)
             return false;
         std::memcpy(last_key, key, kMcastKey);
         last_enc = enc ? 1 : 0;
     }
     if (!aad.empty()) {
         int outl = 0;
-        if (EVP_CipherUpdate(c.ctx, nullptr, &outl, reinterpret_cast<const unsigned char *>(aad.data()),
-                             static_cast<int>(aad.size())) != 1)
+        if (k.update(c.ctx, nullptr, &outl, reinterpret_cast<const unsigned char *>(aad.data()),
+                     static_cast<int>(aad.size())) != 1)
             return false;
     }
     size_t done = 0;
     while (done < len) { // EVP takes int lengths
         int n = static_cast<int>(std::min<size_t>(len - done, 1u << 30)), outl = 0;
-        if (EVP_CipherUpdate(c.ctx, reinterpret_cast<unsigned char *>(out + done), &outl,
-                             reinterpret_cast<const unsigned char *>(in + done), n) != 1)
+        if (k.update(c.ctx, reinterpret_cast<unsigned char *>(out + done), &outl,
+                     reinterpret_cast<const unsigned char *>(in + done), n) != 1)
             return false;
         done += static_cast<size_t>(n);
     }
-    if (!enc && EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_GCM_SET_TAG, kMcastTag, tag) != 1)
+    if (!enc && k.ctrl(c.ctx, EVP_CTRL_GCM_SET_TAG, kMcastTag, tag) != 1)
         return false;
     int outl = 0;
     unsigned char end[16];
-    if (EVP_CipherFinal_ex(c.ctx, end, &outl) != 1)
+    if (k.final(c.ctx, end, &outl) != 1)
         return false; // decryption: the tag did not match
-    if (enc && EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_GCM_GET_TAG, kMcastTag, tag) != 1)
+    if (enc && k.ctrl(c.ctx, EVP_CTRL_GCM_GET_TAG, kMcastTag, tag) != 1)
         return false;
     return true;
 }
@@ -203,7 +261,8 @@ ChunkSeal seal_chunk(const char *data, size_t len, char *out)
         throw sys_error("getrandom");
     static const unsigned char zero_iv[12] = {};
     if (!gcm(true, s.key, zero_iv, {}, s.tag, data, out, len))
-        throw std::runtime_error("AES-GCM sealing failed");
+        throw std::runtime_error("AES-GCM sealing failed" +
+                                 (cipher_unavailable().empty() ? "" : ": " + cipher_unavailable()));
     return s;
 }
 
@@ -228,7 +287,8 @@ std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, st
     counter_iv(nonce, iv);
     unsigned char tag[kMcastTag];
     if (!gcm(true, key, iv, d.substr(0, at), tag, body.data(), d.data() + at, body.size()))
-        throw std::runtime_error("AES-GCM sealing failed");
+        throw std::runtime_error("AES-GCM sealing failed" +
+                                 (cipher_unavailable().empty() ? "" : ": " + cipher_unavailable()));
     std::memcpy(d.data() + at + body.size(), tag, kMcastTag);
     return d;
 }
@@ -316,6 +376,8 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
 {
     if (cfg_.mtu < 576 || cfg_.mtu > 65535)
         throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
+    if (std::string why = cipher_unavailable(); !why.empty())
+        throw std::runtime_error("chunks cannot be sealed: " + why);
     fd_ = open_group_socket(cfg_.group, cfg_.port, cfg_.iface, cfg_.loop, true);
     try {
         int one = 1;
