@@ -4,8 +4,9 @@
 //  - the control socket (control.hpp; a net::UnixServer) where slurmstepd
 //    opens and closes the step's context and the tasks attach to it;
 //  - each open context's window: a memfd holding one share per local task
-//    (layout.hpp), mapped and locked (pinned) by the agent, whose queue
-//    headers it initialises, and handed to the tasks at attach;
+//    (layout.hpp), mapped by the agent (and locked, pinned, once a task
+//    attaches), whose queue headers it initialises, and handed to the
+//    tasks at attach;
 //  - the accounting of the pool (storm_pool_size bytes per node): divided
 //    windows (B/n each) must fit beside each other and the resident
 //    swapped window; a swapped window holds the whole pool while resident;

@@ -7,6 +7,9 @@
 // blocking the switch; a context out of the pool still sends its halt marks
 // before its job stops; the jobs of open coscheduled contexts are admitted
 // to coscheduling.
+#include <fstream>
+#include <string>
+
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
@@ -280,13 +283,29 @@ void test_open_close_rules(void **)
     assert_int_equal(b.pool->contexts(), 2);
 }
 
+// kB of this process's memory locked (the pool runs in it).
+long locked_kb()
+{
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmLck:", 0) == 0)
+            return std::stol(line.substr(6));
+    return -1;
+}
+
 void test_attach_rules(void **)
 {
     Bench b;
+    long before = locked_kb();
     Context c = context(1, 200, PoolMode::divided, 1, 4, 2);
     assert_string_equal(b.request(control::open(c)).c_str(), "ok");
+    // The window is locked when a task first attaches, not at open.
+    assert_int_equal(locked_kb(), before);
     Task t0, t0again, t3, wrong;
     assert_true(t0.attach(b, 1, 200, 0));
+    if (geteuid() == 0) // (others may lock only RLIMIT_MEMLOCK)
+        assert_true(locked_kb() > before);
     assert_true(t0.a.resident);
     assert_int_equal(t0.a.mode, PoolMode::divided);
     assert_int_equal(t0.q()->magic, queue_magic);
