@@ -530,18 +530,18 @@ void Receiver::recover()
             temp.find(".storm-") != std::string::npos) {
             try {
                 AsUser as(uid, gid, groups);
-                struct stat st;
-                if (lstat(temp.c_str(), &st) != 0 && errno == ENOENT) {
-                    unlink(path.c_str()); // committed here, nothing was replaced: nothing left
-                    continue;
-                }
                 // Staged files of a broadcast that did not commit, or what a
-                // committed one replaced: either way, not wanted.
-                int e = remove_tree(temp);
-                if (e == 0)
-                    log_.info("removed %s, left by a broadcast that did not finish", temp.c_str());
-                else
-                    log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(), std::strerror(e));
+                // committed one replaced: either way, not wanted.  Nothing
+                // there: it committed here over nothing.
+                struct stat st;
+                if (lstat(temp.c_str(), &st) == 0 || errno != ENOENT) {
+                    int e = remove_tree(temp);
+                    if (e == 0)
+                        log_.info("removed %s, left by a broadcast that did not finish", temp.c_str());
+                    else
+                        log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(),
+                                   std::strerror(e));
+                }
             } catch (const std::exception &e) {
                 log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(), e.what());
             }
