@@ -128,6 +128,13 @@ const Crypto &crypto()
 // Why sealing cannot work at all in this process ("" when it can).
 std::string cipher_unavailable() { return crypto().error; }
 
+// What seal_chunk and seal_datagram throw when the cipher fails.
+std::runtime_error sealing_failed()
+{
+    std::string why = cipher_unavailable();
+    return std::runtime_error("AES-GCM sealing failed" + (why.empty() ? "" : ": " + why));
+}
+
 struct CipherCtx {
     EVP_CIPHER_CTX *ctx = crypto().error.empty() ? crypto().ctx_new() : nullptr;
     ~CipherCtx()
@@ -261,8 +268,7 @@ ChunkSeal seal_chunk(const char *data, size_t len, char *out)
         throw sys_error("getrandom");
     static const unsigned char zero_iv[12] = {};
     if (!gcm(true, s.key, zero_iv, {}, s.tag, data, out, len))
-        throw std::runtime_error("AES-GCM sealing failed" +
-                                 (cipher_unavailable().empty() ? "" : ": " + cipher_unavailable()));
+        throw sealing_failed();
     return s;
 }
 
@@ -287,8 +293,7 @@ std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, st
     counter_iv(nonce, iv);
     unsigned char tag[kMcastTag];
     if (!gcm(true, key, iv, d.substr(0, at), tag, body.data(), d.data() + at, body.size()))
-        throw std::runtime_error("AES-GCM sealing failed" +
-                                 (cipher_unavailable().empty() ? "" : ": " + cipher_unavailable()));
+        throw sealing_failed();
     std::memcpy(d.data() + at + body.size(), tag, kMcastTag);
     return d;
 }
