@@ -443,7 +443,10 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
     if (pit != peers_.end() && pit->second.get() == &c)
         peers_.erase(pit);
     Down &down = down_[index];
-    if (c.closed_by_peer() || c.error() == ECONNREFUSED || c.error() == ECONNRESET)
+    // The daemon is down or restarting: it refused the connection, closed
+    // it, or died with bytes unread, which resets it -- and once a write of
+    // ours took the ECONNRESET, the next one sees EPIPE.
+    if (c.closed_by_peer() || c.error() == ECONNREFUSED || c.error() == ECONNRESET || c.error() == EPIPE)
         down.pause = std::min(down.pause.count() ? 2 * down.pause : kFirstRetry, cfg_.timeout);
     else
         down.pause = cfg_.timeout;

@@ -371,8 +371,8 @@ private:
     uint64_t rejected_ = 0;
     std::map<uint32_t, std::shared_ptr<net::Connection>> peers_; // outgoing, by node index
     // Agents whose connection failed: routed around without a new connect
-    // attempt until `until`.  A connection refused or closed by the agent
-    // (its daemon is down or restarting: a new attempt fails or succeeds at
+    // attempt until `until`.  A connection refused, closed or reset by the
+    // agent (its daemon is down or restarting: a new attempt fails or succeeds at
     // once) is tried again after kFirstRetry, doubling up to the timeout
     // while it keeps failing; any other failure (an unreachable host, an
     // error, a failed authentication) pauses the agent for the timeout.
