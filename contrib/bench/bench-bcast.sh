@@ -29,6 +29,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
+. "$top/contrib/bench/common.sh"
 BCAST=$BUILD/tools/storm-bcast
 VC=$top/contrib/vcluster/storm-vcluster
 NODES="8 16 64 256" SIZES="4 12 100" REGIMES="unshaped shaped" STOCK_TIMEOUT=300 MCAST=239.255.77.1:6831 REPS=1
@@ -43,7 +44,7 @@ while getopts n:s:r:t:m:k: o; do
     *) echo "usage: $0 [-n NODES] [-s SIZES_MB] [-r REGIMES] [-t SECONDS] [-m GROUP:PORT|off] [-k REPS]" >&2; exit 2 ;;
     esac
 done
-[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "bench-bcast: -k REPS must be a positive whole number, not \"$REPS\"" >&2; exit 2; }
+check_reps bench-bcast "$REPS"
 RATE_MBIT=100
 work=/var/tmp/storm-bench-bcast
 [ -x "$BCAST" ] || { echo "bench-bcast: $BCAST not built (run contrib/storm-setup)" >&2; exit 2; }
@@ -56,12 +57,6 @@ cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && ch
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-# median VALUE...: "failed" counts as the slowest; any "corrupt" wins; "-" stays "-"
-median() {
-    case " $* " in *" corrupt "*) echo corrupt; return ;; *" - "*) echo -; return ;; esac
-    printf '%s\n' "$@" | sed 's/^failed$/1e18/' | sort -g |
-        awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; if (m + 0 >= 1e18) print "failed"; else print m }'
-}
 ratio() { awk -v s="$1" -v x="$2" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }'; }
 # timed OUTFILE CMD...: prints seconds, or "failed"
 timed() {

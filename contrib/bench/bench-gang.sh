@@ -6,13 +6,16 @@
 # CPU each; vn1 and vn2 share this machine's two cores.
 #
 #   sudo contrib/bench/bench-gang.sh [-p "mechanism overhead cosched delivery response"]
-#                                    [-q "1 2 10 50"] [-n "8 64 256"] [-s SECONDS]
+#                                    [-q "1 2 10 50"] [-n "8 64 256"] [-s SECONDS] [-k REPS]
 #
 #  overhead  a compute-bound job (one task on each of vn1, vn2) alone under
 #            stock Slurm, then alone under Storm strobing at each quantum
 #            (-q, ms) and at MPL 2 (two such jobs on the same cores), and
 #            MPL 4 at 2 ms; beside stock uncoordinated time sharing at MPL 2:
-#            time against the ideal (MPL x the stock solo time).
+#            time against the ideal, MPL x the solo time measured beside it
+#            (Storm's: the job in a partition of the same nodes without time
+#            sharing, on the same cluster, before and after; stock's: stock
+#            alone, just before).
 #  cosched   two Open MPI jobs with a barrier every ~2 ms on the same two
 #            nodes: makespan under stock gang (5 s slices), stock
 #            uncoordinated sharing (OverSubscribe, no gang), and Storm at
@@ -40,29 +43,38 @@
 #            sharing and Storm at 10 ms.
 #
 # -s SECONDS: the solo time of the compute-bound and MPI jobs (default 5).
+# -k REPS: overhead runs REPS rounds, each every configuration in turn,
+# and prints the medians (default 1).
 # MCAST (environment): the agents' multicast group, SwitchParameters
-# storm_mcast (default 239.255.77.1:6831; strobes go to its PORT+1), or
-# "off" (delivery then runs the tree alone).
+# storm_mcast (default 239.255.77.1:6831; strobes go to its PORT+1), with
+# which Storm runs in every part (delivery: also down the tree alone); or
+# "off": strobes down the tree alone.
 # Times are of the work itself (the tasks print when they start and end),
 # so job launch is not counted.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
+. "$top/contrib/bench/common.sh"
 GANG=$BUILD/tools/storm-gang
 PROBE=$BUILD/contrib/bench/stop_probe
 VC=$top/contrib/vcluster/storm-vcluster
-PARTS="mechanism overhead cosched delivery response" QUANTA="1 2 10 50" NODES="8 64 256" SOLO=5
+PARTS="mechanism overhead cosched delivery response" QUANTA="1 2 10 50" NODES="8 64 256" SOLO=5 REPS=1
 MCAST=${MCAST:-239.255.77.1:6831}
-while getopts p:q:n:s: o; do
+while getopts p:q:n:s:k: o; do
     case $o in
     p) PARTS=$OPTARG ;;
     q) QUANTA=$OPTARG ;;
     n) NODES=$OPTARG ;;
     s) SOLO=$OPTARG ;;
-    *) echo "usage: $0 [-p PARTS] [-q QUANTA_MS] [-n NODES] [-s SECONDS]" >&2; exit 2 ;;
+    k) REPS=$OPTARG ;;
+    *) echo "usage: $0 [-p PARTS] [-q QUANTA_MS] [-n NODES] [-s SECONDS] [-k REPS]" >&2; exit 2 ;;
     esac
 done
+check_reps bench-gang "$REPS"
 [ "$(id -u)" = 0 ] || { echo "bench-gang: must run as root" >&2; exit 2; }
+# Storm's strobes by multicast where MCAST names a group (as a site would
+# set it up where the network carries multicast); delivery runs both ways.
+MC_CONF=(); [ "$MCAST" = off ] || MC_CONF=("SwitchParameters=storm_mcast=$MCAST")
 [ -x "$GANG" ] || { echo "bench-gang: $GANG not built (run contrib/storm-setup)" >&2; exit 2; }
 [ -x "$PROBE" ] || { echo "bench-gang: $PROBE not built (run make)" >&2; exit 2; }
 work=/var/tmp/storm-bench-gang
@@ -89,14 +101,16 @@ up() { # MODE(stock|storm) NODES CONF-LINE...
     eval "$("$VC" env)"
 }
 PART() { echo "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:$1 MaxTime=INFINITE State=UP Default=NO"; }
+# the same nodes without time sharing: a job there runs alone, unstrobed
+PLAIN="PartitionName=plain Nodes=vn[1-2] MaxTime=INFINITE State=UP Default=NO"
 STOCK_GANG=("PreemptMode=GANG" "SchedulerTimeSlice=5")
-# run_jobs K CMD: K 2-node jobs in the gang partition at once; prints the
+# run_jobs K CMD: K 2-node jobs in partition $P (default gang) at once; prints the
 # makespan of their work (first START to last END, from every task's line)
 run_jobs() {
     local k=$1 cmd=$2 i ids=()
     rm -f "$work"/out.*
     for ((i = 1; i <= k; i++)); do
-        ids+=("$(sbatch --parsable -p gang -N2 -w 'vn[1-2]' -o "$work/out.$i" -D "$work" --wrap "$cmd")")
+        ids+=("$(sbatch --parsable -p "${P:-gang}" -N2 -w 'vn[1-2]' -o "$work/out.$i" -D "$work" --wrap "$cmd")")
     done
     local deadline=$(( $(date +%s) + 30 * SOLO * k + 120 ))
     while squeue -h -j "$(IFS=,; echo "${ids[*]}")" 2> /dev/null | grep -q .; do
@@ -131,21 +145,64 @@ mechanism)
     ;;
 overhead)
     echo
-    echo "== overhead: compute-bound 2-task jobs on vn[1-2] (ideal: MPL x stock solo time)"
+    echo "== overhead: compute-bound 2-task jobs on vn[1-2] (ideal: MPL x solo time, measured beside it)"
+    echo "   Storm's ideal: the same job alone in a partition without time sharing on the same cluster, just"
+    echo "   before and after (mean), no strobes; stock's: stock alone, just before"
+    [ "$REPS" = 1 ] || echo "   medians of $REPS rounds, each every configuration in turn (this machine drifts by more than the overhead)"
     row "configuration" "jobs" "time(s)" "ideal(s)" "vs ideal"
-    up stock 2 "$(PART 4)"
-    solo=$(run_jobs 1 "$SPIN"); row "stock, alone" 1 "$solo" "$solo" "$(pct "$solo" "$solo")"
-    t=$(run_jobs 2 "$SPIN"); row "stock uncoordinated, MPL 2" 2 "$t" "$(awk -v s="$solo" 'BEGIN{print 2*s}')" "$(pct "$t" "$(awk -v s="$solo" 'BEGIN{print 2*s}')")"
+    # Each measurement against a solo time taken right beside it: the same
+    # stock job here took from 4.1 to 5.3 s within ten minutes.
+    declare -A ot=() oi=() op=()
+    configs=("stock 1" "stock 2")
     for q in $QUANTA; do
-        up storm 2 "$(PART 4)" "SchedulerParameters=storm_gang_quantum=${q}ms"
-        t=$(run_jobs 1 "$SPIN"); row "storm ${q} ms, alone" 1 "$t" "$solo" "$(pct "$t" "$solo")"
-        ms=2; [ "$q" = 2 ] && ms="2 4"
-        for m in $ms; do
-                ideal=$(awk -v s="$solo" -v m="$m" 'BEGIN{print m*s}')
-                t=$(run_jobs "$m" "$SPIN"); row "storm ${q} ms, MPL $m" "$m" "$t" "$ideal" "$(pct "$t" "$ideal")"
-        done
-        "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip):' | sed 's/^/    /' 
+        configs+=("$q 1" "$q 2")
+        [ "$q" = 2 ] && configs+=("$q 4")
     done
+    # add CONFIG TIME IDEAL: one round's measurement
+    add() {
+        ot[$1]+=" $2" oi[$1]+=" $3"
+        op[$1]+=" $(awk -v t="$2" -v i="$3" 'BEGIN { if (t + 0 > 0 && i + 0 > 0) printf "%.2f", 100 * (t / i - 1); else print "failed" }')"
+    }
+    for ((rep = 1; rep <= REPS; rep++)); do
+        up stock 2 "$(PART 4)"
+        solo=$(run_jobs 1 "$SPIN")
+        add "stock 1" "$solo" "$solo"
+        add "stock 2" "$(run_jobs 2 "$SPIN")" "$(awk -v s="$solo" 'BEGIN { print 2 * s }')"
+        for q in $QUANTA; do
+            up storm 2 "$(PART 4)" "$PLAIN" "SchedulerParameters=storm_gang_quantum=${q}ms" "${MC_CONF[@]}"
+            before=$(P=plain run_jobs 1 "$SPIN")
+            declare -A now=()
+            now[1]=$(run_jobs 1 "$SPIN")
+            now[2]=$(run_jobs 2 "$SPIN")
+            [ "$q" = 2 ] && now[4]=$(run_jobs 4 "$SPIN")
+            "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip|strobe_multicast):' > "$work/gang.$q"
+            after=$(P=plain run_jobs 1 "$SPIN")
+            for m in "${!now[@]}"; do
+                add "$q $m" "${now[$m]}" "$(awk -v a="$before" -v b="$after" -v m="$m" \
+                    'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", m * (a + b) / 2; else print "failed" }')"
+            done
+            unset now
+        done
+        [ "$REPS" = 1 ] || for c in "${configs[@]}"; do
+            echo "  round $rep: $c: $(awk '{ print $NF }' <<<"${ot[$c]}") s, ideal $(awk '{ print $NF }' <<<"${oi[$c]}") s" >&2
+        done
+    done
+    for c in "${configs[@]}"; do
+        read -r q m <<<"$c"
+        case "$c" in
+        "stock 1") name="stock, alone" ;;
+        "stock 2") name="stock uncoordinated, MPL 2" ;;
+        *" 1") name="storm $q ms, alone" ;;
+        *) name="storm $q ms, MPL $m" ;;
+        esac
+        # shellcheck disable=SC2086 # one configuration's values, split
+        v=$(median ${op[$c]})
+        # shellcheck disable=SC2086
+        row "$name" "$m" "$(median ${ot[$c]})" "$(median ${oi[$c]})" \
+            "$(awk -v v="$v" 'BEGIN { if (v == "failed") print "-"; else printf "%+.1f%%", v }')"
+        [ "$q" != stock ] && [ "$m" = "$([ "$q" = 2 ] && echo 4 || echo 2)" ] && sed 's/^/    /' "$work/gang.$q"
+    done
+    unset ot oi op
     ;;
 cosched)
     echo
@@ -159,7 +216,7 @@ cosched)
     up stock 2 "$(PART 2)"
     t=$(run_jobs 2 "$MPI"); row "stock uncoordinated" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"; stock_unc=$t
     for q in 2 10 50; do
-        up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=${q}ms"
+        up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=${q}ms" "${MC_CONF[@]}"
         t=$(run_jobs 2 "$MPI")
         row "storm ${q} ms" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"
         echo "    stock gang / storm: $(awk -v a="$stock_gang" -v b="$t" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.1fx", a/b; else print "-" }');" \
@@ -230,7 +287,7 @@ response)
         case $cfg in
         "stock gang") up stock 2 "$(PART 2)" "${STOCK_GANG[@]}" ;;
         "stock uncoordinated") up stock 2 "$(PART 2)" ;;
-        *) up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=10ms" ;;
+        *) up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=10ms" "${MC_CONF[@]}" ;;
         esac
         long=$(sbatch --parsable -p gang -N2 -w 'vn[1-2]' -o /dev/null -D "$work" --wrap "srun $work/spin $((SPIN_M * 10))")
         for _ in $(seq 100); do [ "$(pgrep -fc "spin $((SPIN_M * 10))\$")" -ge 2 ] && break; sleep 0.1; done
