@@ -244,7 +244,7 @@ delivery)
             mc=(); [ "$path" = multicast ] && mc=("SwitchParameters=storm_mcast=$MCAST")
             up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms" "${mc[@]}"
             for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
-            for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 900$')" -ge $((2 * n)) ] && break; sleep 0.2; done
+            for _ in $(seq 300); do [ "$(pgrep -fc '^(/usr/bin/)?sleep 900$')" -ge $((2 * n)) ] && break; sleep 0.2; done
             sleep 40 # the nodes' windows (their last 4096 strobes within 30 s) hold the steady state
             "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip|strobe_multicast):' | sed "s/^/    storm ($path): /"
             "$GANG" nodes > "$work/nodes.$n.$path" 2>&1
@@ -254,10 +254,14 @@ delivery)
         done
         up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
         job=$(sbatch --parsable -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 300")
-        for _ in $(seq 300); do [ "$(pgrep -fc '^sleep 300$')" -ge "$n" ] && break; sleep 0.2; done
-        mapfile -t pids < <(pgrep -f '^sleep 300$')
+        # srun runs the program by its full path: /usr/bin/sleep
+        for _ in $(seq 300); do [ "$(pgrep -fc '^(/usr/bin/)?sleep 300$')" -ge "$n" ] && break; sleep 0.2; done
+        mapfile -t pids < <(pgrep -f '^(/usr/bin/)?sleep 300$')
         : > "$work/stock.$n"
+        # without the tasks there is nothing to wait for: no figure
+        [ "${#pids[@]}" -ge "$n" ] || echo "bench-gang: found ${#pids[@]} of the stock job's $n tasks" >&2
         for _ in 1 2 3 4 5; do
+            [ "${#pids[@]}" -ge "$n" ] || break
             t0=$(date +%s%N)
             scontrol suspend "$job"
             while :; do
@@ -275,10 +279,11 @@ delivery)
         scancel "$job"
         st50=$(sort -n "$work/stock.$n" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
         stmax=$(sort -n "$work/stock.$n" | tail -1)
+        [ -s "$work/stock.$n" ] || st50=failed stmax=failed
         for path in "${paths[@]}"; do
             printf "  %6s %8s %10s %14s %14s %16s %16s %10s\n" "$n" "${dq}ms" "$path" "${sp50[$path]:-failed}" \
                 "${sp99[$path]:-failed}" "$st50" "$stmax" \
-                "$(awk -v a="$st50" -v b="${sp50[$path]:-0}" 'BEGIN{ if (b+0>0) printf "%.0fx", a*1000/b; else print "-" }')"
+                "$(awk -v a="$st50" -v b="${sp50[$path]:-0}" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.0fx", a*1000/b; else print "-" }')"
         done
         unset sp50 sp99
     done
