@@ -255,8 +255,9 @@ delivery)
         up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
         job=$(sbatch --parsable -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 300")
         # srun runs the program by its full path: /usr/bin/sleep
-        for _ in $(seq 300); do [ "$(pgrep -fc '^(/usr/bin/)?sleep 300$')" -ge "$n" ] && break; sleep 0.2; done
-        mapfile -t pids < <(pgrep -f '^(/usr/bin/)?sleep 300$')
+        task='^(/usr/bin/)?sleep 300$'
+        for _ in $(seq 300); do [ "$(pgrep -fc "$task")" -ge "$n" ] && break; sleep 0.2; done
+        mapfile -t pids < <(pgrep -f "$task")
         : > "$work/stock.$n"
         # without the tasks there is nothing to wait for: no figure
         [ "${#pids[@]}" -ge "$n" ] || echo "bench-gang: found ${#pids[@]} of the stock job's $n tasks" >&2

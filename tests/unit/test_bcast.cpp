@@ -746,9 +746,19 @@ void test_receiver_rejects_and_recovers(void **)
     Cluster cl(1, 8);
     FakeAuthorizer authz;
     std::string journal = t.path + "/journal";
-    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz,
-                                         ReceiverConfig{0, "n0", journal, "", {}}, Logger("n0"));
-    rx->recover();
+    auto start = [&] {
+        auto r = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz,
+                                            ReceiverConfig{0, "n0", journal, "", {}}, Logger("n0"));
+        r->recover();
+        return r;
+    };
+    auto rx = start();
+    // What a killed slurmd does: no destructor runs (the receiver is leaked
+    // on purpose), and a new agent recovers.
+    auto kill_and_restart = [&] {
+        rx.release();
+        rx = start();
+    };
     OpenRequest q;
     q.cred = cred(1);
     q.dest = t.path + "/file";
@@ -775,10 +785,7 @@ void test_receiver_rejects_and_recovers(void **)
     assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
     assert_int_equal(stat(temp.c_str(), &st), 0);
     std::string entry = slurp(journal + "/0000000000000007");
-    rx.release(); // leaked on purpose: a crash runs no destructor
-    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal, "", {}},
-                                    Logger("n0"));
-    rx->recover();
+    kill_and_restart();
     assert_int_equal(stat(temp.c_str(), &st), -1);
     assert_true(listing(journal).empty());
     assert_true(contains(entry, temp.c_str()));
@@ -790,36 +797,27 @@ void test_receiver_rejects_and_recovers(void **)
     std::ofstream(dest) << "the old one";
     assert_int_equal(chown(dest.c_str(), kUser, kGroup), 0); // the user's own earlier copy
     q.flags = kForce;
-    const uint64_t sid2 = 9;
+    // Session `id` writes "0123456789" and commits here.
+    auto commit_here = [&](uint64_t id) {
+        assert_string_equal(rx->on_chunk(event_name("open", id), id, q.encode()).c_str(), "");
+        net::Writer wd;
+        ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(wd);
+        assert_string_equal(rx->on_chunk(event_name("data", id), id, wd.take() + "0123456789").c_str(), "");
+        cl.agents[0]->set_variable(var_prefix(id) + "commit", 1); // as the head's COMPARE-AND-WRITE does
+        assert_string_equal(rx->on_chunk(event_name("commit", id), id, "").c_str(), "");
+    };
     std::string temp2 = t.path + "/.file.storm-0000000000000009";
-    assert_string_equal(rx->on_chunk(event_name("open", sid2), sid2, q.encode()).c_str(), "");
-    net::Writer w2;
-    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w2);
-    assert_string_equal(rx->on_chunk(event_name("data", sid2), sid2, w2.take() + "0123456789").c_str(), "");
-    cl.agents[0]->set_variable(var_prefix(sid2) + "commit", 1); // as the head's COMPARE-AND-WRITE does
-    assert_string_equal(rx->on_chunk(event_name("commit", sid2), sid2, "").c_str(), "");
+    commit_here(9);
     assert_true(slurp(dest) == "0123456789");
     assert_true(slurp(temp2) == "the old one");
-    rx.release(); // killed
-    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal, "", {}},
-                                    Logger("n0"));
-    rx->recover();
+    kill_and_restart();
     assert_true(slurp(dest) == "0123456789");
     assert_int_equal(stat(temp2.c_str(), &st), -1);
     assert_true(listing(journal).empty());
     // The same over nothing: the new file stays, and nothing else is there.
     assert_int_equal(unlink(dest.c_str()), 0);
-    const uint64_t sid3 = 10;
-    assert_string_equal(rx->on_chunk(event_name("open", sid3), sid3, q.encode()).c_str(), "");
-    net::Writer w3;
-    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w3);
-    assert_string_equal(rx->on_chunk(event_name("data", sid3), sid3, w3.take() + "0123456789").c_str(), "");
-    cl.agents[0]->set_variable(var_prefix(sid3) + "commit", 1);
-    assert_string_equal(rx->on_chunk(event_name("commit", sid3), sid3, "").c_str(), "");
-    rx.release(); // killed
-    rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", journal, "", {}},
-                                    Logger("n0"));
-    rx->recover();
+    commit_here(10);
+    kill_and_restart();
     assert_true(slurp(dest) == "0123456789");
     assert_true(listing(journal).empty());
     assert_true(listing(t.path) == (std::vector<std::string>{"file", "journal"}));
