@@ -4,73 +4,25 @@
 #include <cerrno>
 #include <cstring>
 #include <dirent.h>
-#include <fcntl.h>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/common/cgroupfs.hpp"
+
 namespace storm::cosched {
 
 namespace {
 
-bool write_text(const std::string &path, const std::string &text)
-{
-    int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = write(fd, text.data(), text.size());
-    int e = errno;
-    close(fd);
-    errno = e;
-    return n == static_cast<ssize_t>(text.size());
-}
-
-bool has_token(const std::string &list, const std::string &token)
-{
-    std::stringstream ss(list);
-    std::string t;
-    while (std::getline(ss, t, ','))
-        if (t == token)
-            return true;
-    return false;
-}
-
-bool mkdirs(const std::string &path)
-{
-    for (size_t i = 1; i <= path.size(); ++i)
-        if (i == path.size() || path[i] == '/')
-            if (mkdir(path.substr(0, i).c_str(), 0755) != 0 && errno != EEXIST)
-                return false;
-    return true;
-}
-
-std::vector<pid_t> read_pids(const std::string &file)
-{
-    std::vector<pid_t> pids;
-    std::ifstream in(file);
-    pid_t p;
-    while (in >> p)
-        pids.push_back(p);
-    return pids;
-}
+using cgroupfs::mkdirs;
+using cgroupfs::write_text;
 
 // The pid's cgroup in the hierarchy holding the cpu controller ("" if none).
 std::string cpu_cgroup_of(const std::string &proc_root, pid_t pid)
 {
-    std::ifstream in(proc_root + "/" + std::to_string(pid) + "/cgroup");
-    std::string line;
-    while (std::getline(in, line)) {
-        size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-        if (b == std::string::npos)
-            continue;
-        if (has_token(line.substr(a + 1, b - a - 1), "cpu"))
-            return line.substr(b + 1);
-    }
-    return "";
+    return cgroupfs::cgroup_of(proc_root, pid, "cpu");
 }
 
 unsigned scheduled_shares(unsigned percent) { return 1024u * (100u - percent) / percent; }
@@ -81,23 +33,12 @@ unsigned scheduled_shares(unsigned percent) { return 1024u * (100u - percent) / 
 
 std::string CgroupEnforcer::find_cpu_mount(const std::string &mountinfo)
 {
-    std::ifstream in(mountinfo);
-    std::string line;
-    while (std::getline(in, line)) {
-        size_t dash = line.find(" - ");
-        if (dash == std::string::npos)
-            continue;
-        std::stringstream pre(line.substr(0, dash)), post(line.substr(dash + 3));
-        std::string id, parent, dev, root, point, fstype, source, options;
-        pre >> id >> parent >> dev >> root >> point;
-        post >> fstype >> source >> options;
-        if (fstype == "cgroup" && root == "/" && has_token(options, "cpu"))
-            return point;
-    }
-    return "";
+    return cgroupfs::find_mount(mountinfo, "cgroup", "cpu");
 }
 
-CgroupEnforcer::CgroupEnforcer(const EnforcerSetup &setup, Logger log) : setup_(setup), log_(std::move(log))
+CgroupEnforcer::CgroupEnforcer(const EnforcerSetup &setup, Logger log)
+    : setup_(setup), log_(std::move(log)),
+      remover_("cosched:", log_, [this](const std::string &dir) { empty_into(dir, root_); })
 {
     root_ = setup_.cpu_root.empty() ? find_cpu_mount(setup_.mountinfo) : setup_.cpu_root;
     if (root_.empty()) {
@@ -126,13 +67,7 @@ CgroupEnforcer::~CgroupEnforcer()
 {
     while (!jobs_.empty())
         release(jobs_.begin()->first);
-    for (int i = 0; i < 20 && !busy_.empty(); ++i) { // exiting processes: up to 1 s
-        retry();
-        if (!busy_.empty())
-            usleep(50000);
-    }
-    for (const auto &[dir, n] : busy_)
-        log_.error("cosched: cannot remove %s: %s", dir.c_str(), std::strerror(EBUSY));
+    remover_.drain();     // exiting processes: up to 1 s
     rmdir(base_.c_str()); // fails, harmlessly, if something else lives there
 }
 
@@ -140,29 +75,14 @@ std::string CgroupEnforcer::job_dir(uint32_t job) const { return base_ + "/job_"
 
 void CgroupEnforcer::empty_into(const std::string &dir, const std::string &target)
 {
-    // A process forking meanwhile: a few passes.
-    for (int pass = 0; pass < 5; ++pass) {
-        auto pids = read_pids(dir + "/cgroup.procs");
-        if (pids.empty())
-            return;
-        for (pid_t p : pids)
-            if (!write_text(target + "/cgroup.procs", std::to_string(p)) &&
-                !write_text(root_ + "/cgroup.procs", std::to_string(p)) && errno != ESRCH)
-                log_.error("cosched: cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(errno));
-    }
+    cgroupfs::empty_into(dir, target, root_, [&](pid_t p, int e) {
+        log_.error("cosched: cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(e));
+    });
 }
 
 void CgroupEnforcer::sweep_leftovers()
 {
-    DIR *d = opendir(base_.c_str());
-    if (!d)
-        return;
-    std::vector<std::string> dirs;
-    while (dirent *e = readdir(d))
-        if (std::strncmp(e->d_name, "job_", 4) == 0)
-            dirs.push_back(base_ + "/" + e->d_name);
-    closedir(d);
-    for (const auto &dir : dirs) {
+    for (const auto &dir : cgroupfs::job_groups(base_)) {
         empty_into(dir, root_);
         if (rmdir(dir.c_str()) != 0)
             log_.error("cosched: cannot remove %s, left by an earlier node agent: %s", dir.c_str(),
@@ -222,31 +142,11 @@ void CgroupEnforcer::release(uint32_t job)
     }
     // Children they started since: where their parents came from.
     empty_into(dir, root_ + (fallback == "/" ? "" : fallback));
-    if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-        if (errno == EBUSY) // a process still exiting in it: again later
-            busy_.emplace(dir, 0);
-        else
-            log_.error("cosched: cannot remove %s: %s", dir.c_str(), std::strerror(errno));
-    }
+    remover_.remove(dir); // a process still exiting in it: again at retry()
     jobs_.erase(it);
 }
 
-void CgroupEnforcer::retry()
-{
-    for (auto it = busy_.begin(); it != busy_.end();) {
-        empty_into(it->first, root_);
-        if (rmdir(it->first.c_str()) == 0 || errno == ENOENT) {
-            it = busy_.erase(it);
-            continue;
-        }
-        if (errno != EBUSY || ++it->second == 30) { // half a minute: something lives there
-            log_.error("cosched: cannot remove %s: %s", it->first.c_str(), std::strerror(errno));
-            it = busy_.erase(it);
-            continue;
-        }
-        ++it;
-    }
-}
+void CgroupEnforcer::retry() { remover_.retry(); }
 
 // ---- nice ----------------------------------------------------------------------
 

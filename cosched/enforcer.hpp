@@ -38,6 +38,7 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "lib/common/cgroupfs.hpp"
 #include "lib/common/log.hpp"
 
 namespace storm::cosched {
@@ -94,7 +95,7 @@ private:
     std::string root_, base_;
     bool mounted_ = false;
     std::map<uint32_t, Job> jobs_;
-    std::map<std::string, int> busy_; // groups left to remove -> attempts
+    cgroupfs::Remover remover_; // groups whose processes are still exiting
 };
 
 class NiceEnforcer : public Enforcer {

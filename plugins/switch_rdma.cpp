@@ -65,6 +65,7 @@
 
 #include "lib/agent/agent_config.hpp"
 #include "lib/agent/node_agent.hpp"
+#include "lib/common/procs.hpp"
 #include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 #include "cosched/protocol.h"
@@ -177,7 +178,8 @@ std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &sp
         if (stepd_list_pids(fd, proto, &pids, &count) == SLURM_SUCCESS) {
             auto &v = out[loc->step_id.job_id];
             for (uint32_t i = 0; i < count; ++i)
-                v.push_back(static_cast<pid_t>(pids[i]));
+                if (pids[i] > 1 && !storm::kernel_thread(static_cast<pid_t>(pids[i])))
+                    v.push_back(static_cast<pid_t>(pids[i]));
         }
         xfree(pids);
         close(fd);
@@ -217,6 +219,7 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
     net.journal_dir = spool + "/storm-bcast";
     net.bcast_gate_socket = spool + "/" + storm::bcast::gate::socket_name;
     net.gang_journal_dir = spool + "/storm-gang";
+    net.gang_freeze_group = "storm-gang-" + me; // the virtual nodes of a host share its cgroups
     net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
         return list_step_processes(spool, me, jobs);
     };

@@ -45,6 +45,23 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
         throw std::runtime_error("gang switcher: cannot register its timer");
     if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
         throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
+    if (cfg_.freeze && !cfg_.signals_only) {
+        try {
+            freezer_ = std::make_unique<Freezer>(*cfg_.freeze, log_);
+            log_.info("gang: jobs are stopped with the cgroup v2 freezer (groups under %s)",
+                      freezer_->base().c_str());
+        } catch (const std::exception &e) {
+            log_.error("gang: jobs are stopped with signals: the cgroup v2 freezer cannot be used: %s",
+                       e.what());
+        }
+    } else if (cfg_.freeze) {
+        log_.info("gang: jobs are stopped with signals (storm_gang_stop=signal)");
+        try {
+            Freezer sweep(*cfg_.freeze, log_); // thaws what an agent set to freeze left
+        } catch (const std::exception &) {
+            // no usable hierarchy: nothing can have been frozen in it
+        }
+    }
     if (cfg_.mcast.enabled()) {
         try {
             strobe_sock_ = std::make_unique<net::GroupSocket>(
@@ -97,6 +114,7 @@ Switcher::~Switcher()
     for (auto &[id, procs] : found_)
         for (auto &p : procs)
             close(p.fd);
+    freezer_.reset(); // thaws and gives back every group's processes
     if (tick_)
         event_free(tick_);
     if (!cfg_.journal_dir.empty())
@@ -112,7 +130,7 @@ bool Switcher::stopped(uint32_t job) const
 size_t Switcher::processes(uint32_t job) const
 {
     auto it = jobs_.find(job);
-    return it == jobs_.end() ? 0 : it->second.procs.size();
+    return it == jobs_.end() ? 0 : it->second.procs.size() + (freezer_ ? freezer_->held(job) : 0);
 }
 
 void Switcher::recover()
@@ -189,6 +207,22 @@ void Switcher::signal_job(uint32_t id, Job &j, int sig)
                        std::strerror(errno));
 }
 
+void Switcher::stop_job(uint32_t id, Job &j)
+{
+    if (freezer_)
+        freezer_->set_frozen(id, true);
+    signal_job(id, j, SIGSTOP);
+    j.stopped = true;
+}
+
+void Switcher::continue_job(uint32_t id, Job &j)
+{
+    if (freezer_)
+        freezer_->set_frozen(id, false);
+    signal_job(id, j, SIGCONT);
+    j.stopped = false;
+}
+
 void Switcher::on_table(const Table &t)
 {
     if (t.epoch == epoch_)
@@ -211,7 +245,11 @@ void Switcher::on_table(const Table &t)
         if (hands_off.count(id))
             log_.verbose("gang: job %u suspended by Slurm: Slurm resumes it", id);
         else if (j.stopped)
-            signal_job(id, j, SIGCONT);
+            continue_job(id, j);
+        // Thawed even when Slurm suspended it: Slurm's SIGSTOP, held while
+        // it was frozen, then takes effect.
+        if (freezer_)
+            freezer_->release(id);
         for (auto &p : j.procs)
             close(p.fd);
     }
@@ -302,8 +340,7 @@ void Switcher::finish_switch(uint64_t bit, uint64_t seq)
     std::set<uint32_t> leaving, running;
     for (auto &[id, j] : jobs_)
         if (!(j.mask & bit) && !j.stopped) {
-            signal_job(id, j, SIGSTOP);
-            j.stopped = true;
+            stop_job(id, j);
             leaving.insert(id);
         }
     for (auto &[id, j] : jobs_)
@@ -312,10 +349,8 @@ void Switcher::finish_switch(uint64_t bit, uint64_t seq)
     if (hook_)
         hook_->swap(leaving, running, seq);
     for (auto &[id, j] : jobs_)
-        if ((j.mask & bit) && j.stopped) {
-            signal_job(id, j, SIGCONT);
-            j.stopped = false;
-        }
+        if ((j.mask & bit) && j.stopped)
+            continue_job(id, j);
     if (hook_)
         hook_->release(running, seq);
 }
@@ -339,8 +374,7 @@ void Switcher::continue_all(const char *why)
     size_t n = 0;
     for (auto &[id, j] : jobs_)
         if (j.stopped) {
-            signal_job(id, j, SIGCONT);
-            j.stopped = false;
+            continue_job(id, j);
             ++n;
         }
     if (n)
@@ -369,6 +403,20 @@ void Switcher::tick()
         }
         for (auto &p : it->second.procs)
             close(p.fd);
+        if (freezer_) {
+            // Into the job's group (frozen if the job is stopped); what the
+            // freezer cannot hold stays with the signals.
+            std::vector<pid_t> pids;
+            for (auto &p : procs)
+                pids.push_back(p.pid);
+            std::vector<pid_t> rest = freezer_->attach(id, pids, it->second.stopped);
+            auto kept = std::partition(procs.begin(), procs.end(), [&rest](const Proc &p) {
+                return std::find(rest.begin(), rest.end(), p.pid) != rest.end();
+            });
+            for (auto p = kept; p != procs.end(); ++p)
+                close(p->fd);
+            procs.erase(kept, procs.end());
+        }
         it->second.procs = std::move(procs);
         if (it->second.stopped) // processes it started since the last scan
             signal_job(id, it->second, SIGSTOP);
@@ -384,6 +432,8 @@ void Switcher::tick()
     }
     if (now - last_publish_ >= std::chrono::seconds(1)) {
         last_publish_ = now;
+        if (freezer_)
+            freezer_->retry();
         publish_stats();
     }
 }
@@ -394,6 +444,7 @@ void Switcher::publish_stats()
     set("gang:strobes", applied_);
     set("gang:ignored", ignored_);
     set("gang:failsafes", failsafes_);
+    set("gang:frozen_jobs", freezer_ ? freezer_->jobs() : 0); // jobs switched with the freezer
     set("gang:stopped", static_cast<uint64_t>(std::count_if(jobs_.begin(), jobs_.end(),
                                                             [](const auto &j) { return j.second.stopped; })));
     // The last 4096 strobes of the last 30 s: the steady state, not the

@@ -4,10 +4,15 @@
 // It holds the table of gang-scheduled jobs the machine manager last sent
 // ("gang:table") and, on each strobe ("gang:strobe") of that table's epoch,
 // stops the processes of every job of this node not in the strobe's slot
-// (SIGSTOP) and then continues those in it (SIGCONT): outgoing first, so
-// the jobs of two slots never run at once.  Only the processes of a job's
-// steps are switched (what srun launches), never slurmstepd, the batch
-// script or srun, which keep serving the job's I/O and launch.
+// and then continues those in it: outgoing first, so the jobs of two slots
+// never run at once.  Only the processes of a job's steps are switched
+// (what srun launches), never slurmstepd, the batch script or srun, which
+// keep serving the job's I/O and launch.
+//
+// How: with the cgroup v2 freezer where it can be used (`freeze` set:
+// freezer.hpp; one write per job and switch, and the tasks' parents are
+// not woken), else, and for processes the freezer cannot hold (in a cgroup
+// of Slurm's), with SIGSTOP and SIGCONT.
 //
 // Processes are known by pidfd (no signal can hit a recycled pid).  A
 // scanner thread asks Slurm for the processes of the table's jobs (the
@@ -57,6 +62,7 @@
 #include "lib/common/realtime.hpp"
 #include "lib/prim/engine.hpp"
 #include "lib/net/mcast.hpp"
+#include "sched_gang/freezer.hpp"
 #include "sched_gang/protocol.hpp"
 
 struct event_base;
@@ -98,6 +104,12 @@ struct SwitcherConfig {
     // Strobes by multicast (protocol.hpp): GROUP:PORT+1 of storm_mcast,
     // joined on `iface` (this node's address); off when mcast.port is 0.
     net::McastConfig mcast;
+    // The cgroup v2 freezer's groups on this node: jobs are stopped with it
+    // where it can be used, unless `signals_only`.  Either way a crashed
+    // agent's frozen groups are thawed at start, so that changing the
+    // setting never leaves a job frozen.  None: signals, no freezer at all.
+    std::optional<FreezerSetup> freeze;
+    bool signals_only = false;
 };
 
 class Switcher {
@@ -139,7 +151,14 @@ public:
     uint64_t mcast_rejected() const noexcept { return mc_rejected_; }
     size_t jobs() const noexcept { return jobs_.size(); }
     bool stopped(uint32_t job) const;
+    // The job's processes this node knows: signalled ones and those in its
+    // freezer group.
     size_t processes(uint32_t job) const;
+    // Whether jobs are stopped with the freezer on this node.
+    bool freezing() const noexcept { return freezer_ != nullptr; }
+    // Whether `pid` is in a frozen group of this switcher (a stop the pool
+    // must not wait for as a SIGSTOP: frozen tasks sleep, state S).
+    bool frozen(pid_t pid) const { return freezer_ && freezer_->frozen(pid); }
 
 private:
     struct Proc {
@@ -149,12 +168,14 @@ private:
     struct Job {
         uint64_t mask = 0;
         bool stopped = false;
-        std::vector<Proc> procs;
+        std::vector<Proc> procs; // switched with signals (the others are in its freezer group)
     };
     void on_table(const Table &t);
     std::string on_strobe(const Strobe &s, bool replay = false);
     void finish_switch(uint64_t bit, uint64_t seq);
     void signal_job(uint32_t id, Job &j, int sig);
+    void stop_job(uint32_t id, Job &j);
+    void continue_job(uint32_t id, Job &j);
     void continue_all(const char *why);
     void tick();
     static void on_tick(int, short, void *arg);
@@ -169,6 +190,7 @@ private:
     Logger log_;
     event *tick_ = nullptr;
     SwitchHook *hook_ = nullptr;
+    std::unique_ptr<Freezer> freezer_;
     // A switch waiting for the hook's halted(): its slot bit and strobe, and
     // the strobes that came meanwhile, applied in order once it finishes
     // (every node must switch the same jobs at the same strobes: their

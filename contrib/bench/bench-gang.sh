@@ -11,7 +11,9 @@
 #  overhead  a compute-bound job (one task on each of vn1, vn2) alone under
 #            stock Slurm, then alone under Storm strobing at each quantum
 #            (-q, ms) and at MPL 2 (two such jobs on the same cores), and
-#            MPL 4 at 2 ms; beside stock uncoordinated time sharing at MPL 2:
+#            MPL 4 at 2 ms; at 2 ms once more with the agents stopping jobs
+#            by signals (storm_gang_stop=signal) instead of the cgroup v2
+#            freezer; beside stock uncoordinated time sharing at MPL 2:
 #            time against the ideal, MPL x the solo time measured beside it
 #            (Storm's: the job in a partition of the same nodes without time
 #            sharing, on the same cluster, before and after; stock's: stock
@@ -154,9 +156,12 @@ overhead)
     # stock job here took from 4.1 to 5.3 s within ten minutes.
     declare -A ot=() oi=() op=()
     configs=("stock 1" "stock 2")
+    # Clusters: one per quantum, and "2sig": 2 ms, stopping by signals.
+    variants=""
     for q in $QUANTA; do
         configs+=("$q 1" "$q 2")
-        [ "$q" = 2 ] && configs+=("$q 4")
+        variants+=" $q"
+        [ "$q" = 2 ] && configs+=("$q 4" "2sig 1" "2sig 2") && variants+=" 2sig"
     done
     # warm_up PARTITION: a short job, not measured.  In three tries by
     # hand, the first job on a cluster just started ran 0-7% slower than
@@ -173,18 +178,23 @@ overhead)
         solo=$(run_jobs 1 "$SPIN")
         add "stock 1" "$solo" "$solo"
         add "stock 2" "$(run_jobs 2 "$SPIN")" "$(awk -v s="$solo" 'BEGIN { print 2 * s }')"
-        for q in $QUANTA; do
-            up storm 2 "$(PART 4)" "$PLAIN" "SchedulerParameters=storm_gang_quantum=${q}ms" "${MC_CONF[@]}"
+        for v in $variants; do
+            q=${v%sig}
+            sw=("${MC_CONF[@]}")
+            if [ "$v" != "$q" ]; then
+                if [ ${#sw[@]} = 0 ]; then sw=("SwitchParameters=storm_gang_stop=signal"); else sw[0]+=",storm_gang_stop=signal"; fi
+            fi
+            up storm 2 "$(PART 4)" "$PLAIN" "SchedulerParameters=storm_gang_quantum=${q}ms" "${sw[@]}"
             warm_up plain
             before=$(P=plain run_jobs 1 "$SPIN")
             declare -A now=()
             now[1]=$(run_jobs 1 "$SPIN")
             now[2]=$(run_jobs 2 "$SPIN")
-            [ "$q" = 2 ] && now[4]=$(run_jobs 4 "$SPIN")
-            "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip|strobe_multicast):' > "$work/gang.$q"
+            [ "$v" = 2 ] && now[4]=$(run_jobs 4 "$SPIN")
+            "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip|strobe_multicast):' > "$work/gang.$v"
             after=$(P=plain run_jobs 1 "$SPIN")
             for m in "${!now[@]}"; do
-                add "$q $m" "${now[$m]}" "$(awk -v a="$before" -v b="$after" -v m="$m" \
+                add "$v $m" "${now[$m]}" "$(awk -v a="$before" -v b="$after" -v m="$m" \
                     'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", m * (a + b) / 2; else print "failed" }')"
             done
             unset now
@@ -198,6 +208,8 @@ overhead)
         case "$c" in
         "stock 1") name="stock, alone" ;;
         "stock 2") name="stock uncoordinated, MPL 2" ;;
+        "2sig 1") name="storm 2 ms by signals, alone" ;;
+        "2sig 2") name="storm 2 ms by signals, MPL 2" ;;
         *" 1") name="storm $q ms, alone" ;;
         *) name="storm $q ms, MPL $m" ;;
         esac

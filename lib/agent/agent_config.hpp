@@ -2,6 +2,7 @@
 //
 //   SwitchParameters=storm_agent_port=6830,storm_fanout=8,storm_rt_priority=10
 //   SwitchParameters=...,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500
+//   SwitchParameters=...,storm_gang_stop=freeze|signal
 //
 // Every key in SwitchParameters is Storm's when SwitchType=switch/rdma, so
 // unknown keys are errors (ConfigError names the key and the known ones).
@@ -26,6 +27,10 @@ struct AgentConfig {
     // agent, machine manager) while jobs are gang-scheduled; 0 = never RT.
     static constexpr unsigned default_rt_priority = 10;
     unsigned rt_priority = default_rt_priority;
+    // How the gang switcher stops and continues jobs: the cgroup v2 freezer
+    // where it can be used, with signals as the fallback (freeze, the
+    // default), or signals only (sched_gang/freezer.hpp).
+    bool gang_freeze = true;
     // The node's buffer pool and the step contexts (switch_rdma/).
     rdma::PoolConfig pool;
     // Implicit coscheduling's local scheduler (cosched/config.hpp); off
@@ -60,6 +65,7 @@ struct AgentConfig {
         c.mcast.mtu = static_cast<unsigned>(p.take_uint("storm_mcast_mtu", 576, 65535, c.mcast.mtu));
         c.mcast.wait =
             std::chrono::milliseconds(p.take_duration_us("storm_mcast_wait", 1000, 10000000, 30000) / 1000);
+        c.gang_freeze = p.take_choice("storm_gang_stop", {"freeze", "signal"}, "freeze") == "freeze";
         p.reject_unknown();
         return c;
     }

@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "lib/common/precise_base.hpp"
+#include "lib/common/procs.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
 #include "lib/common/thread_name.hpp"
@@ -49,10 +50,18 @@ void NodeAgent::start()
             heartbeat_ = std::make_unique<prim::HeartbeatReceiver>(
                 *engine_, "main", prim::HeartbeatMaster::Config{}.queue_length);
             if (network_->step_lister) {
-                gang::SwitcherConfig sc{network_->self, network_->gang_journal_dir,
-                                        std::chrono::milliseconds(1000), config_.rt_priority, config_.mcast};
+                gang::SwitcherConfig sc{network_->self,
+                                        network_->gang_journal_dir,
+                                        std::chrono::milliseconds(1000),
+                                        config_.rt_priority,
+                                        config_.mcast,
+                                        {},
+                                        false};
                 if (sc.mcast.iface.s_addr == INADDR_ANY)
                     sc.mcast.iface = network_->nodes.at(network_->self).sin_addr;
+                sc.freeze.emplace();
+                sc.freeze->group = network_->gang_freeze_group;
+                sc.signals_only = !config_.gang_freeze;
                 switcher_ =
                     std::make_unique<gang::Switcher>(base_, *engine_, network_->step_lister, sc, log_);
                 switcher_->recover();
@@ -69,6 +78,10 @@ void NodeAgent::start()
                 ps.trusted = network_->pool_trusted;
                 ps.config = config_.pool;
                 ps.admissions = admissions_;
+                if (switcher_ && switcher_->freezing()) // frozen tasks sleep (state S), not stopped (T)
+                    ps.is_stopped = [sw = switcher_.get()](pid_t pid) {
+                        return threads_stopped(pid) || sw->frozen(pid);
+                    };
                 try {
                     pool_ = std::make_unique<rdma::Pool>(base_, ps, log_);
                     pool_->start();

@@ -75,6 +75,9 @@ struct AgentNetwork {
     // of the jobs' steps, and where the switched jobs are journaled.
     gang::StepLister step_lister;
     std::string gang_journal_dir;
+    // The cgroup (per slurmd, under slurmd's own) holding the jobs' freezer
+    // groups when AgentConfig::gang_freeze is set.
+    std::string gang_freeze_group = "storm-gang";
     // Communication contexts (switch_rdma), when a socket path is given:
     // the control socket, the statistics file, and who may open contexts.
     std::string pool_socket;

@@ -1,6 +1,7 @@
-// Whether a process is stopped, from /proc.
+// What /proc says of a process: stopped, a kernel thread.
 #pragma once
 
+#include <cstdio>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -41,6 +42,33 @@ inline bool threads_stopped(pid_t pid)
     }
     closedir(d);
     return stopped;
+}
+
+// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags).
+// proctrack/pgid lists the processes of process group 0, the kernel's
+// threads, for a step whose container is not set up yet.
+inline bool kernel_thread(pid_t pid)
+{
+    char buf[512];
+    int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    // After "pid (comm) ": state ppid pgrp session tty_nr tpgid flags
+    const char *p = std::strrchr(buf, ')');
+    if (!p)
+        return false;
+    unsigned long flags = 0;
+    char st;
+    int ppid, pgrp, session, tty, tpgid;
+    if (sscanf(p + 1, " %c %d %d %d %d %d %lu", &st, &ppid, &pgrp, &session, &tty, &tpgid, &flags) != 7)
+        return false;
+    constexpr unsigned long kPfKthread = 0x00200000;
+    return (flags & kPfKthread) != 0;
 }
 
 } // namespace storm

@@ -40,6 +40,17 @@ sample() {
 # pct FILE AWK-CONDITION: percentage of the sample lines where it holds
 pct() { awk "{ n++ } $2 { k++ } END { printf \"%d\", n ? 100 * k / n : 0 }" "$1"; }
 state_of() { awk '{ sub(/.*\) /, ""); print substr($0, 1, 1) }' "/proc/$1/stat" 2>/dev/null; }
+# The host's cgroup v2 hierarchy (the node agents' freezer groups are
+# /storm-gang-<node>/job_<id> in it), and a process's group there.
+cg2_root() { awk '$9 == "cgroup2" && $4 == "/" { print $5; exit }' /proc/self/mountinfo; }
+cgroup2_of() { sed -n 's/^0:://p' "/proc/$1/cgroup" 2>/dev/null; }
+# Whether PID is stopped (SIGSTOP) or frozen (its group's cgroup.events).
+halted() {
+    [ "$(state_of "$1")" = T ] && return 0
+    grep -qx 'frozen 1' "$(cg2_root)$(cgroup2_of "$1")/cgroup.events" 2>/dev/null
+}
+# freezer_groups: the agents' job groups that exist now
+freezer_groups() { find "$(cg2_root)" -maxdepth 2 -path '*/storm-gang-vn*/job_*' -type d 2>/dev/null; }
 
 # check_switching LABEL: 4 s of samples of the tasks a1 a2 (job A on vn1,
 # vn2) and b1 b2 (job B); the jobs alternate on each node

@@ -36,6 +36,8 @@ bad_conf "stock gang scheduling on as well" "PreemptMode=GANG" \
     "sched/gang: init: PreemptMode includes GANG" "$GANGP"
 bad_conf "SwitchParameters rt priority out of range" "SwitchParameters=storm_rt_priority=100" \
     'switch/rdma: init: SwitchParameters: invalid value "100" for storm_rt_priority (allowed: an integer from 0 to 99)'
+bad_conf "SwitchParameters gang stop way unknown" "SwitchParameters=storm_gang_stop=thaw" \
+    'switch/rdma: init: SwitchParameters: invalid value "thaw" for storm_gang_stop (allowed: freeze or signal)'
 bad_conf "SwitchParameters multicast group not multicast" "SwitchParameters=storm_mcast=10.1.2.3:6831" \
     "switch/rdma: init: SwitchParameters: invalid value \"10.1.2.3:6831\" for storm_mcast ('10.1.2.3' is not a multicast group (224.0.0.0/4)"
 "$VC" down > /dev/null 2>&1

@@ -4,13 +4,17 @@
 # partition with OverSubscribe=FORCE:2.  From per-process CPU time samples
 # (/proc/PID/schedstat): the two jobs take turns and never run at once on
 # a node, while each job's processes on both nodes run together; both make
-# progress.  storm-gang shows the matrix and every node's delivery delay.
+# progress.  The agents stop the jobs with the cgroup v2 freezer (the
+# default, storm_gang_stop=freeze: each job's tasks in a group of its own);
+# t0011 covers signals.  storm-gang shows the matrix and every node's
+# delivery delay.
 # Then: scontrol suspend/resume is Slurm's (a suspended job stays stopped
 # while the other runs alone); a node agent killed with a job stopped is
 # replaced by a new one that continues it and switches again; a killed
 # slurmctld makes the nodes' fail-safe continue everything, and a new one
 # rebuilds the matrix from Slurm's job state; a job that ends frees its
-# cells (the other runs alone); and nothing is left stopped at the end.
+# cells (the other runs alone); and nothing is left stopped or frozen at
+# the end, and no freezer group remains.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gang_lib.sh"
 Q=300ms
@@ -27,6 +31,12 @@ t_check "storm-gang nodes: both agents apply strobes and hold both jobs" \
     [ "$(awk '$1 ~ /^vn[12]$/ && $2 > 0 && $5 == 2' "$T_WORK/nodes" | wc -l)" = 2 ]
 t_check "  and report their delivery delay" grep -q '^delivery over 2 nodes' "$T_WORK/nodes"
 
+t_check "both nodes stop the jobs with the cgroup v2 freezer" \
+    bash -c "grep -q 'gang: jobs are stopped with the cgroup v2 freezer' '$STATE/log/slurmd-vn1.log' &&
+             grep -q 'gang: jobs are stopped with the cgroup v2 freezer' '$STATE/log/slurmd-vn2.log'"
+for _ in $(seq 50); do [ "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ] && break; sleep 0.1; done
+t_check "  each job's tasks in its own group ($(cgroup2_of "$a1"), $(cgroup2_of "$b2"))" \
+    [ "$(cgroup2_of "$a1")" = "/storm-gang-vn1/job_$A" -a "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ]
 check_switching "gang-scheduled"
 
 # --- scontrol suspend/resume stay Slurm's ------------------------------------
@@ -45,11 +55,13 @@ check_switching "after resume"
 kill -9 "$(cat "$STATE/run/slurmd-vn1.pid" 2>/dev/null || echo 0)" 2>/dev/null ||
     pkill -9 -f "slurmd -N vn1 "
 sleep 0.5
-stopped=0; for p in "$a1" "$b1"; do [ "$(state_of "$p")" = T ] && stopped=$((stopped + 1)); done
-echo "with vn1's slurmd killed: $stopped of its two tasks stopped" | t_diag
+stopped=0; for p in "$a1" "$b1"; do halted "$p" && stopped=$((stopped + 1)); done
+echo "with vn1's slurmd killed: $stopped of its two tasks stopped or frozen" | t_diag
 "$VC" start vn1 > /dev/null 2>&1
 t_check "the restarted agent continues what its predecessor stopped" \
     bash -c "sleep 2; grep -q 'continued [0-9]* processes of [0-9]* jobs a previous node agent was switching' '$STATE/log/slurmd-vn1.log'"
+t_check "  and thaws and removes its predecessor's freezer groups" \
+    bash -c "grep -q 'gang: thawed and released .*/storm-gang-vn1/job_[0-9]*, left by an earlier node agent' '$STATE/log/slurmd-vn1.log'"
 # The manager left vn1 out of strobes when it died; it readmits it with the table.
 for _ in $(seq 40); do
     "$GANG" nodes -n vn1 2> /dev/null | awk '$1 == "vn1" && $5 == 2 && $6 == 1 { ok = 1 } END { exit !ok }' && break
@@ -82,5 +94,8 @@ scancel "$B"
 wait_job "$B" 30
 no_tasks() { ! pgrep -f "^(/usr)?/bin/sh -c while :; do :; done burn" > /dev/null; }
 t_check "nothing left: no task of either job remains, stopped or not" no_tasks
-t_check "no slurmd logged a switching error" bash -c "! grep -h 'gang: cannot send' '$STATE'/log/slurmd-vn*.log"
+sleep 1.5 # the agents remove groups of exiting processes once a second
+t_check "  and no freezer group: $(freezer_groups | tr '\n' ' ')" [ -z "$(freezer_groups)" ]
+t_check "no slurmd logged a switching error" \
+    bash -c "! grep -h 'gang: cannot \(send\|freeze\|thaw\|move\|create\|open\|remove\)' '$STATE'/log/slurmd-vn*.log"
 t_done

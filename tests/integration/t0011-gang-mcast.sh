@@ -7,12 +7,13 @@
 # table's key (junk, a replayed header with a forged tag) are counted and
 # dropped (gang:mcast_rejected) and change nothing.  A node whose network
 # drops the group still switches on the tree's strobes, both jobs in turn;
-# nothing is left stopped at the end.
+# nothing is left stopped at the end.  The agents switch with signals
+# (storm_gang_stop=signal; t0007 covers the freezer).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gang_lib.sh"
 GROUP=239.255.77.1 PORT=6831
 vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
-    --conf "SchedulerParameters=storm_gang_quantum=50ms" --conf "SwitchParameters=storm_mcast=$GROUP:$PORT"
+    --conf "SchedulerParameters=storm_gang_quantum=50ms" --conf "SwitchParameters=storm_mcast=$GROUP:$PORT,storm_gang_stop=signal"
 
 start_pair
 sent=$(sed -n "s/^strobe_multicast: $GROUP:$((PORT + 1)) from [0-9.]*, \([0-9]*\) sent, 0 failed$/\1/p" "$T_WORK/status")
@@ -20,6 +21,9 @@ t_check "the manager multicasts its strobes to $GROUP:$((PORT + 1)) (${sent:-non
     [ "${sent:-0}" -ge 10 ]
 # vn1 and vn2 are Storm's nodes 0 and 1
 t_check "vn1 and vn2 applied strobes that came by multicast" t_prim -n 0-1 caw gang:mcast_strobes ge 10
+t_check "vn1 and vn2 stop the jobs with signals, as set" \
+    bash -c "grep -q 'gang: jobs are stopped with signals (storm_gang_stop=signal)' '$STATE/log/slurmd-vn1.log' &&
+             grep -q 'gang: jobs are stopped with signals (storm_gang_stop=signal)' '$STATE/log/slurmd-vn2.log'"
 check_states "strobes by multicast"
 
 # --- datagrams that are not the manager's --------------------------------------

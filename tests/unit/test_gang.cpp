@@ -2,18 +2,23 @@
 // alternative scheduling, the wire format, the settings, the node-side
 // switcher on real processes (stop/continue per slot, stale strobes, the
 // fail-safe, jobs leaving the table, Slurm-suspended jobs, the journal a
-// restarted agent recovers from), and the machine manager strobing
-// switchers over loopback agents.
+// restarted agent recovers from), the cgroup v2 freezer alone and as the
+// switcher's way to stop jobs, and the machine manager strobing switchers
+// over loopback agents.
 
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 
+#include "lib/agent/agent_config.hpp"
+#include "lib/common/cgroupfs.hpp"
 #include "lib/common/signals.hpp"
 #include "sched_gang/config.hpp"
 #include "sched_gang/manager.hpp"
@@ -124,6 +129,13 @@ void test_protocol(void **)
 
 void test_config(void **)
 {
+    // The node side: how jobs are stopped (SwitchParameters).
+    assert_true(storm::agent::AgentConfig::from_switch_parameters(nullptr).gang_freeze);
+    assert_false(storm::agent::AgentConfig::from_switch_parameters("storm_gang_stop=signal").gang_freeze);
+    assert_true(contains(error_of<ConfigError>([] {
+                             storm::agent::AgentConfig::from_switch_parameters("storm_gang_stop=thaw");
+                         }),
+                         "invalid value \"thaw\" for storm_gang_stop (allowed: freeze or signal)"));
     std::vector<PartitionInfo> parts = {{"debug", false, 1}, {"gang", true, 2}};
     auto c = GangConfig::parse(nullptr, parts, false, true);
     assert_int_equal(c.quantum.count(), 50000);
@@ -211,7 +223,9 @@ struct SwitchBench {
         event_base_free(base);
         std::system(("rm -rf " + journal).c_str());
     }
-    std::unique_ptr<Switcher> make(std::chrono::milliseconds rescan = 20ms)
+    std::unique_ptr<Switcher> make(std::chrono::milliseconds rescan = 20ms,
+                                   std::optional<FreezerSetup> freeze = std::nullopt,
+                                   bool signals_only = false)
     {
         StepLister l = [this](const std::set<uint32_t> &jobs) {
             std::lock_guard<std::mutex> lk(mu);
@@ -221,7 +235,8 @@ struct SwitchBench {
                     out[j] = p;
             return out;
         };
-        return std::make_unique<Switcher>(base, *engine, l, SwitcherConfig{0, journal, rescan, 0, {}},
+        return std::make_unique<Switcher>(base, *engine, l,
+                                          SwitcherConfig{0, journal, rescan, 0, {}, freeze, signals_only},
                                           Logger("gang"));
     }
     bool run_until(const std::function<bool()> &f, std::chrono::milliseconds t = 3000ms)
@@ -322,6 +337,178 @@ void test_switcher_slots(void **)
     assert_int_equal(state(p2), 'T');
     assert_int_equal(sw->jobs(), 0);
     reap({p1, p1b, p2, p3});
+}
+
+// ---- the cgroup v2 freezer -------------------------------------------------
+
+pid_t spinner()
+{
+    pid_t p = fork();
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (;;)
+            asm volatile("" ::: "memory");
+    }
+    return p;
+}
+
+std::string cgroup2_root() { return storm::cgroupfs::find_mount("/proc/self/mountinfo", "cgroup2", ""); }
+std::string cgroup2_of(pid_t p) { return storm::cgroupfs::cgroup_of("/proc", p, ""); }
+
+// A freezer's setup for this test process, or none where the freezer
+// cannot be used (not root, no cgroup v2 mounted: the test never mounts
+// one on the host).
+std::optional<FreezerSetup> freezer_setup()
+{
+    if (geteuid() != 0 || cgroup2_root().empty())
+        return std::nullopt;
+    FreezerSetup s;
+    s.group = "storm-gang-unit-" + std::to_string(getpid());
+    try {
+        Freezer probe(s, Logger("t"));
+    } catch (const std::exception &) {
+        return std::nullopt;
+    }
+    return s;
+}
+
+bool within(const std::function<bool()> &f, std::chrono::milliseconds t = 2000ms)
+{
+    auto until = std::chrono::steady_clock::now() + t;
+    while (!f()) {
+        if (std::chrono::steady_clock::now() > until)
+            return false;
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+bool reaped(pid_t p)
+{
+    return within([p] { return waitpid(p, nullptr, WNOHANG) == p; });
+}
+
+void test_freezer(void **)
+{
+    auto s = freezer_setup();
+    if (!s)
+        skip();
+    std::string root = cgroup2_root(), self = cgroup2_of(getpid());
+    std::string self_dir = root + (self == "/" ? "" : self);
+    pid_t p = spinner(), q = spinner(), r = spinner();
+    // A group of someone else's (as Slurm's step groups are).
+    std::string foreign = self_dir + "/storm-gang-unit-foreign-" + std::to_string(getpid());
+    assert_int_equal(mkdir(foreign.c_str(), 0755), 0);
+    assert_true(storm::cgroupfs::write_text(foreign + "/cgroup.procs", std::to_string(q)));
+    std::string base;
+    {
+        Freezer f(*s, Logger("t"));
+        base = f.base();
+        assert_int_equal(access(base.c_str(), F_OK), -1); // made with the first job's group
+        assert_true(f.attach(5, {p}, false).empty());
+        assert_int_equal(f.held(5), 1);
+        assert_string_equal((root + cgroup2_of(p)).c_str(), f.job_dir(5).c_str());
+        f.set_frozen(5, true);
+        assert_true(within([&] { return f.frozen(p); }));
+        assert_int_equal(state(p), 'S'); // frozen tasks sleep: their parent gets no SIGCHLD
+        f.set_frozen(5, false);
+        assert_true(within([&] { return !f.frozen(p) && state(p) == 'R'; }));
+        // A process in another cgroup is handed back, untouched.
+        std::vector<pid_t> rest = f.attach(6, {q}, true);
+        assert_true(rest.size() == 1 && rest[0] == q);
+        assert_int_equal(f.held(6), 0);
+        assert_int_equal(f.jobs(), 1);
+        assert_string_equal((root + cgroup2_of(q)).c_str(), foreign.c_str());
+        // A process moved into a stopped job's group stops at once.
+        assert_true(f.attach(7, {r}, true).empty());
+        assert_true(within([&] { return f.frozen(r); }));
+        // A frozen task still dies of SIGKILL (scancel, time limits).
+        f.set_frozen(5, true);
+        assert_true(within([&] { return f.frozen(p); }));
+        kill(p, SIGKILL);
+        assert_true(reaped(p));
+        // Released: thawed, back in this process's group, the group removed.
+        f.release(7);
+        assert_true(within([&] { return state(r) == 'R'; }));
+        assert_string_equal(cgroup2_of(r).c_str(), self.c_str());
+        assert_int_equal(access(f.job_dir(7).c_str(), F_OK), -1);
+        assert_true(f.attach(8, {r}, true).empty());
+        assert_true(within([&] { return f.frozen(r); }));
+    } // the destructor thaws job 8, gives r back and removes every group
+    assert_true(within([&] { return state(r) == 'R'; }));
+    assert_string_equal(cgroup2_of(r).c_str(), self.c_str());
+    assert_int_equal(access(base.c_str(), F_OK), -1);
+    // A crashed agent's frozen group is thawed, emptied and removed by the
+    // next one.
+    std::string left = base + "/job_77";
+    assert_true(storm::cgroupfs::mkdirs(left));
+    assert_true(storm::cgroupfs::write_text(left + "/cgroup.procs", std::to_string(r)));
+    assert_true(storm::cgroupfs::write_text(left + "/cgroup.freeze", "1"));
+    assert_true(within([&] { return state(r) == 'S'; }));
+    {
+        Freezer f(*s, Logger("t"));
+        assert_int_equal(access(left.c_str(), F_OK), -1);
+        assert_true(within([&] { return state(r) == 'R'; }));
+        assert_string_equal(cgroup2_of(r).c_str(), self.c_str());
+    }
+    assert_true(storm::cgroupfs::write_text(self_dir + "/cgroup.procs", std::to_string(q)));
+    assert_int_equal(rmdir(foreign.c_str()), 0);
+    reap({q, r});
+}
+
+// The switcher stopping jobs with the freezer: frozen and thawed per slot,
+// the fail-safe thaws, a job Slurm suspends is thawed into Slurm's stop and
+// given back, and the switcher's end thaws the rest.
+void test_switcher_freezes(void **)
+{
+    auto fs = freezer_setup();
+    if (!fs)
+        skip();
+    std::string self = cgroup2_of(getpid());
+    SwitchBench b;
+    pid_t p1 = spinner(), p2 = spinner();
+    b.procs = {{1, {p1}}, {2, {p2}}};
+    auto sw = b.make(20ms, fs);
+    assert_true(sw->freezing());
+    RangeSet me = RangeSet::single(0);
+    assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}, {2, 2, me}}).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    strobe(*sw, 5, 0);
+    assert_true(b.run_until([&] { return sw->frozen(p2); }));
+    assert_int_equal(state(p2), 'S');
+    assert_false(sw->frozen(p1));
+    assert_true(sw->stopped(2));
+    strobe(*sw, 5, 1);
+    assert_true(b.run_until([&] { return sw->frozen(p1) && !sw->frozen(p2); }));
+    // No strobe for the fail-safe time (400 ms): thawed.
+    assert_true(b.run_until([&] { return !sw->frozen(p1); }));
+    assert_int_equal(sw->failsafes(), 1);
+    // Job 1 frozen again; Slurm suspends it (its SIGSTOP waits while the
+    // job is frozen) and the table hands it off: thawed into Slurm's stop.
+    strobe(*sw, 5, 1);
+    assert_true(b.run_until([&] { return sw->frozen(p1); }));
+    kill(p1, SIGSTOP);
+    assert_true(sw->on_signal(kTableEvent, table(6, {{2, 2, me}}, {1}).encode()));
+    assert_true(eventually_state(b, p1, 'T'));
+    assert_string_equal(cgroup2_of(p1).c_str(), self.c_str());
+    strobe(*sw, 6, 0);
+    assert_true(b.run_until([&] { return sw->frozen(p2); }));
+    sw.reset(); // the node agent stops
+    assert_true(within([&] { return state(p2) == 'R'; }));
+    assert_string_equal(cgroup2_of(p2).c_str(), self.c_str());
+    // An agent set to signals (storm_gang_stop=signal) after one that froze
+    // and crashed: it thaws the group left behind.
+    std::string left = Freezer(*fs, Logger("t")).job_dir(9);
+    assert_true(storm::cgroupfs::mkdirs(left));
+    assert_true(storm::cgroupfs::write_text(left + "/cgroup.procs", std::to_string(p2)));
+    assert_true(storm::cgroupfs::write_text(left + "/cgroup.freeze", "1"));
+    assert_true(within([&] { return state(p2) == 'S'; }));
+    sw = b.make(20ms, fs, true);
+    assert_false(sw->freezing());
+    assert_true(within([&] { return state(p2) == 'R'; }));
+    assert_string_equal(cgroup2_of(p2).c_str(), self.c_str());
+    assert_int_equal(access(left.c_str(), F_OK), -1);
+    reap({p1, p2});
 }
 
 // The switch hook (communication contexts): halt before the leaving job is
@@ -529,7 +716,8 @@ void test_manager_end_to_end(void **)
                     out[j] = p;
             return out;
         };
-        sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l, SwitcherConfig{i, "", 20ms, 0, {}},
+        sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l,
+                                                SwitcherConfig{i, "", 20ms, 0, {}, {}, false},
                                                 Logger("gang" + std::to_string(i))));
         cl.agents[i]->add_sink("gang:",
                                [&sw, i](const std::string &ev, uint64_t o, uint64_t off, uint64_t t,
@@ -597,8 +785,8 @@ void test_manager_end_to_end(void **)
             return out;
         };
         uint64_t epoch = sw[1]->epoch();
-        sw[1] = std::make_unique<Switcher>(cl.base, *cl.agents[1], l, SwitcherConfig{1, "", 20ms, 0, {}},
-                                           Logger("gang1b"));
+        sw[1] = std::make_unique<Switcher>(cl.base, *cl.agents[1], l,
+                                           SwitcherConfig{1, "", 20ms, 0, {}, {}, false}, Logger("gang1b"));
         bool ok =
             cl.initiator->run_until([&] { return sw[1]->epoch() == epoch && sw[1]->applied() > 5; }, 3000ms);
         assert_true(ok);
@@ -646,7 +834,8 @@ int main()
         cmocka_unit_test(test_protocol),           cmocka_unit_test(test_config),
         cmocka_unit_test(test_switcher_slots),     cmocka_unit_test(test_switcher_multicast),
         cmocka_unit_test(test_switcher_hook),      cmocka_unit_test(test_switcher_never_leaves_stopped),
-        cmocka_unit_test(test_manager_end_to_end),
+        cmocka_unit_test(test_manager_end_to_end), cmocka_unit_test(test_freezer),
+        cmocka_unit_test(test_switcher_freezes),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
 }
