@@ -5,8 +5,9 @@
 # (/proc/PID/schedstat): the two jobs take turns and never run at once on
 # a node, while each job's processes on both nodes run together; both make
 # progress.  The agents stop the jobs with the cgroup v2 freezer (the
-# default, storm_gang_stop=freeze: each job's tasks in a group of its own);
-# t0011 covers signals.  storm-gang shows the matrix and every node's
+# default, storm_gang_stop=freeze: each job's tasks in a group of its own)
+# where this host has a writable cgroup v2 hierarchy (the freezer's checks
+# are left out, and said so, where it has none); t0011 covers signals.  storm-gang shows the matrix and every node's
 # delivery delay.
 # Then: scontrol suspend/resume is Slurm's (a suspended job stays stopped
 # while the other runs alone); a node agent killed with a job stopped is
@@ -31,12 +32,19 @@ t_check "storm-gang nodes: both agents apply strobes and hold both jobs" \
     [ "$(awk '$1 ~ /^vn[12]$/ && $2 > 0 && $5 == 2' "$T_WORK/nodes" | wc -l)" = 2 ]
 t_check "  and report their delivery delay" grep -q '^delivery over 2 nodes' "$T_WORK/nodes"
 
-t_check "both nodes stop the jobs with the cgroup v2 freezer" \
-    bash -c "grep -q 'gang: jobs are stopped with the cgroup v2 freezer' '$STATE/log/slurmd-vn1.log' &&
-             grep -q 'gang: jobs are stopped with the cgroup v2 freezer' '$STATE/log/slurmd-vn2.log'"
-for _ in $(seq 50); do [ "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ] && break; sleep 0.1; done
-t_check "  each job's tasks in its own group ($(cgroup2_of "$a1"), $(cgroup2_of "$b2"))" \
-    [ "$(cgroup2_of "$a1")" = "/storm-gang-vn1/job_$A" -a "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ]
+CG2=$(cg2_root)
+if [ -n "$CG2" ] && [ -w "$CG2/cgroup.procs" ]; then FREEZER=1; else FREEZER=0; fi
+if [ "$FREEZER" = 1 ]; then
+    t_check "both nodes stop the jobs with the cgroup v2 freezer" \
+        bash -c "grep -q 'gang: jobs are stopped with the cgroup v2 freezer' '$STATE/log/slurmd-vn1.log' &&
+                 grep -q 'gang: jobs are stopped with the cgroup v2 freezer' '$STATE/log/slurmd-vn2.log'"
+    for _ in $(seq 50); do [ "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ] && break; sleep 0.1; done
+    t_check "  each job's tasks in its own group ($(cgroup2_of "$a1"), $(cgroup2_of "$b2"))" \
+        [ "$(cgroup2_of "$a1")" = "/storm-gang-vn1/job_$A" -a "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ]
+else
+    { echo "no writable cgroup v2 hierarchy on this host: the freezer's checks are left out; the nodes say:"
+      grep -h 'gang: jobs are stopped with' "$STATE"/log/slurmd-vn[12].log; } | t_diag
+fi
 check_switching "gang-scheduled"
 
 # --- scontrol suspend/resume stay Slurm's ------------------------------------
@@ -60,7 +68,7 @@ echo "with vn1's slurmd killed: $stopped of its two tasks stopped or frozen" | t
 "$VC" start vn1 > /dev/null 2>&1
 t_check "the restarted agent continues what its predecessor stopped" \
     bash -c "sleep 2; grep -q 'continued [0-9]* processes of [0-9]* jobs a previous node agent was switching' '$STATE/log/slurmd-vn1.log'"
-t_check "  and thaws and removes its predecessor's freezer groups" \
+[ "$FREEZER" = 1 ] && t_check "  and thaws and removes its predecessor's freezer groups" \
     bash -c "grep -q 'gang: thawed and released .*/storm-gang-vn1/job_[0-9]*, left by an earlier node agent' '$STATE/log/slurmd-vn1.log'"
 # The manager left vn1 out of strobes when it died; it readmits it with the table.
 for _ in $(seq 40); do
@@ -95,7 +103,7 @@ wait_job "$B" 30
 no_tasks() { ! pgrep -f "^(/usr)?/bin/sh -c while :; do :; done burn" > /dev/null; }
 t_check "nothing left: no task of either job remains, stopped or not" no_tasks
 sleep 1.5 # the agents remove groups of exiting processes once a second
-t_check "  and no freezer group: $(freezer_groups | tr '\n' ' ')" [ -z "$(freezer_groups)" ]
+[ "$FREEZER" = 1 ] && t_check "  and no freezer group: $(freezer_groups | tr '\n' ' ')" [ -z "$(freezer_groups)" ]
 t_check "no slurmd logged a switching error" \
     bash -c "! grep -h 'gang: cannot \(send\|freeze\|thaw\|move\|create\|open\|remove\)' '$STATE'/log/slurmd-vn*.log"
 t_done
