@@ -41,6 +41,9 @@ if [ "$FREEZER" = 1 ]; then
     for _ in $(seq 50); do [ "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ] && break; sleep 0.1; done
     t_check "  each job's tasks in its own group ($(cgroup2_of "$a1"), $(cgroup2_of "$b2"))" \
         [ "$(cgroup2_of "$a1")" = "/storm-gang-vn1/job_$A" -a "$(cgroup2_of "$b2")" = "/storm-gang-vn2/job_$B" ]
+    frozen_rows() { "$GANG" nodes -n 'vn[1-2]' 2> /dev/null | awk '$1 ~ /^vn[12]$/ && $7 == 2' | wc -l; }
+    for _ in 1 2 3 4 5; do [ "$(frozen_rows)" = 2 ] && break; sleep 1; done # published once a second
+    t_check "  and storm-gang nodes shows both jobs switched with the freezer on both nodes" [ "$(frozen_rows)" = 2 ]
 else
     { echo "no writable cgroup v2 hierarchy on this host: the freezer's checks are left out; the nodes say:"
       grep -h 'gang: jobs are stopped with' "$STATE"/log/slurmd-vn[12].log; } | t_diag
