@@ -378,8 +378,15 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             ta->engine->hop_timeout(ta->op);
         },
         &hop->timer_arg);
+    // A timeout per level below: a node heading `set` waits one more than
+    // its children, so that their own timeouts (which blame only the late
+    // slice) answer first.  A pure initiator, or a node sending the whole
+    // set to its head, sits one level above that head and waits one more
+    // again: otherwise both expire together, and a head a little late in
+    // passing on one slow child's failure got all its nodes blamed.
+    bool heads = !set.empty() && set.nth(0) == cfg_.self;
     timeval tv = to_timeval(std::chrono::milliseconds(static_cast<long long>(route.timeout_ms) *
-                                                      levels(set.size(), route.fanout)));
+                                                      (levels(set.size(), route.fanout) + (heads ? 0 : 1))));
     evtimer_add(hop->timer, &tv);
 }
 
