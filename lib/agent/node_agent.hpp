@@ -76,7 +76,8 @@ struct AgentNetwork {
     gang::StepLister step_lister;
     std::string gang_journal_dir;
     // The cgroup (per slurmd, under slurmd's own) holding the jobs' freezer
-    // groups when AgentConfig::gang_freeze is set.
+    // groups: they switch jobs when AgentConfig::gang_freeze is set, and
+    // those a crashed agent left are thawed at start either way.
     std::string gang_freeze_group = "storm-gang";
     // Communication contexts (switch_rdma), when a socket path is given:
     // the control socket, the statistics file, and who may open contexts.
