@@ -93,9 +93,9 @@ bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
 
 std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids, bool frozen)
 {
-    auto [it, fresh] = jobs_.try_emplace(job);
+    auto it = jobs_.try_emplace(job).first;
     Job &j = it->second;
-    std::string dir_rel = base_rel_ + "/job_" + std::to_string(job);
+    std::string dir_rel = base_rel_ + "/job_" + std::to_string(job), procs = job_dir(job) + "/cgroup.procs";
     std::vector<pid_t> rest;
     std::set<pid_t> held;
     for (pid_t p : pids) {
@@ -114,7 +114,7 @@ std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids,
             rest.push_back(p); // Slurm's cgroup, or no group: signals
             continue;
         }
-        if (!write_text(job_dir(job) + "/cgroup.procs", std::to_string(p))) {
+        if (!write_text(procs, std::to_string(p))) {
             if (errno == ESRCH)
                 continue;
             if (!j.move_logged)
