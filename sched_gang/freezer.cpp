@@ -87,6 +87,8 @@ bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
         rmdir(dir.c_str());
         return false;
     }
+    // Without it the job never lends its slot (switcher.hpp).
+    j.events_fd = open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC);
     write_freeze(job, j, frozen);
     return true;
 }
@@ -143,6 +145,20 @@ void Freezer::set_frozen(uint32_t job, bool frozen)
         write_freeze(job, it->second, frozen);
 }
 
+bool Freezer::populated(uint32_t job) const
+{
+    auto it = jobs_.find(job);
+    if (it == jobs_.end())
+        return false;
+    char buf[256];
+    ssize_t n = it->second.events_fd < 0 ? -1 : pread(it->second.events_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return true; // unknown: count it as busy (the job keeps its slot)
+    buf[n] = '\0';
+    const char *p = std::strstr(buf, "populated ");
+    return !p || p[10] != '0';
+}
+
 bool Freezer::frozen(pid_t pid) const
 {
     std::string cg = cgroupfs::cgroup_of(setup_.proc_root, pid, "");
@@ -188,6 +204,8 @@ void Freezer::release(uint32_t job)
         write_freeze(job, it->second, false);
         close(it->second.freeze_fd);
     }
+    if (it->second.events_fd >= 0)
+        close(it->second.events_fd);
     jobs_.erase(it);
     empty_into_self(dir);
     remove_group(dir);

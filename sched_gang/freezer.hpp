@@ -71,6 +71,11 @@ public:
     // Whether `pid` is in one of this freezer's groups and the kernel
     // reports that group wholly frozen (every task in it stopped).
     bool frozen(pid_t pid) const;
+    // Whether the job's group holds a live process (cgroup.events says
+    // "populated 1": a process that exited leaves it at once, before it is
+    // reaped).  False for a job without a group, true where it cannot be
+    // read.  One pread.
+    bool populated(uint32_t job) const;
     // Thaws the job's group, gives its processes back to slurmd's cgroup
     // and removes it; forgets the job.
     void release(uint32_t job);
@@ -90,6 +95,7 @@ public:
 private:
     struct Job {
         int freeze_fd = -1; // the group's cgroup.freeze, open for writing
+        int events_fd = -1; // its cgroup.events, open for reading
         bool frozen = false;
         std::set<pid_t> held;     // moved in (or born there), as last listed
         bool move_logged = false; // a failed move is logged once per job

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -212,7 +213,7 @@ void Switcher::stop_job(uint32_t id, Job &j)
     if (freezer_)
         freezer_->set_frozen(id, true);
     signal_job(id, j, SIGSTOP);
-    j.stopped = true;
+    j.stopped = j.out = true;
 }
 
 void Switcher::continue_job(uint32_t id, Job &j)
@@ -220,7 +221,7 @@ void Switcher::continue_job(uint32_t id, Job &j)
     if (freezer_)
         freezer_->set_frozen(id, false);
     signal_job(id, j, SIGCONT);
-    j.stopped = false;
+    j.stopped = j.out = false;
 }
 
 void Switcher::on_table(const Table &t)
@@ -233,13 +234,12 @@ void Switcher::on_table(const Table &t)
         if (!tj.nodes.contains(cfg_.self))
             continue;
         Job &n = next[tj.job_id];
-        n.mask = tj.mask;
         auto old = jobs_.find(tj.job_id);
         if (old != jobs_.end()) {
-            n.stopped = old->second.stopped;
-            n.procs = std::move(old->second.procs);
+            n = std::move(old->second);
             jobs_.erase(old);
         }
+        n.mask = tj.mask;
     }
     for (auto &[id, j] : jobs_) {
         if (hands_off.count(id))
@@ -302,17 +302,20 @@ std::string Switcher::on_strobe(const Strobe &s, bool replay)
         // is applied when it finishes, in order.
         deferred_.push_back(s);
     } else {
+        bool lend = lends(bit);
+        lent_ += lend;
         std::set<uint32_t> leaving;
         if (hook_)
             for (auto &[id, j] : jobs_)
-                if (!(j.mask & bit) && !j.stopped)
+                if (!(j.mask & bit) && !j.out)
                     leaving.insert(id);
         if (!leaving.empty() && hook_->halt(leaving, s.seq, quantum_us_)) {
             halting_ = true;
             halting_bit_ = bit;
             halting_seq_ = s.seq;
+            halting_lend_ = lend;
         } else {
-            finish_switch(bit, s.seq);
+            finish_switch(bit, s.seq, lend);
         }
     }
     if (replay)
@@ -334,23 +337,85 @@ std::string Switcher::on_strobe(const Strobe &s, bool replay)
     return "";
 }
 
-void Switcher::finish_switch(uint64_t bit, uint64_t seq)
+// Whether the slot `bit` lends the node (switcher.hpp: Lending): some job
+// runs that the switch would stop, none of the slot's jobs has a live
+// process here, and no job of the node has a context whose tasks follow
+// the strobes here (the hook still sees every switch: `out`).
+bool Switcher::lends(uint64_t bit)
 {
-    // Outgoing jobs first: the two slots' jobs never run at once.
-    std::set<uint32_t> leaving, running;
+    if (!cfg_.lend)
+        return false;
+    bool stops = std::any_of(jobs_.begin(), jobs_.end(),
+                             [bit](const auto &j) { return !(j.second.mask & bit) && !j.second.stopped; });
+    if (!stops)
+        return false;
+    std::set<uint32_t> ids;
+    for (auto &[id, j] : jobs_) {
+        if ((j.mask & bit) && busy_here(id, j))
+            return false;
+        ids.insert(id);
+    }
+    if (hook_ && hook_->follows(ids))
+        return false;
     for (auto &[id, j] : jobs_)
-        if (!(j.mask & bit) && !j.stopped) {
-            stop_job(id, j);
-            leaving.insert(id);
+        if ((j.mask & bit) && !j.idle_logged) {
+            j.idle_logged = true;
+            log_.verbose("gang: job %u has no process left on this node: its slot leaves the node to the "
+                         "jobs that run",
+                         id);
         }
+    return true;
+}
+
+// Whether the job has a live process here: one the last scan found that has
+// not exited, or any in its freezer group.  Idle stays idle until the next
+// scan (which alone brings new processes): no system call then.
+bool Switcher::busy_here(uint32_t id, Job &j)
+{
+    if (j.idle)
+        return false;
+    if (freezer_ && freezer_->populated(id))
+        return true;
+    if (!j.procs.empty()) {
+        std::vector<pollfd> fds;
+        for (const auto &p : j.procs)
+            fds.push_back({p.fd, POLLIN, 0});
+        if (poll(fds.data(), fds.size(), 0) < 0)
+            return true;
+        for (const auto &f : fds)
+            if (!(f.revents & (POLLIN | POLLHUP | POLLERR)))
+                return true; // a pidfd is readable once its process exited
+    }
+    j.idle = true;
+    return false;
+}
+
+void Switcher::finish_switch(uint64_t bit, uint64_t seq, bool lend)
+{
+    // Outgoing jobs first: the two slots' jobs never run at once.  The hook
+    // sees the switch every node makes (`out`); a node that lends leaves
+    // the outgoing jobs running and the slot's (idle here) as they are.
+    std::set<uint32_t> leaving, running;
+    for (auto &[id, j] : jobs_) {
+        if (j.mask & bit)
+            continue;
+        if (!j.out)
+            leaving.insert(id);
+        if (!lend && !j.stopped)
+            stop_job(id, j);
+        j.out = true;
+    }
     for (auto &[id, j] : jobs_)
         if (j.mask & bit)
             running.insert(id);
     if (hook_)
         hook_->swap(leaving, running, seq);
     for (auto &[id, j] : jobs_)
-        if ((j.mask & bit) && j.stopped)
-            continue_job(id, j);
+        if (j.mask & bit) {
+            if (j.stopped && !lend)
+                continue_job(id, j);
+            j.out = false;
+        }
     if (hook_)
         hook_->release(running, seq);
 }
@@ -360,7 +425,7 @@ void Switcher::halted()
     if (!halting_)
         return;
     halting_ = false;
-    finish_switch(halting_bit_, halting_seq_);
+    finish_switch(halting_bit_, halting_seq_, halting_lend_);
     while (!halting_ && !deferred_.empty()) {
         Strobe s = deferred_.front();
         deferred_.pop_front();
@@ -418,7 +483,8 @@ void Switcher::tick()
             procs.erase(kept, procs.end());
         }
         it->second.procs = std::move(procs);
-        if (it->second.stopped) // processes it started since the last scan
+        it->second.idle = false; // looked at again at its next slot
+        if (it->second.stopped)  // processes it started since the last scan
             signal_job(id, it->second, SIGSTOP);
     }
     auto now = std::chrono::steady_clock::now();
@@ -444,6 +510,7 @@ void Switcher::publish_stats()
     set("gang:strobes", applied_);
     set("gang:ignored", ignored_);
     set("gang:failsafes", failsafes_);
+    set("gang:lent", lent_);
     set("gang:frozen_jobs", freezer_ ? freezer_->jobs() : 0); // jobs switched with the freezer
     set("gang:stopped", static_cast<uint64_t>(std::count_if(jobs_.begin(), jobs_.end(),
                                                             [](const auto &j) { return j.second.stopped; })));

@@ -32,6 +32,21 @@
 //  - the jobs of the current table are journaled in `journal_dir`; a new
 //    agent (slurmd restarted after a crash) continues them in recover().
 //
+// Lending (SwitcherConfig::lend, on by default): a strobe whose slot has no
+// job with a live process on this node stops nothing; the jobs that ran go
+// on (the slot's jobs stay as they were).  A job's steps may end well before Slurm ends the job (the batch
+// script's last commands, slurmstepd's own completion), a batch script may work alone on
+// its first node between steps, and a slot may hold no job of this node:
+// without lending, the node idles for each of those quanta.  A job is seen
+// as idle here once its processes the last scan found have all exited
+// (pidfd readable) and its freezer group is empty; the next scan that
+// finds processes makes it busy again.  Only one slot's jobs still run on
+// a node at a time.  Never while a job of the node has a context whose
+// tasks follow the strobes (the hook's follows(): a swapped context's
+// attached tasks, which the switch must stop for their queues to be
+// swapped); the hook still sees every switch as every node makes it, so
+// the contexts' epochs stay the same on all nodes.  Counted in gang:lent.
+//
 // Delivery delay: each applied strobe records now - its issue time (both
 // CLOCK_REALTIME; the nodes' clocks must agree, as on one machine or under
 // NTP); the p50, p99 and maximum of the last 4096 within the last 30 s are
@@ -92,6 +107,11 @@ public:
     virtual void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) = 0;
     // After `running` were continued.
     virtual void release(const std::set<uint32_t> &running, uint64_t seq) = 0;
+    // Whether one of `jobs` has tasks here that must be stopped at every
+    // switch as on every other node (a swapped context's attached tasks):
+    // then the node lends no slot (SwitcherConfig::lend).  A node that
+    // lends still calls halt / swap / release as every node does.
+    virtual bool follows(const std::set<uint32_t> &jobs) const = 0;
 };
 
 struct SwitcherConfig {
@@ -110,6 +130,12 @@ struct SwitcherConfig {
     // setting never leaves a job frozen.  None: signals, no freezer at all.
     std::optional<FreezerSetup> freeze;
     bool signals_only = false;
+    // A slot whose jobs have no live process on this node (their steps
+    // ended, or the job is between steps, or it has no job here at all)
+    // lends the node: the strobe stops nothing, and the jobs that ran go
+    // on, instead of the node idling for the quantum.  Not while a job of
+    // the node has a context the hook follows (SwitchHook::follows).
+    bool lend = true;
 };
 
 class Switcher {
@@ -147,6 +173,8 @@ public:
     uint64_t applied() const noexcept { return applied_; }
     uint64_t ignored() const noexcept { return ignored_; }
     uint64_t failsafes() const noexcept { return failsafes_; }
+    // Strobes that lent the node (SwitcherConfig::lend).
+    uint64_t lent() const noexcept { return lent_; }
     uint64_t mcast_applied() const noexcept { return mc_applied_; }
     uint64_t mcast_rejected() const noexcept { return mc_rejected_; }
     size_t jobs() const noexcept { return jobs_.size(); }
@@ -168,11 +196,20 @@ private:
     struct Job {
         uint64_t mask = 0;
         bool stopped = false;
+        // Out of the running slot as every node switches it: what the hook
+        // sees.  The same as `stopped` but where this node lends a slot.
+        bool out = false;
         std::vector<Proc> procs; // switched with signals (the others are in its freezer group)
+        // No live process here since the last scan (which alone brings new
+        // ones): the job's slots lend the node.
+        bool idle = false;
+        bool idle_logged = false;
     };
+    bool lends(uint64_t bit);
+    bool busy_here(uint32_t id, Job &j);
     void on_table(const Table &t);
     std::string on_strobe(const Strobe &s, bool replay = false);
-    void finish_switch(uint64_t bit, uint64_t seq);
+    void finish_switch(uint64_t bit, uint64_t seq, bool lend);
     void signal_job(uint32_t id, Job &j, int sig);
     void stop_job(uint32_t id, Job &j);
     void continue_job(uint32_t id, Job &j);
@@ -197,6 +234,7 @@ private:
     // contexts' halt and ready marks follow the strobes' sequence).
     bool halting_ = false;
     uint64_t halting_bit_ = 0, halting_seq_ = 0;
+    bool halting_lend_ = false;
     std::deque<Strobe> deferred_;
 
     uint64_t epoch_ = 0;
@@ -208,7 +246,7 @@ private:
     uint64_t table_origin_ = 0;
     std::string table_part_; // a table arriving in chunks
     std::chrono::steady_clock::time_point last_strobe_{};
-    uint64_t applied_ = 0, ignored_ = 0, failsafes_ = 0;
+    uint64_t applied_ = 0, ignored_ = 0, failsafes_ = 0, lent_ = 0;
     // Strobes of this table apply once, in increasing sequence (a strobe
     // may come by multicast and again down the tree).
     uint64_t last_seq_ = 0;

@@ -899,6 +899,14 @@ void Pool::release_task(Window &w, int fd)
         w.not_ready.insert(fd);
 }
 
+bool Pool::follows(const std::set<uint32_t> &jobs) const
+{
+    return std::any_of(windows_.begin(), windows_.end(), [&jobs](const auto &w) {
+        return w.second->ctx.mode == PoolMode::swapped && !w.second->failed && !w.second->attached.empty() &&
+               jobs.count(w.second->ctx.job_id);
+    });
+}
+
 void Pool::release(const std::set<uint32_t> &running, uint64_t)
 {
     running_jobs_ = running;

@@ -103,6 +103,9 @@ public:
     bool halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantum_us = 0) override;
     void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) override;
     void release(const std::set<uint32_t> &running, uint64_t seq) override;
+    // Whether one of `jobs` has a swapped context here (not failed) with a
+    // task attached: its tasks must be stopped for its queues to swap.
+    bool follows(const std::set<uint32_t> &jobs) const override;
 
     // For tests and status.
     size_t contexts() const noexcept { return windows_.size(); }

@@ -7,7 +7,9 @@
 //   storm-gang nodes [-n NODES]  each node agent's view: strobes applied,
 //                                stale ones ignored, fail-safe releases,
 //                                jobs held and stopped, jobs switched with
-//                                the cgroup v2 freezer, and the delivery
+//                                the cgroup v2 freezer, strobes that lent
+//                                the node (a slot with nothing to run
+//                                there left the running jobs on), and the delivery
 //                                delay from a strobe's issue to the node's
 //                                switch (p50, p99, max of its last 4096
 //                                strobes within 30 s)
@@ -92,9 +94,9 @@ struct Probe {
     bool done = false, failed = false;
 };
 
-const char *kVars[] = {"gang:strobes",      "gang:ignored",      "gang:failsafes",
-                       "gang:jobs",         "gang:stopped",      "gang:frozen_jobs",
-                       "gang:delay_p50_us", "gang:delay_p99_us", "gang:delay_max_us"};
+const char *kVars[] = {"gang:strobes",      "gang:ignored",      "gang:failsafes",    "gang:jobs",
+                       "gang:stopped",      "gang:frozen_jobs",  "gang:lent",         "gang:delay_p50_us",
+                       "gang:delay_p99_us", "gang:delay_max_us"};
 constexpr size_t kNVars = sizeof kVars / sizeof *kVars;
 
 void step(prim::Engine &e, const std::shared_ptr<Probe> &p, int &outstanding)
@@ -174,8 +176,8 @@ int nodes(const std::vector<std::string> &args)
         std::fprintf(stderr, "storm-gang: the node agents did not answer within 120 s\n");
         return 1;
     }
-    std::printf("%-12s %8s %8s %9s %5s %7s %6s %10s %10s %10s\n", "node", "strobes", "ignored", "failsafes",
-                "jobs", "stopped", "frozen", "delay_p50", "delay_p99", "delay_max");
+    std::printf("%-12s %8s %8s %9s %5s %7s %6s %8s %10s %10s %10s\n", "node", "strobes", "ignored", "failsafes",
+                "jobs", "stopped", "frozen", "lent", "delay_p50", "delay_p99", "delay_max");
     int rc = 0;
     std::vector<int64_t> p50s, p99s;
     for (size_t k = 0; k < pick.size(); ++k) {
@@ -187,11 +189,11 @@ int nodes(const std::vector<std::string> &args)
             continue;
         }
         auto v = [&](size_t i) { return static_cast<long long>(row[i]->lo); };
-        std::printf("%-12s %8lld %8lld %9lld %5lld %7lld %6lld %8lldus %8lldus %8lldus\n", name.c_str(), v(0),
-                    v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8));
+        std::printf("%-12s %8lld %8lld %9lld %5lld %7lld %6lld %8lld %8lldus %8lldus %8lldus\n", name.c_str(),
+                    v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9));
         if (v(0) > 0) {
-            p50s.push_back(v(6));
-            p99s.push_back(v(7));
+            p50s.push_back(v(7));
+            p99s.push_back(v(8));
         }
     }
     if (!p50s.empty()) {

@@ -13,7 +13,9 @@
 #            (-q, ms) and at MPL 2 (two such jobs on the same cores), and
 #            MPL 4 at 2 ms; at 2 ms once more with the agents stopping jobs
 #            by signals (storm_gang_stop=signal) instead of the cgroup v2
-#            freezer; beside stock uncoordinated time sharing at MPL 2:
+#            freezer, and at MPL 2 and 4 without lending (storm_gang_lend=no:
+#            a node idles in the slot of a job with nothing left to run
+#            there); beside stock uncoordinated time sharing at MPL 2:
 #            time against the ideal, MPL x the solo time measured beside it
 #            (Storm's: the job in a partition of the same nodes without time
 #            sharing, on the same cluster, before and after; stock's: stock
@@ -156,12 +158,14 @@ overhead)
     # stock job here took from 4.1 to 5.3 s within ten minutes.
     declare -A ot=() oi=() op=()
     configs=("stock 1" "stock 2")
-    # Clusters: one per quantum, and "2sig": 2 ms, stopping by signals.
+    # Clusters: one per quantum, "2sig": 2 ms, stopping by signals, and
+    # "2strict": 2 ms without lending (a node idles in a slot whose job has
+    # nothing left to run there, as until the job leaves the matrix).
     variants=""
     for q in $QUANTA; do
         configs+=("$q 1" "$q 2")
         variants+=" $q"
-        [ "$q" = 2 ] && configs+=("$q 4" "2sig 1" "2sig 2") && variants+=" 2sig"
+        [ "$q" = 2 ] && configs+=("$q 4" "2sig 1" "2sig 2" "2strict 2" "2strict 4") && variants+=" 2sig 2strict"
     done
     # warm_up PARTITION: a short job, not measured.  In three tries by
     # hand, the first job on a cluster just started ran 0-7% slower than
@@ -179,18 +183,19 @@ overhead)
         add "stock 1" "$solo" "$solo"
         add "stock 2" "$(run_jobs 2 "$SPIN")" "$(awk -v s="$solo" 'BEGIN { print 2 * s }')"
         for v in $variants; do
-            q=${v%sig}
-            sw=("${MC_CONF[@]}")
-            if [ "$v" != "$q" ]; then
-                if [ ${#sw[@]} = 0 ]; then sw=("SwitchParameters=storm_gang_stop=signal"); else sw[0]+=",storm_gang_stop=signal"; fi
+            q=${v%sig}; q=${q%strict}
+            sw=("${MC_CONF[@]}") extra=""
+            case $v in *sig) extra=storm_gang_stop=signal ;; *strict) extra=storm_gang_lend=no ;; esac
+            if [ -n "$extra" ]; then
+                if [ ${#sw[@]} = 0 ]; then sw=("SwitchParameters=$extra"); else sw[0]+=",$extra"; fi
             fi
             up storm 2 "$(PART 4)" "$PLAIN" "SchedulerParameters=storm_gang_quantum=${q}ms" "${sw[@]}"
             warm_up plain
             before=$(P=plain run_jobs 1 "$SPIN")
             declare -A now=()
-            now[1]=$(run_jobs 1 "$SPIN")
+            [ "$v" = 2strict ] || now[1]=$(run_jobs 1 "$SPIN")
             now[2]=$(run_jobs 2 "$SPIN")
-            [ "$v" = 2 ] && now[4]=$(run_jobs 4 "$SPIN")
+            [ "$v" = 2 ] || [ "$v" = 2strict ] && now[4]=$(run_jobs 4 "$SPIN")
             "$GANG" | grep -E '^(strobe_rate|strobes_skipped|strobe_round_trip|strobe_multicast):' > "$work/gang.$v"
             after=$(P=plain run_jobs 1 "$SPIN")
             for m in "${!now[@]}"; do
@@ -210,6 +215,7 @@ overhead)
         "stock 2") name="stock uncoordinated, MPL 2" ;;
         "2sig 1") name="storm 2 ms by signals, alone" ;;
         "2sig 2") name="storm 2 ms by signals, MPL 2" ;;
+        "2strict "*) name="storm 2 ms without lending, MPL $m" ;;
         *" 1") name="storm $q ms, alone" ;;
         *) name="storm $q ms, MPL $m" ;;
         esac

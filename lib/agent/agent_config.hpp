@@ -2,7 +2,7 @@
 //
 //   SwitchParameters=storm_agent_port=6830,storm_fanout=8,storm_rt_priority=10
 //   SwitchParameters=...,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500
-//   SwitchParameters=...,storm_gang_stop=freeze|signal
+//   SwitchParameters=...,storm_gang_stop=freeze|signal,storm_gang_lend=yes|no
 //
 // Every key in SwitchParameters is Storm's when SwitchType=switch/rdma, so
 // unknown keys are errors (ConfigError names the key and the known ones).
@@ -31,6 +31,10 @@ struct AgentConfig {
     // where it can be used, with signals as the fallback (freeze, the
     // default), or signals only (sched_gang/freezer.hpp).
     bool gang_freeze = true;
+    // Whether a gang slot with nothing to run on this node (its jobs have
+    // no process here: ended, or between steps) leaves the node to the
+    // jobs that run instead of idling it (sched_gang/switcher.hpp).
+    bool gang_lend = true;
     // The node's buffer pool and the step contexts (switch_rdma/).
     rdma::PoolConfig pool;
     // Implicit coscheduling's local scheduler (cosched/config.hpp); off
@@ -66,6 +70,7 @@ struct AgentConfig {
         c.mcast.wait =
             std::chrono::milliseconds(p.take_duration_us("storm_mcast_wait", 1000, 10000000, 30000) / 1000);
         c.gang_freeze = p.take_choice("storm_gang_stop", {"freeze", "signal"}, "freeze") == "freeze";
+        c.gang_lend = p.take_choice("storm_gang_lend", {"yes", "no"}, "yes") == "yes";
         p.reject_unknown();
         return c;
     }

@@ -62,6 +62,7 @@ void NodeAgent::start()
                 sc.freeze.emplace();
                 sc.freeze->group = network_->gang_freeze_group;
                 sc.signals_only = !config_.gang_freeze;
+                sc.lend = config_.gang_lend;
                 switcher_ =
                     std::make_unique<gang::Switcher>(base_, *engine_, network_->step_lister, sc, log_);
                 switcher_->recover();

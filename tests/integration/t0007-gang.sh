@@ -13,7 +13,8 @@
 # while the other runs alone); a node agent killed with a job stopped is
 # replaced by a new one that continues it and switches again; a killed
 # slurmctld makes the nodes' fail-safe continue everything, and a new one
-# rebuilds the matrix from Slurm's job state; a job that ends frees its
+# rebuilds the matrix from Slurm's job state; a job whose task on vn1 died
+# leaves vn1 to the other (lending); a job that ends frees its
 # cells (the other runs alone); and nothing is left stopped or frozen at
 # the end, and no freezer group remains.
 . "$(dirname "$0")/lib.sh"
@@ -91,6 +92,25 @@ t_check "  and say so in their logs" bash -c "grep -l 'no strobe for 1s: continu
 t_check "a restarted slurmctld rebuilds the matrix from Slurm's job state" \
     bash -c "sleep 2; '$GANG' | grep -q '^slots: 2'"
 check_switching "after slurmctld restarted"
+
+# --- a job with nothing left on a node lends it its slot ---------------------
+# A's task on vn1 dies (srun keeps the step: the task on vn2 runs on).  On
+# vn1, A's slot has nothing to run: B runs there all the time, while the two
+# jobs still alternate on vn2.
+lent() { "$GANG" nodes -n "$1" 2> /dev/null | awk -v n="$1" '$1 == n { print $8 }'; }
+lent1=$(lent vn1) lent2=$(lent vn2)
+kill -9 "$a1"
+sleep 1.5
+sample 2 "$a2" "$b1" "$b2" > "$T_WORK/s.lend"
+echo "with A's task on vn1 gone: $(pct "$T_WORK/s.lend" '$2')% B on vn1; on vn2 A $(pct "$T_WORK/s.lend" '$1')%, B $(pct "$T_WORK/s.lend" '$3')%, both $(pct "$T_WORK/s.lend" '$1 && $3')%" | t_diag
+t_check "a slot with nothing left to run on a node lends it: B runs on vn1 in $(pct "$T_WORK/s.lend" '$2')% of intervals" \
+    [ "$(pct "$T_WORK/s.lend" '$2')" -ge 80 ]
+t_check "  while A and B still alternate on vn2 (both $(pct "$T_WORK/s.lend" '$1 && $3')%, A $(pct "$T_WORK/s.lend" '$1')%)" \
+    [ "$(pct "$T_WORK/s.lend" '$1 && $3')" -le 25 -a "$(pct "$T_WORK/s.lend" '$1')" -ge 25 ]
+sleep 1 # the agents publish once a second
+now1=$(lent vn1) now2=$(lent vn2)
+counted() { [ -n "$lent1" ] && [ -n "$now1" ] && [ -n "$lent2" ] && [ "$now1" -gt "$lent1" ] && [ "$now2" = "$lent2" ]; }
+t_check "  storm-gang nodes counts the strobes that lent vn1 ($lent1 -> $now1) and none on vn2 ($lent2 -> $now2)" counted
 
 # --- a job ends: its cells are freed -----------------------------------------
 scancel "$A"

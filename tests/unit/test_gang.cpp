@@ -132,6 +132,12 @@ void test_config(void **)
     // The node side: how jobs are stopped (SwitchParameters).
     assert_true(storm::agent::AgentConfig::from_switch_parameters(nullptr).gang_freeze);
     assert_false(storm::agent::AgentConfig::from_switch_parameters("storm_gang_stop=signal").gang_freeze);
+    assert_true(storm::agent::AgentConfig::from_switch_parameters(nullptr).gang_lend);
+    assert_false(storm::agent::AgentConfig::from_switch_parameters("storm_gang_lend=no").gang_lend);
+    assert_true(contains(error_of<storm::ConfigError>([] {
+                             storm::agent::AgentConfig::from_switch_parameters("storm_gang_lend=maybe");
+                         }),
+                         "invalid value \"maybe\" for storm_gang_lend (allowed: yes or no)"));
     assert_true(contains(error_of<ConfigError>([] {
                              storm::agent::AgentConfig::from_switch_parameters("storm_gang_stop=thaw");
                          }),
@@ -225,7 +231,7 @@ struct SwitchBench {
     }
     std::unique_ptr<Switcher> make(std::chrono::milliseconds rescan = 20ms,
                                    std::optional<FreezerSetup> freeze = std::nullopt,
-                                   bool signals_only = false)
+                                   bool signals_only = false, bool lend = true)
     {
         StepLister l = [this](const std::set<uint32_t> &jobs) {
             std::lock_guard<std::mutex> lk(mu);
@@ -235,9 +241,9 @@ struct SwitchBench {
                     out[j] = p;
             return out;
         };
-        return std::make_unique<Switcher>(base, *engine, l,
-                                          SwitcherConfig{0, journal, rescan, 0, {}, freeze, signals_only},
-                                          Logger("gang"));
+        return std::make_unique<Switcher>(
+            base, *engine, l, SwitcherConfig{0, journal, rescan, 0, {}, freeze, signals_only, lend},
+            Logger("gang"));
     }
     bool run_until(const std::function<bool()> &f, std::chrono::milliseconds t = 3000ms)
     {
@@ -328,14 +334,23 @@ void test_switcher_slots(void **)
     assert_int_equal(sw->epoch(), 6);
     assert_true(eventually_state(b, p1, 'S'));
     assert_true(eventually_state(b, p1b, 'S'));
-    // Job 2 stopped, then suspended by Slurm (hands off): left stopped.
+    // Job 2 alone, in slot 1: slot 0 has nothing to run here and lends the
+    // node (test_switcher_lends); with job 1 back in slot 0, job 2 stops.
     assert_true(sw->on_signal(kTableEvent, table(7, {{2, 2, me}}).encode()));
     strobe(*sw, 7, 0);
+    b.run_until([] { return false; }, 50ms);
+    assert_int_equal(state(p2), 'S');
+    assert_int_equal(sw->lent(), 1);
+    assert_true(sw->on_signal(kTableEvent, table(8, {{1, 1, me}, {2, 2, me}}).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 2; }));
+    strobe(*sw, 8, 0);
     assert_true(eventually_state(b, p2, 'T'));
-    assert_true(sw->on_signal(kTableEvent, table(8, {}, {2}).encode()));
+    // Job 2, stopped, is suspended by Slurm (hands off): left stopped.
+    assert_true(sw->on_signal(kTableEvent, table(9, {}, {2}).encode()));
     b.run_until([] { return false; }, 100ms);
     assert_int_equal(state(p2), 'T');
     assert_int_equal(sw->jobs(), 0);
+    assert_int_equal(sw->lent(), 1);
     reap({p1, p1b, p2, p3});
 }
 
@@ -468,7 +483,7 @@ void test_switcher_freezes(void **)
     SwitchBench b;
     pid_t p1 = spinner(), p2 = spinner();
     b.procs = {{1, {p1}}, {2, {p2}}};
-    auto sw = b.make(20ms, fs);
+    auto sw = b.make(20ms, fs, false, false); // no lending: job 2 alone is frozen in slot 0
     assert_true(sw->freezing());
     RangeSet me = RangeSet::single(0);
     assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}, {2, 2, me}}).encode()));
@@ -532,6 +547,11 @@ struct RecordingHook : SwitchHook {
     void release(const std::set<uint32_t> &running, uint64_t) override
     {
         calls.push_back("release " + join(running));
+    }
+    std::set<uint32_t> followed; // jobs with a context the halts follow
+    bool follows(const std::set<uint32_t> &jobs) const override
+    {
+        return std::any_of(jobs.begin(), jobs.end(), [this](uint32_t j) { return followed.count(j) > 0; });
     }
     static std::string join(const std::set<uint32_t> &s)
     {
@@ -656,6 +676,115 @@ void test_switcher_hook(void **)
     sw->set_hook(nullptr);
     sw.reset();
     reap({p1, p2});
+}
+
+// Lending: a slot whose jobs have no live process here (exited, even
+// before they are reaped) stops nothing; a process the next scan finds makes
+// the job busy again; never while the hook follows a job of the node, nor
+// with lending off.
+void test_switcher_lends(void **)
+{
+    SwitchBench b;
+    pid_t p1 = sleeper(), p2 = sleeper();
+    b.procs = {{1, {p1}}, {2, {p2}}};
+    auto sw = b.make();
+    RecordingHook hook;
+    hook.wait = false;
+    sw->set_hook(&hook);
+    RangeSet me = RangeSet::single(0);
+    assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}, {2, 2, me}}).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    strobe(*sw, 5, 0);
+    assert_true(eventually_state(b, p2, 'T'));
+    strobe(*sw, 5, 1);
+    assert_true(eventually_state(b, p1, 'T'));
+    assert_true(eventually_state(b, p2, 'S'));
+    // Job 1's last process exits (a zombie: not reaped yet); the scan has
+    // not seen it go.  Slot 0 lends the node: job 2 goes on.
+    kill(p1, SIGKILL);
+    assert_true(within([&] { return state(p1) == 'Z'; }));
+    hook.calls.clear();
+    strobe(*sw, 5, 0);
+    b.run_until([] { return false; }, 50ms);
+    assert_int_equal(state(p2), 'S');
+    assert_false(sw->stopped(2));
+    assert_int_equal(sw->lent(), 1);
+    assert_true(sw->stopped(1));
+    // The hook sees the switch every node makes: job 2 leaves, job 1 runs.
+    assert_int_equal(hook.calls.size(), 3);
+    assert_true(contains(hook.calls[0], "halt 2 "));
+    assert_true(contains(hook.calls[1], "swap 2 / 1 "));
+    assert_string_equal(hook.calls[2].c_str(), "release 1");
+    hook.calls.clear();
+    strobe(*sw, 5, 1); // job 2's own slot: it comes back; job 1 leaves
+    assert_int_equal(hook.calls.size(), 3);
+    assert_true(contains(hook.calls[0], "halt 1 "));
+    assert_true(contains(hook.calls[1], "swap 1 / 2 "));
+    strobe(*sw, 5, 0);
+    assert_int_equal(sw->lent(), 2);
+    assert_int_equal(state(p2), 'S');
+    waitpid(p1, nullptr, 0);
+    // Job 1 starts a step (found by the next scan: stopped at once, its
+    // job being stopped), and its slot switches again.
+    pid_t p3 = sleeper();
+    {
+        std::lock_guard<std::mutex> lk(b.mu);
+        b.procs[1] = {p3};
+    }
+    assert_true(eventually_state(b, p3, 'T'));
+    strobe(*sw, 5, 0);
+    assert_true(eventually_state(b, p2, 'T'));
+    assert_true(eventually_state(b, p3, 'S'));
+    assert_int_equal(sw->lent(), 2);
+    // The hook follows job 2 (a swapped context): job 2 is switched at
+    // every strobe even when job 1 has nothing to run.
+    strobe(*sw, 5, 1);
+    assert_true(eventually_state(b, p2, 'S'));
+    kill(p3, SIGKILL);
+    waitpid(p3, nullptr, 0);
+    hook.followed = {2};
+    strobe(*sw, 5, 0);
+    assert_true(eventually_state(b, p2, 'T'));
+    assert_int_equal(sw->lent(), 2);
+    sw->set_hook(nullptr);
+    sw.reset();
+    // Lending off (storm_gang_lend=no): the idle slot idles the node.
+    pid_t p4 = sleeper();
+    b.procs = {{1, {p4}}, {2, {p2}}};
+    sw = b.make(20ms, std::nullopt, false, false);
+    assert_true(sw->on_signal(kTableEvent, table(6, {{1, 1, me}, {2, 2, me}}).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    strobe(*sw, 6, 1);
+    assert_true(eventually_state(b, p4, 'T'));
+    kill(p4, SIGKILL);
+    waitpid(p4, nullptr, 0);
+    strobe(*sw, 6, 0);
+    assert_true(eventually_state(b, p2, 'T'));
+    assert_int_equal(sw->lent(), 0);
+    sw.reset();
+    reap({p2});
+    // With the freezer: job 1's group empties when its task dies (frozen,
+    // of SIGKILL), and its slot lends the node.
+    auto fs = freezer_setup();
+    if (!fs)
+        return;
+    pid_t q1 = spinner(), q2 = spinner();
+    b.procs = {{1, {q1}}, {2, {q2}}};
+    sw = b.make(20ms, fs);
+    assert_true(sw->freezing());
+    assert_true(sw->on_signal(kTableEvent, table(7, {{1, 1, me}, {2, 2, me}}).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 1 && sw->processes(2) == 1; }));
+    strobe(*sw, 7, 1);
+    assert_true(b.run_until([&] { return sw->frozen(q1); }));
+    kill(q1, SIGKILL);
+    assert_true(reaped(q1));
+    strobe(*sw, 7, 0);
+    b.run_until([] { return false; }, 50ms);
+    assert_false(sw->frozen(q2));
+    assert_int_equal(state(q2), 'R');
+    assert_int_equal(sw->lent(), 1);
+    sw.reset();
+    reap({q2});
 }
 
 void test_switcher_never_leaves_stopped(void **)
@@ -835,7 +964,7 @@ int main()
         cmocka_unit_test(test_switcher_slots),     cmocka_unit_test(test_switcher_multicast),
         cmocka_unit_test(test_switcher_hook),      cmocka_unit_test(test_switcher_never_leaves_stopped),
         cmocka_unit_test(test_manager_end_to_end), cmocka_unit_test(test_freezer),
-        cmocka_unit_test(test_switcher_freezes),
+        cmocka_unit_test(test_switcher_freezes),   cmocka_unit_test(test_switcher_lends),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
 }

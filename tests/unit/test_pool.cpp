@@ -358,8 +358,13 @@ void test_swap(void **)
     // Swapped contexts start halted at epoch 1, out of the pool: the first
     // switch that runs their job brings them in and releases them.
     assert_int_equal(b.pool->resident_context(), -1);
+    // Until a task attaches, no job's tasks need stopping for a swap: the
+    // switcher may lend the node (sched_gang/switcher.hpp).
+    assert_false(b.pool->follows({300, 301}));
     Task a, bt;
     assert_true(a.attach(b, 1, 300, 0));
+    assert_true(b.pool->follows({300, 999}));
+    assert_false(b.pool->follows({301, 999}));
     assert_true(bt.attach(b, 2, 301, 0));
     assert_false(a.a.resident);
     assert_int_equal(a.a.epoch, 1);
