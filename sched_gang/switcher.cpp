@@ -434,6 +434,15 @@ void Switcher::halted()
     }
 }
 
+void Switcher::rescan()
+{
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        rescan_now_ = true;
+    }
+    cv_.notify_all();
+}
+
 void Switcher::continue_all(const char *why)
 {
     size_t n = 0;

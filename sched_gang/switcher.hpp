@@ -17,10 +17,11 @@
 // Processes are known by pidfd (no signal can hit a recycled pid).  A
 // scanner thread asks Slurm for the processes of the table's jobs (the
 // StepLister: slurmstepd's own list, proctrack's container) whenever the
-// table changes, then 50 ms later and at doubling intervals up to `rescan`
-// (steps start right after their job; with proctrack/pgid each listing
-// costs slurmstepd a scan of /proc); a process a job starts while it is
-// stopped is stopped at the next scan.
+// table changes and when a step starts (rescan(): slurmstepd opened the
+// step's context), then 50 ms later and at doubling intervals up to
+// `rescan` (with proctrack/pgid each listing costs slurmstepd a scan of
+// /proc); a process a job starts while it is stopped is stopped at the
+// next scan.
 //
 // Fail-safe, so that no job is ever left stopped:
 //  - no strobe for the table's fail-safe time: every stopped job is
@@ -167,6 +168,10 @@ public:
     void set_hook(SwitchHook *hook) noexcept { hook_ = hook; }
     // The hook's answer to halt(): the leaving jobs have halted (or failed).
     void halted();
+    // A step of a job may be starting on this node (slurmstepd opened its
+    // communication context): scan now and again 50 ms later, doubling
+    // from there, instead of waiting up to `rescan`.  Thread safe.
+    void rescan();
 
     // For tests and status.
     uint64_t epoch() const noexcept { return epoch_; }

@@ -253,6 +253,10 @@ void Pool::handle(Client &c, const std::string &msg, int)
                 reply(c, control::error("only slurmstepd may open a communication context"));
                 return;
             }
+            // A step starts: the switcher finds its tasks within about
+            // 50 ms rather than at its next scan (up to a second away).
+            if (switcher_)
+                switcher_->rescan();
             open_context(c, ctx);
             return;
         }

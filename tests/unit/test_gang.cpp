@@ -787,6 +787,32 @@ void test_switcher_lends(void **)
     reap({q2});
 }
 
+// A step starting (the pool calls rescan() when slurmstepd opens its
+// context) is scanned at once, not at the scanner's next interval.
+void test_switcher_rescan(void **)
+{
+    SwitchBench b;
+    pid_t p1 = sleeper(), p2 = sleeper();
+    b.procs = {{1, {p1}}, {2, {}}};
+    auto sw = b.make(10000ms);
+    RangeSet me = RangeSet::single(0);
+    assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}, {2, 2, me}}, {}, 60000).encode()));
+    assert_true(b.run_until([&] { return sw->processes(1) == 1; }));
+    // Scans at about 0, 50, 150, 350 and 750 ms; the next at 1.55 s.
+    b.run_until([] { return false; }, 900ms);
+    assert_int_equal(sw->processes(2), 0);
+    {
+        std::lock_guard<std::mutex> lk(b.mu);
+        b.procs[2] = {p2};
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    sw->rescan();
+    assert_true(b.run_until([&] { return sw->processes(2) == 1; }));
+    assert_true(std::chrono::steady_clock::now() - t0 < 500ms);
+    sw.reset();
+    reap({p1, p2});
+}
+
 void test_switcher_never_leaves_stopped(void **)
 {
     SwitchBench b;
@@ -965,6 +991,7 @@ int main()
         cmocka_unit_test(test_switcher_hook),      cmocka_unit_test(test_switcher_never_leaves_stopped),
         cmocka_unit_test(test_manager_end_to_end), cmocka_unit_test(test_freezer),
         cmocka_unit_test(test_switcher_freezes),   cmocka_unit_test(test_switcher_lends),
+        cmocka_unit_test(test_switcher_rescan),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
 }
