@@ -360,7 +360,7 @@ bool Switcher::lends(uint64_t bit)
     for (auto &[id, j] : jobs_)
         if ((j.mask & bit) && !j.idle_logged) {
             j.idle_logged = true;
-            log_.verbose("gang: job %u has no process left on this node: its slot leaves the node to the "
+            log_.verbose("gang: job %u has no live process on this node: its slot leaves the node to the "
                          "jobs that run",
                          id);
         }
