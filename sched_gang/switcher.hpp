@@ -35,10 +35,11 @@
 //
 // Lending (SwitcherConfig::lend, on by default): a strobe whose slot has no
 // job with a live process on this node stops nothing; the jobs that ran go
-// on (the slot's jobs stay as they were).  A job's steps may end well before Slurm ends the job (the batch
-// script's last commands, slurmstepd's own completion), a batch script may work alone on
-// its first node between steps, and a slot may hold no job of this node:
-// without lending, the node idles for each of those quanta.  A job is seen
+// on (the slot's jobs stay as they were).  A job's steps may end well
+// before Slurm ends the job (the batch script's last commands,
+// slurmstepd's own completion), a batch script may work alone on its first
+// node between steps, and a slot may hold no job of this node: without
+// lending, the node idles for each of those quanta.  A job is seen
 // as idle here once its processes the last scan found have all exited
 // (pidfd readable) and its freezer group is empty; the next scan that
 // finds processes makes it busy again.  Only one slot's jobs still run on
