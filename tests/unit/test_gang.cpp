@@ -6,7 +6,9 @@
 // switcher's way to stop jobs, and the machine manager strobing switchers
 // over loopback agents.
 
+#include <cerrno>
 #include <csignal>
+#include <dirent.h>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -379,10 +381,32 @@ std::optional<FreezerSetup> freezer_setup()
         return std::nullopt;
     FreezerSetup s;
     s.group = "storm-gang-unit-" + std::to_string(getpid());
+    std::string parent;
     try {
         Freezer probe(s, Logger("t"));
+        parent = probe.base().substr(0, probe.base().rfind('/'));
     } catch (const std::exception &) {
         return std::nullopt;
+    }
+    // The groups of an earlier run that was killed (its pid is gone): a
+    // freezer of that name thaws, empties and removes them.
+    if (DIR *d = opendir(parent.c_str())) {
+        const std::string prefix = "storm-gang-unit-";
+        while (dirent *e = readdir(d)) {
+            std::string name = e->d_name;
+            if (name.rfind(prefix, 0) != 0)
+                continue;
+            long pid = std::atol(name.c_str() + prefix.size());
+            if (pid <= 0 || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+                continue;
+            FreezerSetup old = s;
+            old.group = name;
+            try {
+                Freezer sweep(old, Logger("t"));
+            } catch (const std::exception &) {
+            }
+        }
+        closedir(d);
     }
     return s;
 }
