@@ -349,14 +349,18 @@ bool Switcher::lends(uint64_t bit)
                              [bit](const auto &j) { return !(j.second.mask & bit) && !j.second.stopped; });
     if (!stops)
         return false;
-    std::set<uint32_t> ids;
-    for (auto &[id, j] : jobs_) {
+    // The hook first: it reads only memory, where busy_here() may read the
+    // freezer group's cgroup.events at every strobe.
+    if (hook_) {
+        std::set<uint32_t> ids;
+        for (const auto &j : jobs_)
+            ids.insert(j.first);
+        if (hook_->follows(ids))
+            return false;
+    }
+    for (auto &[id, j] : jobs_)
         if ((j.mask & bit) && busy_here(id, j))
             return false;
-        ids.insert(id);
-    }
-    if (hook_ && hook_->follows(ids))
-        return false;
     for (auto &[id, j] : jobs_)
         if ((j.mask & bit) && !j.idle_logged) {
             j.idle_logged = true;
