@@ -44,8 +44,10 @@ check_states "after forged datagrams"
 
 # --- vn2's network drops the group: its strobes come down the tree alone ----
 # (the group's datagrams to vn2 go to a class of 8 bit/s with room for one
-# packet, as in t0010); the tree's strobes, one every 100 ms, visit both
-# slots in turn, so both jobs still run there.
+# packet, as in t0010); the tree's strobes, one every 150 ms at this quantum
+# and slot count, visit both slots in turn, so both jobs still run there.
+# The agent publishes its count once a second, so the window is 5 s (about
+# 33 strobes; a 2 s window could see one publish, 7 strobes, on a slow host).
 {
     echo "qdisc add dev svh2 root handle 1: htb default 1 r2q 1000"
     echo "class add dev svh2 parent 1: classid 1:1 htb rate 10gbit"
@@ -55,7 +57,7 @@ check_states "after forged datagrams"
 } > "$T_WORK/drop.tc"
 tc -batch "$T_WORK/drop.tc" 2>&1 | grep -v 'quantum of class' | t_diag
 "$GANG" nodes -n vn2 > "$T_WORK/vn2.before" 2>&1
-sleep 2
+sleep 5
 "$GANG" nodes -n vn2 > "$T_WORK/vn2.after" 2>&1
 t_diag < "$T_WORK/vn2.after"
 applied() { awk '$1 == "vn2" { print $2 }' "$1"; }
