@@ -31,7 +31,7 @@ Local::~Local()
     if (stats_timer_)
         event_free(stats_timer_);
     if (!setup_.stats_path.empty())
-        unlink(setup_.stats_path.c_str());
+        remove_file(setup_.stats_path);
     channel_.reset();  // closes every task's connection, no callbacks
     enforcer_.reset(); // gives every process back its CPU
 }
@@ -170,7 +170,7 @@ void Local::write_stats()
         t += "job " + std::to_string(job) + " tasks " + std::to_string(conns.size()) + " cpu_ms " +
              std::to_string(sched_.cpu_time(job).count() / 1000) + " scheduled " +
              (sched_.scheduled() == job ? "1" : "0") + "\n";
-    if (!replace_file(setup_.stats_path, t, 0644)) {
+    if (!replace_file(setup_.stats_path, t, 0644, Spare::keep)) {
         if (stats_dirty_) // once per change, not every second
             log_.error("cosched: cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
     }

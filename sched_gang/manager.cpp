@@ -482,7 +482,7 @@ void MachineManager::write_status()
              static_cast<unsigned long long>(matrix_.masks().at(id)), names(j.nodes).c_str());
     for (uint32_t id : suspended_)
         line("suspended_by_slurm: %u", id);
-    if (!replace_file(cfg_.status_path, s, 0644) && !status_error_logged_) {
+    if (!replace_file(cfg_.status_path, s, 0644, Spare::keep) && !status_error_logged_) {
         status_error_logged_ = true; // once: it is rewritten every second
         log_.error("gang: cannot write the status file %s: %s", cfg_.status_path.c_str(),
                    std::strerror(errno));

@@ -45,8 +45,9 @@
 // are corrupt.  A failed context never blocks a switch again.
 //
 // Statistics (stage times of the last 4096 switches, packets saved) are
-// written every second to `stats_path` (replace_file), one "key value"
-// per line, for storm-gang and the benchmarks.
+// written every second they changed to `stats_path` (replace_file, with
+// its spare kept), one "key value" per line, for storm-gang and the
+// benchmarks.
 #pragma once
 
 #include <chrono>

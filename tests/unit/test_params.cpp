@@ -181,6 +181,7 @@ void test_agent_config(void **)
 // replace_file: the new content whole, with its mode, in place of the old
 // (swapped in, the old one removed) or where there was none; nothing else
 // left in the directory; a directory it cannot write: false with errno.
+// With Spare::keep, the old one kept and written over by the next call.
 void test_replace_file(void **)
 {
     char d[] = "/tmp/storm-files-test.XXXXXX";
@@ -210,7 +211,44 @@ void test_replace_file(void **)
     assert_int_equal(entries(), 1);
     assert_false(storm::replace_file(dir + "/missing/status", "x", 0644));
     assert_int_equal(errno, ENOENT);
-    assert_int_equal(unlink(path.c_str()), 0);
+
+    // Spare::keep: the replaced file stays as status.new with the old
+    // content, and the calls after that swap the same two inodes (none is
+    // created), each time with the new content whole and the new mode.
+    assert_true(storm::replace_file(path, "third\n", 0600, storm::Spare::keep));
+    assert_true(read(path) == "third\n");
+    assert_true(read(path + ".new") == "second, longer\n");
+    assert_int_equal(entries(), 2);
+    struct stat a, b;
+    assert_int_equal(stat(path.c_str(), &a), 0);
+    assert_int_equal(stat((path + ".new").c_str(), &b), 0);
+    for (int i = 0; i < 4; ++i) {
+        std::string text = "call " + std::to_string(i) + (i % 2 ? " (longer)\n" : "\n");
+        mode_t mode = i % 2 ? 0644 : 0640;
+        assert_true(storm::replace_file(path, text, mode, storm::Spare::keep));
+        assert_true(read(path) == text);
+        assert_int_equal(stat(path.c_str(), &st), 0);
+        assert_int_equal(st.st_mode & 0777, mode);
+        assert_true(st.st_ino == (i % 2 ? a.st_ino : b.st_ino));
+        assert_int_equal(entries(), 2);
+    }
+    // A spare that is a symbolic link is not followed: the call fails and
+    // the link's target is untouched.
+    std::string target = dir + "/target";
+    assert_true(storm::replace_file(target, "target\n", 0600));
+    assert_int_equal(unlink((path + ".new").c_str()), 0);
+    assert_int_equal(symlink(target.c_str(), (path + ".new").c_str()), 0);
+    assert_false(storm::replace_file(path, "via a link\n", 0644, storm::Spare::keep));
+    assert_int_equal(errno, ELOOP);
+    assert_true(read(target) == "target\n");
+    assert_true(read(path) == "call 3 (longer)\n");
+    // remove_file takes the file and its spare.
+    assert_true(storm::replace_file(path, "last\n", 0644, storm::Spare::keep));
+    assert_int_equal(entries(), 3);
+    storm::remove_file(path);
+    assert_int_equal(access(path.c_str(), F_OK), -1);
+    assert_int_equal(access((path + ".new").c_str(), F_OK), -1);
+    assert_int_equal(unlink(target.c_str()), 0);
     assert_int_equal(rmdir(d), 0);
 }
 
