@@ -41,7 +41,7 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
     : base_(base), engine_(engine), lister_(std::move(lister)), cfg_(std::move(config)), log_(std::move(log))
 {
     tick_ = event_new(base_, -1, EV_PERSIST, on_tick, this);
-    timeval tv{0, 50000};
+    timeval tv{1, 0};
     if (!tick_ || event_add(tick_, &tv) < 0)
         throw std::runtime_error("gang switcher: cannot register its timer");
     if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
@@ -119,7 +119,7 @@ Switcher::~Switcher()
     if (tick_)
         event_free(tick_);
     if (!cfg_.journal_dir.empty())
-        unlink((cfg_.journal_dir + "/jobs").c_str());
+        remove_file(cfg_.journal_dir + "/jobs");
 }
 
 bool Switcher::stopped(uint32_t job) const
@@ -159,7 +159,7 @@ void Switcher::recover()
     }
     log_.info("gang: continued %zu processes of %zu jobs a previous node agent was switching", n,
               jobs.size());
-    unlink(path.c_str());
+    remove_file(path);
 }
 
 bool Switcher::on_signal(const std::string &event, const std::string &data)
@@ -267,6 +267,7 @@ void Switcher::on_table(const Table &t)
     log_.verbose("gang: table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
                  static_cast<unsigned long long>(t.epoch), jobs_.size(), t.jobs.size(), before, t.slots);
     write_journal();
+    arm_tick(!jobs_.empty());
     std::string why = realtime_.want(!jobs_.empty());
     if (!why.empty())
         log_.error("gang: cannot run the node agent at real-time priority %u (%s): strobes will be late "
@@ -461,6 +462,15 @@ void Switcher::continue_all(const char *why)
 
 void Switcher::on_tick(int, short, void *arg) { static_cast<Switcher *>(arg)->tick(); }
 
+void Switcher::arm_tick(bool fast)
+{
+    if (fast == tick_fast_)
+        return;
+    timeval tv{fast ? 0 : 1, fast ? 50000 : 0};
+    if (event_add(tick_, &tv) == 0) // reschedules the pending tick
+        tick_fast_ = fast;
+}
+
 void Switcher::tick()
 {
     // The scanner's latest processes.
@@ -515,6 +525,7 @@ void Switcher::tick()
             freezer_->retry();
         publish_stats();
     }
+    arm_tick(!jobs_.empty());
 }
 
 void Switcher::publish_stats()
@@ -547,13 +558,13 @@ void Switcher::write_journal()
         return;
     std::string path = cfg_.journal_dir + "/jobs";
     if (jobs_.empty()) {
-        unlink(path.c_str());
+        remove_file(path);
         return;
     }
     std::string text;
     for (auto &[id, j] : jobs_)
         text += std::to_string(id) + "\n";
-    if (!replace_file(path, text, 0600))
+    if (!replace_file(path, text, 0600, Spare::keep))
         log_.error("gang: cannot journal the switched jobs in %s: %s (a crashed agent's successor could not "
                    "continue them)",
                    path.c_str(), std::strerror(errno));

@@ -221,6 +221,10 @@ private:
     void continue_job(uint32_t id, Job &j);
     void continue_all(const char *why);
     void tick();
+    // The tick runs every 50 ms while the table holds jobs of this node
+    // (the scanner's finds, the fail-safe), every second otherwise (the
+    // statistics alone): an idle agent wakes once a second, not 20 times.
+    void arm_tick(bool fast);
     static void on_tick(int, short, void *arg);
     void scanner() noexcept;
     void write_journal();
@@ -232,6 +236,7 @@ private:
     SwitcherConfig cfg_;
     Logger log_;
     event *tick_ = nullptr;
+    bool tick_fast_ = false;
     SwitchHook *hook_ = nullptr;
     std::unique_ptr<Freezer> freezer_;
     // A switch waiting for the hook's halted(): its slot bit and strobe, and
