@@ -28,6 +28,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 VC=$top/contrib/vcluster/storm-vcluster
+. "$top/contrib/bench/common.sh"
 PARTS="mixes sweep" MIXES="heavy moderate light" KS="2 3 4" SOLO=3 CS=500ms:100ms
 while getopts p:m:k:s:c: o; do
     case $o in
@@ -63,13 +64,8 @@ kernel() { # MIX: the kernel's arguments for about SOLO seconds alone
 echo "bench-cosched: $KPM k iterations per ms; solo about ${SOLO}s per job; cosched slice:GMET $CS"
 
 up() { # MODE(stock|storm) CONF-LINE...: a 2-node cluster, vn1 on CPU 0, vn2 on CPU 1
-    local mode=$1 l i p; shift
-    local -a args=()
-    [ "$mode" = stock ] && args+=(--stock)
-    for l in "$@"; do args+=(--conf "$l"); done
-    "$VC" down > /dev/null 2>&1
-    "$VC" up 2 "${args[@]}" > "$work/up.out" 2>&1 || { cat "$work/up.out" >&2; exit 1; }
-    eval "$("$VC" env)"
+    local mode=$1 i p; shift
+    vc_up "$mode" 2 "$@"
     for i in 1 2; do
         read -r p < "$STATE/run/slurmd-vn$i.pid" && taskset -a -pc $((i - 1)) "$p" > /dev/null ||
             { echo "bench-cosched: cannot pin vn$i's slurmd" >&2; exit 1; }

@@ -95,15 +95,6 @@ MPI_WORK=$(awk -v t="$t" 'BEGIN { printf "%d", 500000 * 0.002 / t }')
 MPI_ITERS=$((SOLO * 500))
 echo "bench-gang: $SPIN_M M iterations ~ ${SOLO}s; mpi_sync $MPI_ITERS rounds of $MPI_WORK k iterations (~2 ms) + barrier"
 
-up() { # MODE(stock|storm) NODES CONF-LINE...
-    local mode=$1 n=$2 l; shift 2
-    local -a args=()
-    [ "$mode" = stock ] && args+=(--stock)
-    for l in "$@"; do args+=(--conf "$l"); done
-    "$VC" down > /dev/null 2>&1
-    "$VC" up "$n" "${args[@]}" > "$work/up.out" 2>&1 || { cat "$work/up.out" >&2; exit 1; }
-    eval "$("$VC" env)"
-}
 PART() { echo "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:$1 MaxTime=INFINITE State=UP Default=NO"; }
 # the same nodes without time sharing: a job there runs alone, unstrobed
 PLAIN="PartitionName=plain Nodes=vn[1-2] MaxTime=INFINITE State=UP Default=NO"
@@ -177,7 +168,7 @@ overhead)
         op[$1]+=" $(awk -v t="$2" -v i="$3" 'BEGIN { if (t + 0 > 0 && i + 0 > 0) printf "%.2f", 100 * (t / i - 1); else print "failed" }')"
     }
     for ((rep = 1; rep <= REPS; rep++)); do
-        up stock 2 "$(PART 4)"
+        vc_up stock 2 "$(PART 4)"
         warm_up gang
         solo=$(run_jobs 1 "$SPIN")
         add "stock 1" "$solo" "$solo"
@@ -189,7 +180,7 @@ overhead)
             if [ -n "$extra" ]; then
                 if [ ${#sw[@]} = 0 ]; then sw=("SwitchParameters=$extra"); else sw[0]+=",$extra"; fi
             fi
-            up storm 2 "$(PART 4)" "$PLAIN" "SchedulerParameters=storm_gang_quantum=${q}ms" "${sw[@]}"
+            vc_up storm 2 "$(PART 4)" "$PLAIN" "SchedulerParameters=storm_gang_quantum=${q}ms" "${sw[@]}"
             warm_up plain
             before=$(P=plain run_jobs 1 "$SPIN")
             declare -A now=()
@@ -232,15 +223,15 @@ cosched)
     echo
     echo "== coscheduling: two Open MPI jobs (barrier every ~2 ms) on vn[1-2], MPL 2 (ideal: 2 x solo)"
     row "configuration" "jobs" "makespan" "ideal(s)" "vs ideal"
-    up stock 2 "$(PART 2)"
+    vc_up stock 2 "$(PART 2)"
     solo=$(run_jobs 1 "$MPI"); row "stock, alone" 1 "$solo" "$solo" "-"
     ideal=$(awk -v s="$solo" 'BEGIN{print 2*s}')
-    up stock 2 "$(PART 2)" "${STOCK_GANG[@]}"
+    vc_up stock 2 "$(PART 2)" "${STOCK_GANG[@]}"
     t=$(run_jobs 2 "$MPI"); row "stock gang, 5 s slices" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"; stock_gang=$t
-    up stock 2 "$(PART 2)"
+    vc_up stock 2 "$(PART 2)"
     t=$(run_jobs 2 "$MPI"); row "stock uncoordinated" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"; stock_unc=$t
     for q in 2 10 50; do
-        up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=${q}ms" "${MC_CONF[@]}"
+        vc_up storm 2 "$(PART 2)" "SchedulerParameters=storm_gang_quantum=${q}ms" "${MC_CONF[@]}"
         t=$(run_jobs 2 "$MPI")
         row "storm ${q} ms" 2 "$t" "$ideal" "$(pct "$t" "$ideal")"
         echo "    stock gang / storm: $(awk -v a="$stock_gang" -v b="$t" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.1fx", a/b; else print "-" }');" \
@@ -260,7 +251,7 @@ delivery)
         declare -A sp50 sp99
         for path in "${paths[@]}"; do
             mc=(); [ "$path" = multicast ] && mc=("SwitchParameters=storm_mcast=$MCAST")
-            up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms" "${mc[@]}"
+            vc_up storm "$n" "$all" "SchedulerParameters=storm_gang_quantum=${dq}ms" "${mc[@]}"
             for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
             for _ in $(seq 300); do [ "$(pgrep -fc '^(/usr/bin/)?sleep 900$')" -ge $((2 * n)) ] && break; sleep 0.2; done
             sleep 40 # the nodes' windows (their last 4096 strobes within 30 s) hold the steady state
@@ -270,7 +261,7 @@ delivery)
             sp99[$path]=$(awk '/^delivery over/ { for (i = 1; i <= NF; i++) if ($i == "p99") print $(i + 1) }' "$work/nodes.$n.$path")
             scancel -p gang
         done
-        up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
+        vc_up stock "$n" "PartitionName=gang Nodes=ALL MaxTime=INFINITE State=UP Default=NO"
         job=$(sbatch --parsable -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 300")
         # srun runs the program by its full path: /usr/bin/sleep
         task='^(/usr/bin/)?sleep 300$'

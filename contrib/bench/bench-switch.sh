@@ -36,6 +36,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
+. "$top/contrib/bench/common.sh"
 VC=$top/contrib/vcluster/storm-vcluster
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 PARTS="divided swapped quanta stages" NODES="2 8 64" COUNT=2000 QUANTA="1 2 5 20 50"
@@ -64,15 +65,6 @@ msgcc msg_bw "$top/contrib/bench/msg_bw.c" || exit 2
 msgcc msg_alltoall "$top/tests/integration/msg_alltoall.c" || exit 2
 mpicc -O2 -o "$work/mpi_bw" "$top/contrib/bench/mpi_bw.c" || exit 2
 
-up() { # MODE(stock|storm) NODES CONF-LINE...
-    local mode=$1 n=$2 l; shift 2
-    local -a args=()
-    [ "$mode" = stock ] && args+=(--stock)
-    for l in "$@"; do args+=(--conf "$l"); done
-    "$VC" down > /dev/null 2>&1
-    "$VC" up "$n" "${args[@]}" > "$work/up.out" 2>&1 || { cat "$work/up.out" >&2; exit 1; }
-    eval "$("$VC" env)"
-}
 # bw_jobs K CMD PART: K 2-task jobs on vn[1-2] at once; prints the sum of
 # their bandwidths (MB/s, the last size's line of each), or "failed".
 bw_jobs() {
@@ -97,14 +89,14 @@ case $part in
 divided)
     echo
     echo "== divided pools: point-to-point bandwidth (MB/s) vs message size, $COUNT messages, one job alone"
-    up stock 2 "PartitionName=p Nodes=vn[1-2] MaxTime=INFINITE State=UP Default=NO"
+    vc_up stock 2 "PartitionName=p Nodes=vn[1-2] MaxTime=INFINITE State=UP Default=NO"
     srun -p p -N2 -n2 --mpi=pmix "$work/mpi_bw" "$COUNT" $SIZES > "$work/div.stock" 2> "$work/div.stock.err" ||
         cat "$work/div.stock.err" >&2
     parts=("PartitionName=n1 Nodes=vn[1-2] MaxTime=INFINITE State=UP Default=NO")
     for n in 2 4 8; do
         parts+=("PartitionName=n$n Nodes=vn[1-2] OverSubscribe=FORCE:$n MaxTime=INFINITE State=UP Default=NO")
     done
-    up storm 2 "${parts[@]}" "SwitchParameters=storm_pool_mode=divided"
+    vc_up storm 2 "${parts[@]}" "SwitchParameters=storm_pool_mode=divided"
     for n in 1 2 4 8; do
         srun -p "n$n" -N2 -n2 "$work/msg_bw" -n "$COUNT" $SIZES > "$work/div.$n" 2> "$work/div.$n.err" ||
             { head -3 "$work/div.$n.err" | sed "s/^/    n=$n: /"; }
@@ -123,12 +115,12 @@ swapped)
     gp="PartitionName=g Nodes=vn[1-2] OverSubscribe=FORCE:8 MaxTime=INFINITE State=UP Default=NO"
     gq="SchedulerParameters=storm_gang_quantum=50ms"
     declare -A tot
-    up stock 2 "$gp"
+    vc_up stock 2 "$gp"
     for k in 1 2 4 8; do tot[stock.$k]=$(bw_jobs "$k" "srun --mpi=pmix $work/mpi_bw $((COUNT * 10)) 65536" g); done
-    up storm 2 "$gp" "$gq"
+    vc_up storm 2 "$gp" "$gq"
     for k in 1 2 4 8; do tot[swap.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $((COUNT * 10)) 65536" g); done
     awk '{ print "    storm (swapped) vn1 pool: " $0 }' "$STATE/nodes/vn1/spool/storm-pool.stats" | grep -E 'swaps|failures|halt_p50|swap_p50|release_p50'
-    up storm 2 "$gp" "$gq" "SwitchParameters=storm_pool_mode=divided"
+    vc_up storm 2 "$gp" "$gq" "SwitchParameters=storm_pool_mode=divided"
     for k in 1 2 4 8; do tot[div.$k]=$(bw_jobs "$k" "srun $work/msg_bw -n $((COUNT * 10)) 65536" g); done
     printf "  %4s %16s %18s %18s %14s %14s\n" jobs "stock MPI uncoord" "storm divided n=8" "storm swapped" "swapped/1 job" "swapped/divided"
     for k in 1 2 4 8; do
@@ -140,12 +132,12 @@ quanta)
     echo
     echo "== total bandwidth (MB/s) of 2 gang-scheduled msg_bw jobs on vn[1-2] with swapped pools, by quantum"
     gp="PartitionName=g Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO"
-    up stock 2 "$gp"
+    vc_up stock 2 "$gp"
     stock=$(bw_jobs 2 "srun --mpi=pmix $work/mpi_bw $((COUNT * 10)) 65536" g)
     printf "  %10s %14s %10s %10s %12s\n" quantum "total MB/s" switches swaps "vs stock"
     printf "  %10s %14s %10s %10s %12s\n" "stock MPI" "$stock" - - 1.00
     for q in $QUANTA; do
-        up storm 2 "$gp" "SchedulerParameters=storm_gang_quantum=${q}ms"
+        vc_up storm 2 "$gp" "SchedulerParameters=storm_gang_quantum=${q}ms"
         t=$(bw_jobs 2 "srun $work/msg_bw -n $((COUNT * 10)) 65536" g)
         st() { awk -v k="$1" '$1 == k { print $2 }' "$STATE/nodes/vn1/spool/storm-pool.stats"; }
         printf "  %10s %14s %10s %10s %12s\n" "${q} ms" "$t" "$(st switches)" "$(st swaps)" "$(ratio "$t" "$stock")"
@@ -158,7 +150,7 @@ stages)
         "rel p50" "rel p99" "pkts/swap" "% of 50ms"
     for n in $NODES; do
         for copy in valid full; do
-            up storm "$n" "PartitionName=g Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
+            vc_up storm "$n" "PartitionName=g Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
                 "SchedulerParameters=storm_gang_quantum=50ms" "SwitchParameters=storm_pool_swap=$copy"
             for i in 1 2; do
                 sbatch -p g -N "$n" -n "$n" -o "$work/a2a.$i" -D "$work" --wrap "srun $work/msg_alltoall 100000000 2000" > /dev/null

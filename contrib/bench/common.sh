@@ -12,3 +12,19 @@ median() {
 check_reps() {
     [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$1: -k REPS must be a positive whole number, not \"$2\"" >&2; exit 2; }
 }
+
+# vc_up MODE(stock|storm) NODES CONF-LINE...: a fresh virtual cluster of
+# NODES nodes, stock Slurm's plugins or Storm's, with CONF-LINEs appended to
+# slurm.conf; its environment is exported. Needs VC and work; exits 1 (with
+# the tool's output) when the cluster does not come up.
+# shellcheck disable=SC2154 # VC and work are the calling benchmark's
+vc_up() {
+    local mode=$1 n=$2 l
+    shift 2
+    local -a args=()
+    [ "$mode" = stock ] && args+=(--stock)
+    for l in "$@"; do args+=(--conf "$l"); done
+    "$VC" down > /dev/null 2>&1
+    "$VC" up "$n" "${args[@]}" > "$work/up.out" 2>&1 || { cat "$work/up.out" >&2; exit 1; }
+    eval "$("$VC" env)"
+}
