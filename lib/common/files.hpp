@@ -43,9 +43,14 @@ inline bool replace_file(const std::string &path, std::string_view text, mode_t 
                          Spare spare = Spare::remove) noexcept
 {
     std::string tmp = path + ".new";
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+    // Written over, then cut to length, not truncated first: a spare's
+    // block stays its own.  (Truncating frees it, and on a file system
+    // mounted with `discard` each freed block is a discard request the
+    // writer waits for.)
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
     bool ok = fd >= 0 && fchmod(fd, mode) == 0 && // a kept spare has the mode of its time
-              write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+              write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+              ftruncate(fd, static_cast<off_t>(text.size())) == 0;
     if (fd >= 0)
         ok = close(fd) == 0 && ok;
     if (ok) {
