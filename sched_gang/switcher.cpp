@@ -525,6 +525,8 @@ void Switcher::tick()
             freezer_->retry();
         publish_stats();
     }
+    all_held_ = freezer_ && !jobs_.empty() &&
+                std::all_of(jobs_.begin(), jobs_.end(), [](const auto &j) { return j.second.procs.empty(); });
     arm_tick(!jobs_.empty());
 }
 
@@ -586,7 +588,8 @@ void Switcher::scanner() noexcept
             if (woken && rescan_now_)
                 interval = std::chrono::milliseconds(50);
             else
-                interval = std::min(interval * 2, cfg_.rescan);
+                interval =
+                    std::min(interval * 2, all_held_ ? std::max(cfg_.rescan, cfg_.rescan_held) : cfg_.rescan);
             rescan_now_ = false;
             want = wanted_;
         }

@@ -19,9 +19,10 @@
 // StepLister: slurmstepd's own list, proctrack's container) whenever the
 // table changes and when a step starts (rescan(): slurmstepd opened the
 // step's context), then 50 ms later and at doubling intervals up to
-// `rescan` (with proctrack/pgid each listing costs slurmstepd a scan of
-// /proc); a process a job starts while it is stopped is stopped at the
-// next scan.
+// `rescan`, or `rescan_held` while the freezer holds every process found
+// (with proctrack/pgid each listing costs slurmstepd a scan of /proc); a
+// process a job starts while it is stopped is stopped at the next scan,
+// or at once where it is born in the job's frozen group.
 //
 // Fail-safe, so that no job is ever left stopped:
 //  - no strobe for the table's fail-safe time: every stopped job is
@@ -60,6 +61,7 @@
 // Threading: everything but the scanner runs on the agent's loop thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -138,6 +140,14 @@ struct SwitcherConfig {
     // on, instead of the node idling for the quantum.  Not while a job of
     // the node has a context the hook follows (SwitchHook::follows).
     bool lend = true;
+    // The steady-state interval between scans while the freezer holds
+    // every process the scans found of the node's jobs (none is left to
+    // signals): their children are born in the job's group, frozen or not
+    // with it, and a step that starts makes the pool ask for a scan at once
+    // (rescan()).  Each scan asks every step's slurmstepd, which with
+    // proctrack/pgid reads all of /proc: with 64 virtual nodes on one
+    // machine and two jobs each, about a quarter of the CPU at 1 s.
+    std::chrono::milliseconds rescan_held{5000};
 };
 
 class Switcher {
@@ -237,6 +247,9 @@ private:
     Logger log_;
     event *tick_ = nullptr;
     bool tick_fast_ = false;
+    // The freezer holds every process found of the table's jobs (the
+    // loop thread sets it, the scanner reads it: cfg_.rescan_held).
+    std::atomic<bool> all_held_{false};
     SwitchHook *hook_ = nullptr;
     std::unique_ptr<Freezer> freezer_;
     // A switch waiting for the hook's halted(): its slot bit and strobe, and

@@ -213,6 +213,7 @@ struct SwitchBench {
     FakeAuth auth;
     std::unique_ptr<Engine> engine;
     std::map<uint32_t, std::vector<pid_t>> procs; // what the lister reports
+    std::atomic<int> listings{0};                 // the lister's calls
     std::mutex mu;
     std::string journal;
 
@@ -233,9 +234,11 @@ struct SwitchBench {
     }
     std::unique_ptr<Switcher> make(std::chrono::milliseconds rescan = 20ms,
                                    std::optional<FreezerSetup> freeze = std::nullopt,
-                                   bool signals_only = false, bool lend = true)
+                                   bool signals_only = false, bool lend = true,
+                                   std::optional<std::chrono::milliseconds> rescan_held = std::nullopt)
     {
         StepLister l = [this](const std::set<uint32_t> &jobs) {
+            ++listings;
             std::lock_guard<std::mutex> lk(mu);
             std::map<uint32_t, std::vector<pid_t>> out;
             for (auto &[j, p] : procs)
@@ -244,7 +247,9 @@ struct SwitchBench {
             return out;
         };
         return std::make_unique<Switcher>(
-            base, *engine, l, SwitcherConfig{0, journal, rescan, 0, {}, freeze, signals_only, lend},
+            base, *engine, l,
+            SwitcherConfig{
+                0, journal, rescan, 0, {}, freeze, signals_only, lend, rescan_held.value_or(rescan)},
             Logger("gang"));
     }
     bool run_until(const std::function<bool()> &f, std::chrono::milliseconds t = 3000ms)
@@ -837,6 +842,53 @@ void test_switcher_rescan(void **)
     reap({p1, p2});
 }
 
+// While the freezer holds every process of the node's jobs, the scans
+// space out to rescan_held (their children are born in the frozen group);
+// a job left to signals keeps them at the rescan interval; and rescan()
+// still scans at once.
+void test_switcher_rescan_held(void **)
+{
+    auto fs = freezer_setup();
+    if (!fs)
+        skip();
+    RangeSet me = RangeSet::single(0);
+    auto listings_in = [](SwitchBench &b, std::chrono::milliseconds window) {
+        int before = b.listings;
+        b.run_until([] { return false; }, window);
+        return b.listings - before;
+    };
+    for (bool held : {true, false}) {
+        SwitchBench b;
+        pid_t p1 = sleeper();
+        b.procs = {{1, {p1}}};
+        auto sw = b.make(100ms, fs, !held, true, 2000ms);
+        assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}}, {}, 60000).encode()));
+        assert_true(b.run_until([&] { return sw->processes(1) == 1; }));
+        assert_true(sw->freezing() == held);
+        // The scans after the table's: 50 ms, then doubling, to 100 ms
+        // (signals) or to 2 s (held).
+        b.run_until([] { return false; }, 1000ms);
+        int n = listings_in(b, 1500ms);
+        if (held)
+            assert_in_range(n, 0, 2); // 0.8 s and 1.6 s apart by then
+        else
+            assert_in_range(n, 8, 20); // every 100 ms
+        if (held) {
+            pid_t p2 = sleeper();
+            {
+                std::lock_guard<std::mutex> lk(b.mu);
+                b.procs[1].push_back(p2);
+            }
+            sw->rescan();
+            assert_true(b.run_until([&] { return sw->processes(1) == 2; }, 500ms));
+            sw.reset();
+            reap({p2});
+        }
+        sw.reset();
+        reap({p1});
+    }
+}
+
 void test_switcher_never_leaves_stopped(void **)
 {
     SwitchBench b;
@@ -1015,7 +1067,7 @@ int main()
         cmocka_unit_test(test_switcher_hook),      cmocka_unit_test(test_switcher_never_leaves_stopped),
         cmocka_unit_test(test_manager_end_to_end), cmocka_unit_test(test_freezer),
         cmocka_unit_test(test_switcher_freezes),   cmocka_unit_test(test_switcher_lends),
-        cmocka_unit_test(test_switcher_rescan),
+        cmocka_unit_test(test_switcher_rescan),    cmocka_unit_test(test_switcher_rescan_held),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
 }
