@@ -10,10 +10,11 @@
 # select/gang, switch/rdma with its node agents, launch/bcast, spank/storm),
 # brought up in turn ROUNDS times (default 2; this machine drifts), each
 # running `srun -N N true` REPS times (default 5) after one launch that is
-# not measured. Every srun here gets a communication context from
-# switch/rdma, which slurmstepd opens on the node agent before the task
-# starts. Prints the median launch time of each and Storm / stock (1.00:
-# Storm costs nothing; above: slower).
+# not measured, each once the nodes are idle again (a job's nodes stay
+# COMPLETING for a while after its tasks end). Every srun here gets a
+# communication context from switch/rdma, which slurmstepd opens on the
+# node agent before the task starts. Prints the median launch time of each
+# and Storm / stock (1.00: Storm costs nothing; above: slower).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 . "$top/contrib/bench/common.sh"
@@ -37,12 +38,24 @@ work=/var/tmp/storm-bench-launch
 trap '"$VC" down > /dev/null 2>&1' EXIT
 rm -rf "$work" && mkdir -p "$work"
 
+# all_idle N: waits (at most 60 s) until the cluster's N nodes are idle:
+# a job's nodes stay COMPLETING for a while after its tasks end (here
+# seconds at times, the same with either suite), and a launch started then
+# would measure that wait, not the launch.
+all_idle() {
+    local _
+    for _ in $(seq 300); do
+        [ "$(sinfo -h -t idle -o %D 2> /dev/null)" = "$1" ] && [ -z "$(squeue -h 2> /dev/null)" ] && return
+        sleep 0.2
+    done
+}
 # launches N: REPS timed `srun -N N true`, seconds each, "failed" for one
 # that did not exit 0 within 120 s
 launches() {
     local n=$1 i t0
     timeout 120 srun -N "$n" true > /dev/null 2>&1 # not measured
     for ((i = 0; i < REPS; i++)); do
+        all_idle "$n"
         t0=$(date +%s.%N)
         if timeout 120 srun -N "$n" true > "$work/srun.out" 2>&1; then
             awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f\n", b - a }'
