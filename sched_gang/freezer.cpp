@@ -50,7 +50,8 @@ Freezer::Freezer(const FreezerSetup &setup, Logger log)
         throw std::runtime_error("cannot move processes back into " + self_dir_ + ": " +
                                  std::strerror(errno));
     sweep_leftovers();
-    rmdir(base_.c_str()); // made again with the first job's group
+    base_made_ = true;
+    remove_base(); // made again with the first job's group
 }
 
 Freezer::~Freezer()
@@ -74,8 +75,9 @@ void Freezer::write_freeze(uint32_t job, Job &j, bool frozen)
 bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
 {
     std::string dir = job_dir(job);
-    if ((mkdir(base_.c_str(), 0755) != 0 && errno != EEXIST) ||
-        (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)) {
+    if (mkdir(base_.c_str(), 0755) == 0 || errno == EEXIST)
+        base_made_ = true;
+    if (!base_made_ || (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)) {
         log_.error("gang: cannot create %s: %s (job %u is switched with signals)", dir.c_str(),
                    std::strerror(errno), job);
         return false;
@@ -188,10 +190,12 @@ void Freezer::remove_group(const std::string &dir)
     remove_base();
 }
 
+// Once it is gone (or something else lives there: EBUSY, then tried again
+// with the next group's removal), the retries leave it alone.
 void Freezer::remove_base()
 {
-    if (jobs_.empty() && remover_.idle())
-        rmdir(base_.c_str());
+    if (base_made_ && jobs_.empty() && remover_.idle() && (rmdir(base_.c_str()) == 0 || errno == ENOENT))
+        base_made_ = false;
 }
 
 void Freezer::release(uint32_t job)

@@ -109,11 +109,12 @@ private:
 
     FreezerSetup setup_;
     Logger log_;
-    std::string root_;     // the hierarchy's mount point
-    std::string self_rel_; // slurmd's cgroup, from the root ("/" or "/a/b")
-    std::string self_dir_; // root_ + self_rel_
-    std::string base_;     // self_dir_ + "/" + group
-    std::string base_rel_; // the same from the root
+    std::string root_;       // the hierarchy's mount point
+    std::string self_rel_;   // slurmd's cgroup, from the root ("/" or "/a/b")
+    std::string self_dir_;   // root_ + self_rel_
+    std::string base_;       // self_dir_ + "/" + group
+    std::string base_rel_;   // the same from the root
+    bool base_made_ = false; // base_ may exist: remove_base() tries to remove it
     std::map<uint32_t, Job> jobs_;
     cgroupfs::Remover remover_; // groups whose processes are still exiting
 };

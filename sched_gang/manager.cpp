@@ -146,9 +146,35 @@ void MachineManager::set_timing(const Timing &t)
     pending_timing_ = t;
 }
 
+// Strobes at most every 20 ms are answered; between them, at shorter
+// quanta, unanswered ones (half the messages and wake-ups on the nodes).
+// With multicast, every 100 ms: the tree's copy is then only the heartbeat
+// (fault detection, a table for nodes that missed it, and a strobe for any
+// that lost the datagrams), and its messages up and down the tree cost the
+// nodes more than the datagram itself.
+int64_t MachineManager::answer_us() const { return strobe_sock_ && table_.has_key ? 100000 : 20000; }
+
+// With one slot every strobe names the slot already running: there is
+// nothing to switch, and a strobe every quantum would only cost the nodes a
+// wake-up each (at 2 ms, a few per cent of a job alone).  The heartbeat
+// alone then goes on, at least four times per fail-safe time.  A table with
+// two slots or more brings back a strobe every quantum.
+std::chrono::microseconds MachineManager::strobe_period() const
+{
+    if (matrix_.slots() > 1)
+        return timing_.quantum;
+    auto beat = std::min(std::chrono::microseconds(answer_us()),
+                         std::chrono::duration_cast<std::chrono::microseconds>(timing_.failsafe) / 4);
+    return std::max(timing_.quantum, beat);
+}
+
 void MachineManager::arm_strobe()
 {
-    timeval tv = to_timeval(timing_.quantum);
+    auto period = strobe_period();
+    if (period == armed_)
+        return;
+    armed_ = period;
+    timeval tv = to_timeval(period);
     event_del(strobe_ev_);
     event_add(strobe_ev_, &tv);
 }
@@ -214,7 +240,7 @@ void MachineManager::housekeeping()
         timing_ = *timing;
         matrix_.set_max_slots(timing_.max_slots);
         if (q)
-            arm_strobe();
+            armed_ = {}; // re-armed below
         if (changed)
             log_.info("gang: quantum %s, MPL %u, fail-safe %s",
                       format_duration_us(static_cast<uint64_t>(timing_.quantum.count())).c_str(),
@@ -282,6 +308,7 @@ void MachineManager::housekeeping()
         log_.info("gang: readmitting %s to strobes", names(r).c_str());
         send_table(active(r));
     }
+    arm_strobe(); // the quantum, or the slots, may have changed
     if (now - last_status_ >= std::chrono::seconds(1))
         write_status();
 }
@@ -312,16 +339,10 @@ void MachineManager::strobe()
 {
     if (matrix_.jobs().empty())
         return;
-    // Strobes at most every 20 ms are answered; between them, at shorter
-    // quanta, unanswered ones (half the messages and wake-ups on the nodes).
-    // With multicast, every 100 ms: the tree's copy is then only the
-    // heartbeat (fault detection, a table for nodes that missed it, and a
-    // strobe for any that lost the datagrams), and its messages up and down
-    // the tree cost the nodes more than the datagram itself.
+    // Every `every`-th strobe is answered (answer_us()).
     bool mc = strobe_sock_ && table_.has_key;
-    int64_t answer_us = mc ? 100000 : 20000;
-    auto every = static_cast<uint64_t>(
-        std::max<int64_t>(1, answer_us / std::max<int64_t>(1, timing_.quantum.count())));
+    auto every =
+        static_cast<uint64_t>(std::max<int64_t>(1, answer_us() / std::max<int64_t>(1, armed_.count())));
     // A node whose network drops the multicast sees only the tree's
     // strobes: they must visit every slot in turn (every is then prime to
     // the slot count), or that node would run one slot's jobs only.

@@ -98,7 +98,12 @@ private:
     void strobe();
     void send_table(const net::RangeSet &to);
     bool multicast(const Strobe &s);
+    // The strobe timer's period: the quantum, or with one slot (nothing to
+    // switch) the heartbeat's (strobe_period()).
     void arm_strobe();
+    std::chrono::microseconds strobe_period() const;
+    // The interval between answered strobes (the heartbeat).
+    int64_t answer_us() const;
     void write_status();
     net::RangeSet active(const net::RangeSet &set) const;
     void isolate(const net::RangeSet &failed, const char *what, const std::string &why);
@@ -132,6 +137,7 @@ private:
     std::map<uint32_t, std::chrono::steady_clock::time_point> isolated_;
     std::map<uint32_t, std::chrono::milliseconds> backoff_; // last isolation of nodes not back yet
     unsigned slot_ = 0;
+    std::chrono::microseconds armed_{0}; // the strobe timer's period
     uint64_t seq_ = 0, late_ = 0, failed_strobes_ = 0;
     bool in_flight_ = false;
     RealtimeWhile realtime_{cfg_.rt_priority};

@@ -482,6 +482,18 @@ void test_freezer(void **)
     assert_true(within([&] { return state(r) == 'R'; }));
     assert_string_equal(cgroup2_of(r).c_str(), self.c_str());
     assert_int_equal(access(base.c_str(), F_OK), -1);
+    {
+        Freezer f(*s, Logger("t"));
+        assert_true(f.attach(3, {r}, false).empty());
+        f.release(3);
+        assert_int_equal(access(base.c_str(), F_OK), -1); // gone with its last job's group
+        // Once gone, the retries (every second) leave its name alone: a
+        // directory someone else made there stays.
+        assert_int_equal(mkdir(base.c_str(), 0755), 0);
+        f.retry();
+        assert_int_equal(access(base.c_str(), F_OK), 0);
+        assert_int_equal(rmdir(base.c_str()), 0);
+    }
     // A crashed agent's frozen group is thawed, emptied and removed by the
     // next one.
     std::string left = base + "/job_77";
@@ -1055,6 +1067,47 @@ void test_manager_end_to_end(void **)
     reap(all);
 }
 
+// With one slot there is nothing to switch: the manager strobes at the
+// heartbeat's pace (every 20 ms down the tree), not every quantum; a second
+// slot brings back a strobe every quantum, and the status says both.
+void test_manager_one_slot(void **)
+{
+    const unsigned n = 2;
+    Cluster cl(n, 2);
+    char status[] = "/tmp/storm-gang-status.XXXXXX";
+    close(mkstemp(status));
+    ManagerConfig mc;
+    mc.nodes = cl.table;
+    mc.fanout = 2;
+    mc.timing = {2000us, 1000ms, 2};
+    mc.status_path = status;
+    auto mm = std::make_unique<MachineManager>(mc, std::make_unique<FakeAuth>(), Logger("manager"));
+    mm->start();
+    RangeSet nodes = RangeSet::range(0, n);
+    std::vector<uint64_t> cells;
+    for (uint64_t i = 0; i < n; ++i)
+        cells.push_back(i << 20);
+    auto strobes_in = [&](std::chrono::milliseconds t) {
+        uint64_t before = mm->strobes();
+        cl.initiator->run_until([] { return false; }, t);
+        return mm->strobes() - before;
+    };
+    mm->submit({{{1, cells, nodes}}, {}});
+    strobes_in(100ms); // the table goes out
+    uint64_t one = strobes_in(1000ms);
+    mm->submit({{{1, cells, nodes}, {2, cells, nodes}}, {}});
+    strobes_in(100ms);
+    uint64_t two = strobes_in(1000ms);
+    // 50 heartbeats in a second; 500 quanta (the timers may run late on a
+    // loaded machine, but not ten times late).
+    print_message("one slot: %llu strobes in 1 s; two slots: %llu\n", static_cast<unsigned long long>(one),
+                  static_cast<unsigned long long>(two));
+    assert_true(one >= 10 && one <= 60);
+    assert_true(two >= 150);
+    mm.reset();
+    unlink(status);
+}
+
 } // namespace
 
 int main()
@@ -1068,6 +1121,7 @@ int main()
         cmocka_unit_test(test_manager_end_to_end), cmocka_unit_test(test_freezer),
         cmocka_unit_test(test_switcher_freezes),   cmocka_unit_test(test_switcher_lends),
         cmocka_unit_test(test_switcher_rescan),    cmocka_unit_test(test_switcher_rescan_held),
+        cmocka_unit_test(test_manager_one_slot),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
 }
