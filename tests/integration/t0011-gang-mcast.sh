@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # t0011: gang strobes by multicast (SwitchParameters storm_mcast): two
 # CPU-bound jobs of nobody on vn1 and vn2 at a 50 ms quantum, where only
-# every second strobe also goes down the tree (one every 100 ms).  The
+# every third strobe also goes down the tree (one every 150 ms: the
+# interval, in quanta, prime to the two slots).  The
 # manager multicasts the strobes, every node applies them
 # (gang:mcast_strobes), and the jobs take turns as in t0007.  Datagrams that are not strobes sealed under the
 # table's key (junk, a replayed header with a forged tag) are counted and
 # dropped (gang:mcast_rejected) and change nothing.  A node whose network
-# drops the group still switches on the tree's strobes, both jobs in turn;
-# nothing is left stopped at the end.  The agents switch with signals
+# drops the group still switches on the tree's strobes, both jobs in turn.
+# Once one job ended (one slot), the manager strobes at the heartbeat's pace
+# only and the other job runs all the time; nothing is left stopped at the
+# end.  The agents switch with signals
 # (storm_gang_stop=signal; t0007 covers the freezer).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gang_lib.sh"
@@ -71,8 +74,26 @@ ra=$(pct "$T_WORK/st.drop" '!$1'); rb=$(pct "$T_WORK/st.drop" '!$2')
 t_check "  and runs both jobs in turn there (A $ra%, B $rb% of 300 samples)" [ "$ra" -ge 15 -a "$rb" -ge 15 ]
 tc qdisc del dev svh2 root
 
-scancel "$A" "$B"
+# --- one slot left: nothing to switch, the heartbeat alone ------------------
+# With A gone the matrix has one slot: the manager sends only the
+# heartbeat's strobes (one every 100 ms with multicast), not one every
+# 50 ms quantum, and B runs all the time.
+scancel "$A"
 wait_job "$A" 30
+sleep 3 # the status's rate is over its last second
+"$GANG" > "$T_WORK/status1" 2>&1
+t_diag < "$T_WORK/status1"
+rate=$(sed -n 's/^strobe_rate: \([0-9]*\).*/\1/p' "$T_WORK/status1")
+t_check "one slot left: strobes at the heartbeat's pace, not every quantum (${rate:-no} per second, 20 at 50 ms)" \
+    bash -c "grep -q '^slots: 1' '$T_WORK/status1' && [ -n '$rate' ] && [ '$rate' -ge 5 ] && [ '$rate' -le 14 ]"
+: > "$T_WORK/st.one"
+for _ in $(seq 100); do
+    awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' "/proc/$b1/stat" "/proc/$b2/stat" >> "$T_WORK/st.one"
+done
+t_check "  and B runs all the time (stopped in $(pct "$T_WORK/st.one" '$1 || $2')% of 100 samples)" \
+    [ "$(pct "$T_WORK/st.one" '$1 || $2')" -le 5 ]
+
+scancel "$B"
 wait_job "$B" 30
 no_tasks() { ! pgrep -f "^(/usr)?/bin/sh -c while :; do :; done burn" > /dev/null; }
 t_check "nothing left: no task of either job remains, stopped or not" no_tasks
