@@ -937,6 +937,38 @@ void test_switcher_never_leaves_stopped(void **)
 
 // ---- the machine manager strobing switchers over loopback --------------
 
+// A started machine manager over `cl`'s nodes (fanout 2) that writes its
+// status to a temporary file, removed with it.
+struct TestManager {
+    char status[32] = "/tmp/storm-gang-status.XXXXXX";
+    std::unique_ptr<MachineManager> mm;
+    TestManager(const Cluster &cl, Timing timing)
+    {
+        close(mkstemp(status));
+        ManagerConfig mc;
+        mc.nodes = cl.table;
+        mc.fanout = 2;
+        mc.timing = timing;
+        mc.status_path = status;
+        mm = std::make_unique<MachineManager>(mc, std::make_unique<FakeAuth>(), Logger("manager"));
+        mm->start();
+    }
+    ~TestManager()
+    {
+        mm.reset();
+        unlink(status);
+    }
+};
+
+// Core 0 of nodes 0 to n-1.
+std::vector<uint64_t> first_cores(unsigned n)
+{
+    std::vector<uint64_t> cells;
+    for (uint64_t i = 0; i < n; ++i)
+        cells.push_back(i << 20);
+    return cells;
+}
+
 void test_manager_end_to_end(void **)
 {
     const unsigned n = 3;
@@ -966,22 +998,11 @@ void test_manager_end_to_end(void **)
                                [&sw, i](const std::string &ev, uint64_t o, uint64_t off, uint64_t t,
                                         std::string_view d) { return sw[i]->on_chunk(ev, o, off, t, d); });
     }
-    char status[] = "/tmp/storm-gang-status.XXXXXX";
-    int fd = mkstemp(status);
-    close(fd);
-    ManagerConfig mc;
-    mc.nodes = cl.table;
-    mc.fanout = 2;
-    mc.timing = {20000us, 300ms, 2};
-    mc.status_path = status;
-    auto mm = std::make_unique<MachineManager>(mc, std::make_unique<FakeAuth>(), Logger("manager"));
-    mm->start();
-    // Jobs 1 and 2 share the same core of nodes 0-1; node 2 runs job 1 only
-    // on a second core... no: both jobs on all three nodes, same cores.
+    TestManager tm(cl, {20000us, 300ms, 2});
+    auto &mm = tm.mm;
+    // Both jobs on all three nodes, on the same cores.
     RangeSet nodes = RangeSet::range(0, n);
-    std::vector<uint64_t> cells;
-    for (uint64_t i = 0; i < n; ++i)
-        cells.push_back(i << 20);
+    std::vector<uint64_t> cells = first_cores(n);
     mm->submit({{{1, cells, nodes}, {2, cells, nodes}}, {}});
     // Watch the processes: each job's are stopped and continued in turn,
     // and on a node the two jobs are never both running.
@@ -1011,7 +1032,7 @@ void test_manager_end_to_end(void **)
     }
     assert_true(mm->strobes() >= 20);
     // The status file shows the matrix.
-    std::ifstream st(status);
+    std::ifstream st(tm.status);
     std::string text((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
     assert_true(contains(text, "slots: 2"));
     assert_true(contains(text, "slot 0: jobs 1;"));
@@ -1063,30 +1084,20 @@ void test_manager_end_to_end(void **)
     for (auto &s : sw)
         assert_true(s->failsafes() >= 1);
     sw.clear();
-    unlink(status);
     reap(all);
 }
 
 // With one slot there is nothing to switch: the manager strobes at the
 // heartbeat's pace (every 20 ms down the tree), not every quantum; a second
-// slot brings back a strobe every quantum, and the status says both.
+// slot brings back a strobe every quantum.
 void test_manager_one_slot(void **)
 {
     const unsigned n = 2;
     Cluster cl(n, 2);
-    char status[] = "/tmp/storm-gang-status.XXXXXX";
-    close(mkstemp(status));
-    ManagerConfig mc;
-    mc.nodes = cl.table;
-    mc.fanout = 2;
-    mc.timing = {2000us, 1000ms, 2};
-    mc.status_path = status;
-    auto mm = std::make_unique<MachineManager>(mc, std::make_unique<FakeAuth>(), Logger("manager"));
-    mm->start();
+    TestManager tm(cl, {2000us, 1000ms, 2});
+    auto &mm = tm.mm;
     RangeSet nodes = RangeSet::range(0, n);
-    std::vector<uint64_t> cells;
-    for (uint64_t i = 0; i < n; ++i)
-        cells.push_back(i << 20);
+    std::vector<uint64_t> cells = first_cores(n);
     auto strobes_in = [&](std::chrono::milliseconds t) {
         uint64_t before = mm->strobes();
         cl.initiator->run_until([] { return false; }, t);
@@ -1104,8 +1115,6 @@ void test_manager_one_slot(void **)
                   static_cast<unsigned long long>(two));
     assert_true(one >= 10 && one <= 60);
     assert_true(two >= 150);
-    mm.reset();
-    unlink(status);
 }
 
 } // namespace
