@@ -83,10 +83,33 @@ start_pair() {
     "$GANG" > "$T_WORK/status" 2>&1
     t_diag < "$T_WORK/status"
 }
+# all_stopped_once [SECONDS]: true once each of the four tasks was seen
+# stopped at least once (each node's switcher found both jobs' processes and
+# switches them), within SECONDS (default 10); says after how many samples.
+all_stopped_once() {
+    local seen="0 0 0 0" n=0 until=$(($(date +%s) + ${1:-10}))
+    while [ "$(date +%s)" -lt "$until" ]; do
+        n=$((n + 1))
+        seen=$(awk -v seen="$seen" 'BEGIN { split(seen, s, " ") }
+            { k++; sub(/.*\) /, ""); if (substr($0, 1, 1) == "T") s[k] = 1 }
+            END { printf "%d %d %d %d", s[1], s[2], s[3], s[4] }' \
+            "/proc/$a1/stat" "/proc/$a2/stat" "/proc/$b1/stat" "/proc/$b2/stat" 2> /dev/null)
+        if [ "$seen" = "1 1 1 1" ]; then
+            echo "every task was seen stopped within $n samples" | t_diag
+            return 0
+        fi
+    done
+    echo "tasks seen stopped (A vn1, A vn2, B vn1, B vn2): $seen" | t_diag
+    return 1
+}
 # check_states LABEL: for quanta too short for check_switching's CPU time
 # intervals, 300 samples of the tasks' states: on each node one job is
 # stopped while the other runs (T against R), and a job's two tasks are in
-# the same state, but around switches.
+# the same state, but around switches.  Around a switch a task sent SIGSTOP
+# still shows R until it is scheduled to take the signal, a few ms on two
+# busy cores: at a 50 ms quantum that alone put 14-26% of the samples on
+# one node in "neither stopped" (by hand and in CI), so up to a third is
+# allowed; without switching on a node it would be all of them.
 check_states() {
     local i
     : > "$T_WORK/st.$1"
@@ -100,7 +123,7 @@ check_states() {
     ra=$(pct "$T_WORK/st.$1" '!$1'); rb=$(pct "$T_WORK/st.$1" '!$3')
     echo "$1: 300 samples; A not stopped in $ra%, B in $rb%; neither stopped on vn1 $both1%, on vn2 $both2%; a job's tasks in different states $apart%" | t_diag
     t_check "$1: on each node one job is stopped while the other runs (neither stopped: vn1 $both1%, vn2 $both2%)" \
-        [ "$both1" -le 25 -a "$both2" -le 25 ]
-    t_check "$1: a job's tasks on both nodes are stopped and continued together ($apart% apart)" [ "$apart" -le 25 ]
+        [ "$both1" -le 33 -a "$both2" -le 33 ]
+    t_check "$1: a job's tasks on both nodes are stopped and continued together ($apart% apart)" [ "$apart" -le 33 ]
     t_check "$1: both jobs run in turn (A $ra%, B $rb%)" [ "$ra" -ge 20 -a "$rb" -ge 20 ]
 }

@@ -27,6 +27,9 @@ t_check "vn1 and vn2 applied strobes that came by multicast" t_prim -n 0-1 caw g
 t_check "vn1 and vn2 stop the jobs with signals, as set" \
     bash -c "grep -q 'gang: jobs are stopped with signals (storm_gang_stop=signal)' '$STATE/log/slurmd-vn1.log' &&
              grep -q 'gang: jobs are stopped with signals (storm_gang_stop=signal)' '$STATE/log/slurmd-vn2.log'"
+# The states are sampled once both nodes switch both jobs (a loaded host
+# can take a moment to find a new step's processes).
+t_check "both nodes stop each job in turn within 10 s of the start" all_stopped_once 10
 check_states "strobes by multicast"
 
 # --- datagrams that are not the manager's --------------------------------------
