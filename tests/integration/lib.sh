@@ -71,6 +71,19 @@ t_cleanup() {
                 [ -f "$f" ] || continue
                 echo "# == $f"; tail -n 15 "$f" | t_diag
             done
+            # A daemon that crashed leaves its core in its working directory,
+            # the log directory (storm-vcluster lifts the core limit).
+            for f in "${STORM_VC_STATE:-/var/lib/storm-vcluster}"/log/core*; do
+                [ -f "$f" ] || continue
+                local what exe
+                what=$(file -b "$f" 2> /dev/null)
+                echo "# == core file $f: ${what:0:160}"
+                exe=$(sed -n "s/.*from '\([^ ']*\).*/\1/p" <<< "$what")
+                exe=$(command -v "${exe:-slurmd}")
+                if command -v gdb > /dev/null && [ -n "$exe" ]; then
+                    timeout 120 gdb -batch -ex 'thread apply all bt 12' "$exe" -c "$f" 2> /dev/null | head -n 100 | t_diag
+                fi
+            done
         fi
         "$VC" down > /dev/null 2>&1 || "$VC" down
     fi
