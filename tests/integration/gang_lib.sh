@@ -83,23 +83,35 @@ start_pair() {
     "$GANG" > "$T_WORK/status" 2>&1
     t_diag < "$T_WORK/status"
 }
+# states PID...: one line, 1 for each process that is stopped (state T),
+# else 0; every state read by one awk, close to at once.
+states() {
+    local p files=()
+    for p in "$@"; do files+=("/proc/$p/stat"); done
+    awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' "${files[@]}"
+}
+# sample_states FILE COUNT PID...: COUNT lines of states into FILE.
+sample_states() {
+    local out=$1 count=$2 _
+    shift 2
+    : > "$out"
+    for _ in $(seq "$count"); do states "$@" >> "$out"; done
+}
 # all_stopped_once [SECONDS]: true once each of the four tasks was seen
 # stopped at least once (each node's switcher found both jobs' processes and
 # switches them), within SECONDS (default 10); says after how many samples.
 all_stopped_once() {
-    local seen="0 0 0 0" n=0 until=$(($(date +%s) + ${1:-10}))
+    local s1=0 s2=0 s3=0 s4=0 x1 x2 x3 x4 n=0 until=$(($(date +%s) + ${1:-10}))
     while [ "$(date +%s)" -lt "$until" ]; do
         n=$((n + 1))
-        seen=$(awk -v seen="$seen" 'BEGIN { split(seen, s, " ") }
-            { k++; sub(/.*\) /, ""); if (substr($0, 1, 1) == "T") s[k] = 1 }
-            END { printf "%d %d %d %d", s[1], s[2], s[3], s[4] }' \
-            "/proc/$a1/stat" "/proc/$a2/stat" "/proc/$b1/stat" "/proc/$b2/stat" 2> /dev/null)
-        if [ "$seen" = "1 1 1 1" ]; then
+        read -r x1 x2 x3 x4 < <(states "$a1" "$a2" "$b1" "$b2" 2> /dev/null)
+        s1=$((s1 | ${x1:-0})) s2=$((s2 | ${x2:-0})) s3=$((s3 | ${x3:-0})) s4=$((s4 | ${x4:-0}))
+        if [ "$s1$s2$s3$s4" = 1111 ]; then
             echo "every task was seen stopped within $n samples" | t_diag
             return 0
         fi
     done
-    echo "tasks seen stopped (A vn1, A vn2, B vn1, B vn2): $seen" | t_diag
+    echo "tasks seen stopped (A vn1, A vn2, B vn1, B vn2): $s1 $s2 $s3 $s4" | t_diag
     return 1
 }
 # check_states LABEL: for quanta too short for check_switching's CPU time
@@ -111,12 +123,7 @@ all_stopped_once() {
 # one node in "neither stopped" (by hand and in CI), so up to a third is
 # allowed; without switching on a node it would be all of them.
 check_states() {
-    local i
-    : > "$T_WORK/st.$1"
-    for i in $(seq 300); do # the four states read at once (one awk): 1 = stopped
-        awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' \
-            "/proc/$a1/stat" "/proc/$a2/stat" "/proc/$b1/stat" "/proc/$b2/stat" >> "$T_WORK/st.$1"
-    done
+    sample_states "$T_WORK/st.$1" 300 "$a1" "$a2" "$b1" "$b2" # 1 = stopped
     local both1 both2 apart ra rb
     both1=$(pct "$T_WORK/st.$1" '!$1 && !$3'); both2=$(pct "$T_WORK/st.$1" '!$2 && !$4')
     apart=$(pct "$T_WORK/st.$1" '$1 != $2 || $3 != $4')

@@ -69,10 +69,7 @@ t_diag < "$T_WORK/vn2.after"
 applied() { awk '$1 == "vn2" { print $2 }' "$1"; }
 t_check "with the multicast dropped, vn2 still applies strobes from the tree ($(applied "$T_WORK/vn2.before") then $(applied "$T_WORK/vn2.after"))" \
     [ "$(applied "$T_WORK/vn2.after")" -ge $(( $(applied "$T_WORK/vn2.before") + 10 )) ]
-: > "$T_WORK/st.drop"
-for i in $(seq 300); do
-    awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' "/proc/$a2/stat" "/proc/$b2/stat" >> "$T_WORK/st.drop"
-done
+sample_states "$T_WORK/st.drop" 300 "$a2" "$b2"
 ra=$(pct "$T_WORK/st.drop" '!$1'); rb=$(pct "$T_WORK/st.drop" '!$2')
 t_check "  and runs both jobs in turn there (A $ra%, B $rb% of 300 samples)" [ "$ra" -ge 15 -a "$rb" -ge 15 ]
 tc qdisc del dev svh2 root
@@ -89,10 +86,7 @@ t_diag < "$T_WORK/status1"
 rate=$(sed -n 's/^strobe_rate: \([0-9]*\).*/\1/p' "$T_WORK/status1")
 t_check "one slot left: strobes at the heartbeat's pace, not every quantum (${rate:-no} per second, 20 at 50 ms)" \
     bash -c "grep -q '^slots: 1' '$T_WORK/status1' && [ -n '$rate' ] && [ '$rate' -ge 5 ] && [ '$rate' -le 14 ]"
-: > "$T_WORK/st.one"
-for _ in $(seq 100); do
-    awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' "/proc/$b1/stat" "/proc/$b2/stat" >> "$T_WORK/st.one"
-done
+sample_states "$T_WORK/st.one" 100 "$b1" "$b2"
 t_check "  and B runs all the time (stopped in $(pct "$T_WORK/st.one" '$1 || $2')% of 100 samples)" \
     [ "$(pct "$T_WORK/st.one" '$1 || $2')" -le 5 ]
 
