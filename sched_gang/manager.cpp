@@ -152,7 +152,7 @@ void MachineManager::set_timing(const Timing &t)
 // (fault detection, a table for nodes that missed it, and a strobe for any
 // that lost the datagrams), and its messages up and down the tree cost the
 // nodes more than the datagram itself.
-int64_t MachineManager::answer_us() const { return strobe_sock_ && table_.has_key ? 100000 : 20000; }
+int64_t MachineManager::answer_us() const { return multicasting() ? 100000 : 20000; }
 
 // With one slot every strobe names the slot already running: there is
 // nothing to switch, and a strobe every quantum would only cost the nodes a
@@ -340,7 +340,7 @@ void MachineManager::strobe()
     if (matrix_.jobs().empty())
         return;
     // Every `every`-th strobe is answered (answer_us()).
-    bool mc = strobe_sock_ && table_.has_key;
+    bool mc = multicasting();
     auto every =
         static_cast<uint64_t>(std::max<int64_t>(1, answer_us() / std::max<int64_t>(1, armed_.count())));
     // A node whose network drops the multicast sees only the tree's
@@ -421,7 +421,7 @@ void MachineManager::strobe()
 // One datagram to every node; false when strobes must go down the tree.
 bool MachineManager::multicast(const Strobe &s)
 {
-    if (!strobe_sock_ || !table_.has_key)
+    if (!multicasting())
         return false;
     try {
         if (strobe_sock_->send(seal_strobe(s, table_.strobe_key))) {

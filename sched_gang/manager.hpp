@@ -98,6 +98,8 @@ private:
     void strobe();
     void send_table(const net::RangeSet &to);
     bool multicast(const Strobe &s);
+    // Strobes go by multicast: the socket is open and the table carries a key.
+    bool multicasting() const noexcept { return strobe_sock_ && table_.has_key; }
     // The strobe timer's period: the quantum, or with one slot (nothing to
     // switch) the heartbeat's (strobe_period()).
     void arm_strobe();
