@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <endian.h>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -23,21 +24,9 @@ public:
 class Writer {
 public:
     void u8(uint8_t v) { buf_.push_back(static_cast<char>(v)); }
-    void u16(uint16_t v)
-    {
-        u8(static_cast<uint8_t>(v >> 8));
-        u8(static_cast<uint8_t>(v));
-    }
-    void u32(uint32_t v)
-    {
-        u16(static_cast<uint16_t>(v >> 16));
-        u16(static_cast<uint16_t>(v));
-    }
-    void u64(uint64_t v)
-    {
-        u32(static_cast<uint32_t>(v >> 32));
-        u32(static_cast<uint32_t>(v));
-    }
+    void u16(uint16_t v) { put(htobe16(v)); }
+    void u32(uint32_t v) { put(htobe32(v)); }
+    void u64(uint64_t v) { put(htobe64(v)); }
     // A length-prefixed (u32) byte string.
     void bytes(std::string_view b)
     {
@@ -50,6 +39,10 @@ public:
     std::string take() noexcept { return std::move(buf_); }
 
 private:
+    template <typename T> void put(T big_endian)
+    {
+        buf_.append(reinterpret_cast<const char *>(&big_endian), sizeof big_endian);
+    }
     std::string buf_;
 };
 
@@ -63,21 +56,9 @@ public:
         need(1);
         return p_[off_++];
     }
-    uint16_t u16()
-    {
-        uint16_t hi = u8();
-        return static_cast<uint16_t>(hi << 8 | u8());
-    }
-    uint32_t u32()
-    {
-        uint32_t hi = u16();
-        return hi << 16 | u16();
-    }
-    uint64_t u64()
-    {
-        uint64_t hi = u32();
-        return hi << 32 | u32();
-    }
+    uint16_t u16() { return be16toh(get<uint16_t>()); }
+    uint32_t u32() { return be32toh(get<uint32_t>()); }
+    uint64_t u64() { return be64toh(get<uint64_t>()); }
     // A length-prefixed byte string of at most `max` bytes.
     std::string_view bytes(size_t max)
     {
@@ -118,6 +99,15 @@ private:
         if (k > n_ - off_)
             throw DecodeError("truncated: need " + std::to_string(k) + " more bytes, have " +
                               std::to_string(n_ - off_));
+    }
+    // The next sizeof(T) bytes as they are (big-endian on the wire).
+    template <typename T> T get()
+    {
+        need(sizeof(T));
+        T v;
+        std::memcpy(&v, p_ + off_, sizeof v);
+        off_ += sizeof v;
+        return v;
     }
     const unsigned char *p_;
     size_t n_;
