@@ -52,24 +52,30 @@
 #include "plugins/common/shim.hpp"
 
 #include <arpa/inet.h>
+#include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <dlfcn.h>
 
 #include "lib/agent/agent_config.hpp"
 #include "lib/agent/node_agent.hpp"
+#include "lib/common/cgroupfs.hpp"
 #include "lib/common/procs.hpp"
 #include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 #include "cosched/protocol.h"
 #include "launch_bcast/gate.hpp"
+#include "sched_gang/step_guard.hpp"
 #include "switch_rdma/context_table.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/step_context.hpp"
@@ -83,6 +89,7 @@ extern "C" {
 #include "src/common/stepd_api.h"
 #include "src/common/run_in_daemon.h"
 #include "src/slurmctld/slurmctld.h"
+#include "src/slurmd/common/proctrack.h"
 #include "src/slurmd/slurmd/slurmd.h"
 #include "src/slurmd/slurmstepd/slurmstepd_job.h"
 }
@@ -109,6 +116,10 @@ struct SwitchContext {
 
     // slurmstepd: the context job_init opened on the node agent.
     std::optional<storm::rdma::Context> opened;
+    // slurmstepd: continues the step if the gang agent dies and stays away;
+    // whether Slurm suspended the step (scontrol suspend: its SIGSTOP stays).
+    std::unique_ptr<storm::gang::StepGuard> guard;
+    std::atomic<bool> slurm_suspended{false};
 };
 
 // A step's switch info: its context, or none.
@@ -573,6 +584,72 @@ int hold_for_broadcasts(stepd_step_rec_t *job)
     return SLURM_ERROR;
 }
 
+// The first line of a small file ("" if it cannot be read).
+std::string read_line(const std::string &path)
+{
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+
+// The step's processes that a dead gang agent left stopped, continued:
+// its job's freezer group (/storm-gang-<node>/job_<id>) thawed, and, unless
+// Slurm suspended the step, each process stopped by a signal sent SIGCONT.
+// How many processes were in a thawed group or continued.  On the guard's
+// thread.
+size_t continue_step(stepd_step_rec_t *job)
+{
+    if (!job->cont_id)
+        return 0; // no container yet (proctrack/pgid would list the kernel's threads)
+    pid_t *pids = nullptr;
+    int n = 0;
+    if (proctrack_g_get_pids(job->cont_id, &pids, &n) != SLURM_SUCCESS)
+        return 0;
+    std::string root = storm::cgroupfs::find_mount("/proc/self/mountinfo", "cgroup2", "");
+    std::string group = "/job_" + std::to_string(job->step_id.job_id);
+    std::set<std::string> thawed;
+    size_t count = 0;
+    for (int i = 0; i < n; ++i) {
+        pid_t pid = pids[i];
+        if (pid <= 1 || storm::kernel_thread(pid))
+            continue;
+        bool moved = false;
+        std::string cg = root.empty() ? "" : storm::cgroupfs::cgroup_of("/proc", pid, "");
+        if (cg.find("/storm-gang-") != std::string::npos && cg.size() > group.size() &&
+            cg.compare(cg.size() - group.size(), group.size(), group) == 0) {
+            if (!thawed.count(cg) && read_line(root + cg + "/cgroup.freeze") == "1" &&
+                storm::cgroupfs::write_text(root + cg + "/cgroup.freeze", "0"))
+                thawed.insert(cg);
+            moved = thawed.count(cg) > 0;
+        }
+        char buf[512];
+        const char *f = storm::stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
+        if (f && f[0] == 'T' && !g_ctx->slurm_suspended && kill(pid, SIGCONT) == 0)
+            moved = true;
+        count += moved;
+    }
+    xfree(pids);
+    return count;
+}
+
+// Where this node's agent switches gang-scheduled jobs: the step's guard
+// (step_guard.hpp) watches it.
+void guard_step(stepd_step_rec_t *job)
+{
+    if (job->batch || job->step_id.step_id == SLURM_EXTERN_CONT ||
+        job->step_id.step_id == SLURM_BATCH_SCRIPT || job->step_id.step_id == SLURM_INTERACTIVE_STEP)
+        return; // the agent switches the other steps only
+    std::string dir = slurmd_spool_dir() + "/storm-gang";
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return; // no gang scheduling on this node
+    g_ctx->guard = std::make_unique<storm::gang::StepGuard>(
+        storm::gang::StepGuardConfig{dir, job->step_id.job_id,
+                                     step_name(job->step_id.job_id, job->step_id.step_id)},
+        [job] { return continue_step(job); }, g_ctx->log);
+}
+
 } // namespace
 
 // Root, before the tasks start: opens the step's context on the node
@@ -589,6 +666,10 @@ int switch_p_job_init(stepd_step_rec_t *job)
     });
     if (rc != SLURM_SUCCESS)
         return rc;
+    storm::shim::guarded(g_ctx->log, "job_init: the step's gang fail-safe", [&] {
+        guard_step(job);
+        return SLURM_SUCCESS;
+    });
     if (!info || !info->ctx)
         return hold_for_broadcasts(job);
     const auto &ctx = *info->ctx;
@@ -661,6 +742,7 @@ int switch_p_job_fini(switch_jobinfo_t *jobinfo) { return SLURM_SUCCESS; }
 // failed): closes the context job_init opened.  A failure is only logged.
 int switch_p_job_postfini(stepd_step_rec_t *job)
 {
+    g_ctx->guard.reset(); // every process is gone: nothing left to continue
     if (!g_ctx->opened)
         return SLURM_SUCCESS;
     storm::rdma::Context ctx = std::move(*g_ctx->opened);
@@ -687,10 +769,19 @@ int switch_p_job_suspend_info_unpack(void **suspend_info, buf_t *buffer, uint16_
 void switch_p_job_suspend_info_free(void *suspend_info) {}
 int switch_p_job_suspend(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
 int switch_p_job_resume(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
-int switch_p_job_step_pre_suspend(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+// slurmstepd: the step's gang fail-safe leaves a step Slurm suspended stopped.
+int switch_p_job_step_pre_suspend(stepd_step_rec_t *job)
+{
+    g_ctx->slurm_suspended = true;
+    return SLURM_SUCCESS;
+}
 int switch_p_job_step_post_suspend(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
 int switch_p_job_step_pre_resume(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
-int switch_p_job_step_post_resume(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
+int switch_p_job_step_post_resume(stepd_step_rec_t *job)
+{
+    g_ctx->slurm_suspended = false;
+    return SLURM_SUCCESS;
+}
 
 // ---- slurmctld step bookkeeping (job write lock held) ----------------------
 

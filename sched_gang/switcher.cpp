@@ -1,4 +1,5 @@
 #include "sched_gang/switcher.hpp"
+#include "sched_gang/step_guard.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -118,8 +119,10 @@ Switcher::~Switcher()
     freezer_.reset(); // thaws and gives back every group's processes
     if (tick_)
         event_free(tick_);
-    if (!cfg_.journal_dir.empty())
+    if (!cfg_.journal_dir.empty()) {
         remove_file(cfg_.journal_dir + "/jobs");
+        remove_file(cfg_.journal_dir + "/" + kAgentRecord);
+    }
 }
 
 bool Switcher::stopped(uint32_t job) const
@@ -558,15 +561,19 @@ void Switcher::write_journal()
 {
     if (cfg_.journal_dir.empty())
         return;
-    std::string path = cfg_.journal_dir + "/jobs";
+    std::string path = cfg_.journal_dir + "/jobs", record = cfg_.journal_dir + "/" + kAgentRecord;
     if (jobs_.empty()) {
         remove_file(path);
+        remove_file(record);
         return;
     }
     std::string text;
     for (auto &[id, j] : jobs_)
         text += std::to_string(id) + "\n";
-    if (!replace_file(path, text, 0600, Spare::keep))
+    // Who journals them, first: each step's slurmstepd continues its
+    // processes if this process dies and stays away (step_guard.hpp).
+    if (!replace_file(record, format_agent_record(own_agent_record(failsafe_ms_)), 0600, Spare::keep) ||
+        !replace_file(path, text, 0600, Spare::keep))
         log_.error("gang: cannot journal the switched jobs in %s: %s (a crashed agent's successor could not "
                    "continue them)",
                    path.c_str(), std::strerror(errno));

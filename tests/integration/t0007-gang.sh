@@ -10,8 +10,9 @@
 # are left out, and said so, where it has none); t0011 covers signals.  storm-gang shows the matrix and every node's
 # delivery delay.
 # Then: scontrol suspend/resume is Slurm's (a suspended job stays stopped
-# while the other runs alone); a node agent killed with a job stopped is
-# replaced by a new one that continues it and switches again; a killed
+# while the other runs alone); a node agent killed with a job stopped:
+# while it stays dead the steps' slurmstepd continue their processes after
+# the fail-safe time, and a new one continues it and switches again; a killed
 # slurmctld makes the nodes' fail-safe continue everything, and a new one
 # rebuilds the matrix from Slurm's job state; a job whose task on vn1 died
 # leaves vn1 to the other (lending); a job that ends frees its
@@ -69,6 +70,15 @@ kill -9 "$(cat "$STATE/run/slurmd-vn1.pid" 2>/dev/null || echo 0)" 2>/dev/null |
 sleep 0.5
 stopped=0; for p in "$a1" "$b1"; do halted "$p" && stopped=$((stopped + 1)); done
 echo "with vn1's slurmd killed: $stopped of its two tasks stopped or frozen" | t_diag
+# Nothing continues them inside the dead slurmd: each step's slurmstepd
+# does, once the agent has been gone for the fail-safe time (1 s).
+sleep 2
+sample 2 "$a1" "$a2" "$b1" "$b2" > "$T_WORK/s.orphan"
+t_check "with vn1's slurmd dead, the steps' slurmstepd continue what it stopped (both run on vn1 in $(pct "$T_WORK/s.orphan" '$1 && $3')%)" \
+    [ "$(pct "$T_WORK/s.orphan" '$1 && $3')" -ge 60 ]
+t_check "  and say so in vn1's log" \
+    grep -q "gang: step [0-9.]*: the node agent that switches job [0-9]* (slurmd pid [0-9]*) is gone for 1000 ms: continued [1-9]" \
+    "$STATE/log/slurmd-vn1.log"
 "$VC" start vn1 > /dev/null 2>&1
 t_check "the restarted agent continues what its predecessor stopped" \
     bash -c "sleep 2; grep -q 'continued [0-9]* processes of [0-9]* jobs a previous node agent was switching' '$STATE/log/slurmd-vn1.log'"

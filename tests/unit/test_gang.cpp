@@ -6,6 +6,7 @@
 // switcher's way to stop jobs, and the machine manager strobing switchers
 // over loopback agents.
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <dirent.h>
@@ -26,6 +27,7 @@
 #include "sched_gang/manager.hpp"
 #include "sched_gang/matrix.hpp"
 #include "sched_gang/protocol.hpp"
+#include "sched_gang/step_guard.hpp"
 #include "sched_gang/switcher.hpp"
 #include "tests/unit/helpers.hpp"
 #include "tests/unit/prim_fixture.hpp"
@@ -917,7 +919,14 @@ void test_switcher_never_leaves_stopped(void **)
         std::ifstream j(b.journal + "/jobs");
         std::string text((std::istreambuf_iterator<char>(j)), std::istreambuf_iterator<char>());
         assert_string_equal(text.c_str(), "1\n2\n");
+        // Beside it, who keeps it: this process, for the steps' guards.
+        std::ifstream a(b.journal + "/" + storm::gang::kAgentRecord);
+        std::string rec((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+        auto r = storm::gang::parse_agent_record(rec);
+        assert_true(r && r->pid == getpid() && r->failsafe_ms == 60000 && storm::gang::agent_alive(*r));
     } // the agent stops: job 2 is continued
+    struct stat gone;
+    assert_true(stat((b.journal + "/" + storm::gang::kAgentRecord).c_str(), &gone) < 0);
     assert_true(eventually_state(b, p2, 'S'));
     // An agent that died (no destructor) left job 1 stopped and its
     // journal: the next agent continues it.
@@ -933,6 +942,86 @@ void test_switcher_never_leaves_stopped(void **)
     struct stat st;
     assert_true(stat((b.journal + "/jobs").c_str(), &st) < 0);
     reap({p1, p2});
+}
+
+// ---- a step's own fail-safe (slurmstepd) -------------------------------
+
+static void test_step_guard(void **)
+{
+    using namespace storm::gang;
+    using std::chrono::milliseconds;
+    // The record: round trip, and what is refused.
+    AgentRecord me = own_agent_record(1500);
+    auto back = parse_agent_record(format_agent_record(me));
+    assert_true(back && back->pid == getpid() && back->start == me.start && back->failsafe_ms == 1500);
+    for (const char *bad : {"", "12", "0 5 5", "-3 5 5", "12 5 5 x", "12 5 99999999999"})
+        assert_false(parse_agent_record(bad).has_value());
+    // Alive: the same pid and start time; not a pid that ended, nor the
+    // same pid under another start time (reused).
+    assert_true(agent_alive(me));
+    AgentRecord reused = me;
+    reused.start++;
+    assert_false(agent_alive(reused));
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, nullptr, 0);
+    AgentRecord ended{dead, 1, 1000};
+    assert_false(agent_alive(ended));
+    // The journal lists whole job ids.
+    assert_true(journal_lists("12\n3\n", 3));
+    assert_false(journal_lists("12\n3\n", 1));
+    assert_false(journal_lists("123\n", 12));
+    // The decision: once the agent is gone for the fail-safe time, once
+    // per outage; never for a job the journal does not list.
+    auto t0 = std::chrono::steady_clock::now();
+    milliseconds fs(1000);
+    GuardState g;
+    assert_false(g.observe(t0, true, true, fs));
+    assert_false(g.observe(t0 + milliseconds(100), true, false, fs));
+    assert_false(g.observe(t0 + milliseconds(1099), true, false, fs));
+    assert_true(g.observe(t0 + milliseconds(1100), true, false, fs));
+    assert_false(g.observe(t0 + milliseconds(5000), true, false, fs));
+    assert_false(g.observe(t0 + milliseconds(5100), true, true, fs)); // a new agent
+    assert_false(g.observe(t0 + milliseconds(5200), true, false, fs));
+    assert_true(g.observe(t0 + milliseconds(6200), true, false, fs)); // gone again
+    GuardState unlisted;
+    assert_false(unlisted.observe(t0, false, false, fs));
+    assert_false(unlisted.observe(t0 + milliseconds(9000), false, false, fs));
+
+    // The thread, on an agent's files: a dead agent that lists job 7.
+    char tmpl[] = "/tmp/storm-guard-XXXXXX";
+    std::string dir = mkdtemp(tmpl);
+    auto put = [&](const std::string &name, const std::string &text) {
+        std::ofstream(dir + "/" + name) << text;
+    };
+    put("jobs", "5\n7\n");
+    put(kAgentRecord, format_agent_record(AgentRecord{dead, 1, 100}));
+    std::atomic<int> calls{0};
+    {
+        StepGuard guard(
+            {dir, 7, "7.0", milliseconds(10)}, [&] { return static_cast<size_t>(++calls); },
+            storm::Logger("test"));
+        for (int i = 0; i < 200 && calls == 0; ++i)
+            std::this_thread::sleep_for(milliseconds(5));
+        std::this_thread::sleep_for(milliseconds(200));
+        assert_int_equal(calls.load(), 1); // once per outage
+        assert_int_equal(guard.resumes(), 1u);
+        // A live agent (this process) takes the job back: nothing more.
+        put(kAgentRecord, format_agent_record(own_agent_record(100)));
+        std::this_thread::sleep_for(milliseconds(300));
+        assert_int_equal(calls.load(), 1);
+    }
+    // A guard of a job the journal does not list does nothing.
+    put(kAgentRecord, format_agent_record(AgentRecord{dead, 1, 100}));
+    {
+        StepGuard guard(
+            {dir, 8, "8.0", milliseconds(10)}, [&] { return static_cast<size_t>(++calls); },
+            storm::Logger("test"));
+        std::this_thread::sleep_for(milliseconds(300));
+    }
+    assert_int_equal(calls.load(), 1);
+    std::system(("rm -rf " + dir).c_str());
 }
 
 // ---- the machine manager strobing switchers over loopback --------------
@@ -1130,7 +1219,7 @@ int main()
         cmocka_unit_test(test_manager_end_to_end), cmocka_unit_test(test_freezer),
         cmocka_unit_test(test_switcher_freezes),   cmocka_unit_test(test_switcher_lends),
         cmocka_unit_test(test_switcher_rescan),    cmocka_unit_test(test_switcher_rescan_held),
-        cmocka_unit_test(test_manager_one_slot),
+        cmocka_unit_test(test_manager_one_slot),   cmocka_unit_test(test_step_guard),
     };
     return cmocka_run_group_tests_name("gang", tests, nullptr, nullptr);
 }

@@ -1,0 +1,166 @@
+#include "sched_gang/step_guard.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "lib/common/procs.hpp"
+
+namespace storm::gang {
+
+namespace {
+
+// starttime, the 22nd field of /proc/PID/stat (the 20th after "pid (comm) ").
+std::optional<unsigned long long> start_time(pid_t pid)
+{
+    char buf[512];
+    const char *f = stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
+    if (!f)
+        return std::nullopt;
+    unsigned long long start = 0;
+    if (sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+               &start) != 1)
+        return std::nullopt;
+    return start;
+}
+
+// The whole of a small file; nullopt if it cannot be read (missing).
+std::optional<std::string> slurp(const std::string &path)
+{
+    std::ifstream in(path);
+    if (!in)
+        return std::nullopt;
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+} // namespace
+
+std::string format_agent_record(const AgentRecord &r)
+{
+    return std::to_string(r.pid) + " " + std::to_string(r.start) + " " + std::to_string(r.failsafe_ms) + "\n";
+}
+
+std::optional<AgentRecord> parse_agent_record(const std::string &text)
+{
+    AgentRecord r;
+    long long pid = 0;
+    unsigned long long start = 0, fs = 0;
+    int used = 0;
+    if (sscanf(text.c_str(), "%lld %llu %llu%n", &pid, &start, &fs, &used) != 3 || pid <= 0 ||
+        fs > UINT32_MAX || text.find_first_not_of(" \n", static_cast<size_t>(used)) != std::string::npos)
+        return std::nullopt;
+    r.pid = static_cast<pid_t>(pid);
+    r.start = start;
+    r.failsafe_ms = static_cast<uint32_t>(fs);
+    return r;
+}
+
+AgentRecord own_agent_record(uint32_t failsafe_ms)
+{
+    AgentRecord r;
+    r.pid = getpid();
+    r.start = start_time(r.pid).value_or(0);
+    r.failsafe_ms = failsafe_ms;
+    return r;
+}
+
+bool agent_alive(const AgentRecord &r)
+{
+    auto start = start_time(r.pid);
+    return start && *start == r.start; // another process under a reused pid is not the agent
+}
+
+bool journal_lists(const std::string &journal, uint32_t job)
+{
+    std::istringstream in(journal);
+    std::string line;
+    std::string want = std::to_string(job);
+    while (std::getline(in, line))
+        if (line == want)
+            return true;
+    return false;
+}
+
+bool GuardState::observe(std::chrono::steady_clock::time_point now, bool listed, bool alive,
+                         std::chrono::milliseconds failsafe)
+{
+    if (alive || !listed) {
+        // An agent runs (it switches, and continues what it stopped), or
+        // none switches this job: nothing to guard.
+        gone_since_.reset();
+        if (alive)
+            resumed_ = false;
+        return false;
+    }
+    if (!gone_since_)
+        gone_since_ = now;
+    if (resumed_ || now - *gone_since_ < failsafe)
+        return false;
+    resumed_ = true;
+    return true;
+}
+
+StepGuard::StepGuard(StepGuardConfig cfg, std::function<size_t()> resume, Logger log)
+    : cfg_(std::move(cfg)), resume_(std::move(resume)), log_(std::move(log))
+{
+    thread_ = std::thread([this] { run(); });
+}
+
+StepGuard::~StepGuard()
+{
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable())
+        thread_.join();
+}
+
+unsigned StepGuard::resumes() const noexcept
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    return resumes_;
+}
+
+void StepGuard::run() noexcept
+{
+    GuardState state;
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!cv_.wait_for(lk, cfg_.poll, [this] { return stop_; })) {
+        lk.unlock();
+        try {
+            auto journal = slurp(cfg_.journal_dir + "/jobs");
+            bool listed = journal && journal_lists(*journal, cfg_.job);
+            std::optional<AgentRecord> rec;
+            if (listed)
+                if (auto text = slurp(cfg_.journal_dir + "/" + kAgentRecord))
+                    rec = parse_agent_record(*text);
+            // No record (an agent that keeps none): nothing to go by.
+            listed = listed && rec;
+            bool alive = rec && agent_alive(*rec);
+            auto failsafe =
+                std::chrono::milliseconds(rec && rec->failsafe_ms ? rec->failsafe_ms : kDefaultFailsafeMs);
+            if (state.observe(std::chrono::steady_clock::now(), listed, alive, failsafe)) {
+                size_t n = resume_();
+                log_.error(
+                    "gang: step %s: the node agent that switches job %u (slurmd%s) is gone for %lld ms: "
+                    "continued %zu of the step's processes",
+                    cfg_.step.c_str(), cfg_.job,
+                    rec ? (" pid " + std::to_string(rec->pid)).c_str() : ", no record",
+                    static_cast<long long>(failsafe.count()), n);
+                std::lock_guard<std::mutex> g(mu_);
+                resumes_++;
+            }
+        } catch (const std::exception &e) {
+            log_.error("gang: step %s: fail-safe check: %s", cfg_.step.c_str(), e.what());
+        }
+        lk.lock();
+    }
+}
+
+} // namespace storm::gang

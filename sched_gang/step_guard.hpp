@@ -1,0 +1,103 @@
+// The step's own fail-safe, in slurmstepd: a job the node agent stopped
+// must not stay stopped because the agent (slurmd) died and is not back.
+//
+// The agent's own fail-safe (no strobe for storm_gang_failsafe: continue
+// everything) runs inside slurmd, so it dies with it: a slurmd killed, or
+// crashed, while a job of the gang matrix was frozen or stopped on its node
+// would leave that job stopped until slurmd started again.  Each step's
+// slurmstepd therefore watches the agent that switches its job: the agent
+// records who it is (`<journal_dir>/agent`: slurmd's pid, its start time,
+// the fail-safe time) beside its journal of switched jobs
+// (`<journal_dir>/jobs`).  Once the journal lists the step's job and the
+// recorded process has been gone for the fail-safe time, the guard
+// continues the step's processes, once per outage.  An agent started again
+// rewrites both files and takes the job back (it continues what its
+// predecessor stopped, then switches again); a clean stop removes them.
+//
+// Threading: a StepGuard owns one thread, which polls every `poll` and
+// calls `resume` from it; the destructor stops and joins it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <thread>
+
+#include "lib/common/log.hpp"
+
+namespace storm::gang {
+
+// What the agent records of itself beside its journal.
+struct AgentRecord {
+    pid_t pid = 0;
+    unsigned long long start = 0; // /proc/PID/stat's starttime (clock ticks since boot)
+    uint32_t failsafe_ms = 0;
+};
+constexpr const char *kAgentRecord = "agent";
+constexpr uint32_t kDefaultFailsafeMs = 5000; // storm_gang_failsafe's default
+
+// "PID START FAILSAFE_MS\n".
+std::string format_agent_record(const AgentRecord &r);
+// Parses it; nullopt if malformed.
+std::optional<AgentRecord> parse_agent_record(const std::string &text);
+// This process's record.
+AgentRecord own_agent_record(uint32_t failsafe_ms);
+// Whether the process `r` names runs (the same pid and start time).
+bool agent_alive(const AgentRecord &r);
+// Whether the journal text ("JOB\n" lines) lists `job`.
+bool journal_lists(const std::string &journal, uint32_t job);
+
+// The guard's decision, apart from its thread and files.
+class GuardState {
+public:
+    // One observation: whether the journal lists the job, whether its
+    // agent runs, that agent's fail-safe time.  True when the step must be
+    // continued now: listed, and no live agent for the fail-safe time
+    // since it was last seen alive (or since the guard started).  Once per
+    // outage: true again only after an agent was seen alive again.
+    bool observe(std::chrono::steady_clock::time_point now, bool listed, bool alive,
+                 std::chrono::milliseconds failsafe);
+
+private:
+    std::optional<std::chrono::steady_clock::time_point> gone_since_;
+    bool resumed_ = false;
+};
+
+struct StepGuardConfig {
+    std::string journal_dir; // the agent's (SlurmdSpoolDir/storm-gang)
+    uint32_t job = 0;
+    std::string step; // "J.S", for messages
+    std::chrono::milliseconds poll{250};
+};
+
+class StepGuard {
+public:
+    // `resume` continues the step's processes and returns how many it
+    // continued; it runs on the guard's thread.
+    StepGuard(StepGuardConfig cfg, std::function<size_t()> resume, Logger log);
+    ~StepGuard();
+    StepGuard(const StepGuard &) = delete;
+    StepGuard &operator=(const StepGuard &) = delete;
+
+    // How many times the guard continued the step.
+    unsigned resumes() const noexcept;
+
+private:
+    void run() noexcept;
+
+    StepGuardConfig cfg_;
+    std::function<size_t()> resume_;
+    Logger log_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    unsigned resumes_ = 0;
+    std::thread thread_;
+};
+
+} // namespace storm::gang
