@@ -17,6 +17,7 @@
 
 #include "cosched/protocol.h"
 #include "lib/common/signals.hpp"
+#include "lib/common/stop_thread.hpp"
 #include "lib/common/thread_name.hpp"
 
 namespace storm::cosched {
@@ -151,13 +152,7 @@ Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, H
 
 Channel::~Channel()
 {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        quit_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable())
-        thread_.join();
+    stop_thread(mu_, quit_, cv_, thread_);
     if (wake_ev_)
         event_free(wake_ev_);
     for (int &fd : wake_)

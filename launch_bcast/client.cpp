@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "lib/common/signals.hpp"
+#include "lib/common/stop_thread.hpp"
 #include "lib/common/timeval.hpp"
 #include "lib/net/connection.hpp"
 #include "lib/common/thread_name.hpp"
@@ -190,12 +191,7 @@ public:
     }
     ~ChunkReader()
     {
-        {
-            std::lock_guard<std::mutex> l(m_);
-            stop_ = true;
-        }
-        space_.notify_all();
-        thread_.join();
+        stop_thread(m_, stop_, space_, thread_);
         ::close(pipe_[0]);
         ::close(pipe_[1]);
     }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "lib/common/procs.hpp"
+#include "lib/common/stop_thread.hpp"
 
 namespace storm::gang {
 
@@ -110,16 +111,7 @@ StepGuard::StepGuard(StepGuardConfig cfg, std::function<size_t()> resume, Logger
     thread_ = std::thread([this] { run(); });
 }
 
-StepGuard::~StepGuard()
-{
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable())
-        thread_.join();
-}
+StepGuard::~StepGuard() { stop_thread(mu_, stop_, cv_, thread_); }
 
 unsigned StepGuard::resumes() const noexcept
 {

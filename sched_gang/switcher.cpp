@@ -1,5 +1,4 @@
 #include "sched_gang/switcher.hpp"
-#include "sched_gang/step_guard.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +17,9 @@
 #include "lib/common/params.hpp"
 #include "lib/common/percentile.hpp"
 #include "lib/common/realtime.hpp"
+#include "lib/common/stop_thread.hpp"
 #include "lib/common/thread_name.hpp"
+#include "sched_gang/step_guard.hpp"
 
 namespace storm::gang {
 
@@ -102,13 +103,7 @@ void Switcher::on_datagram(std::string_view d)
 
 Switcher::~Switcher()
 {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        quit_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable())
-        thread_.join();
+    stop_thread(mu_, quit_, cv_, thread_);
     continue_all("the node agent stops");
     for (auto &[id, j] : jobs_)
         for (auto &p : j.procs)
