@@ -7,7 +7,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <pthread.h>
-#include <fstream>
 #include <iterator>
 #include <sys/socket.h>
 #include <system_error>
@@ -16,6 +15,7 @@
 #include <event2/event.h>
 
 #include "cosched/protocol.h"
+#include "lib/common/files.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/stop_thread.hpp"
 #include "lib/common/thread_name.hpp"
@@ -49,10 +49,10 @@ bool send_packet(int fd, const void *data, size_t n)
 // The variables of /proc/<pid>/environ; false (errno set) when unreadable.
 bool environ_of(const std::string &proc_root, pid_t pid, std::map<std::string, std::string> &env)
 {
-    std::ifstream in(proc_root + "/" + std::to_string(pid) + "/environ", std::ios::binary);
-    if (!in)
+    auto text = read_file(proc_root + "/" + std::to_string(pid) + "/environ");
+    if (!text)
         return false;
-    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string &all = *text;
     size_t start = 0;
     while (start < all.size()) {
         size_t end = all.find('\0', start);

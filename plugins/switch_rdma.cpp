@@ -56,7 +56,6 @@
 #include <csignal>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +69,7 @@
 #include "lib/agent/agent_config.hpp"
 #include "lib/agent/node_agent.hpp"
 #include "lib/common/cgroupfs.hpp"
+#include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
@@ -584,15 +584,6 @@ int hold_for_broadcasts(stepd_step_rec_t *job)
     return SLURM_ERROR;
 }
 
-// The first line of a small file ("" if it cannot be read).
-std::string read_line(const std::string &path)
-{
-    std::ifstream in(path);
-    std::string line;
-    std::getline(in, line);
-    return line;
-}
-
 // The step's processes that a dead gang agent left stopped, continued:
 // its job's freezer group (/storm-gang-<node>/job_<id>) thawed, and, unless
 // Slurm suspended the step, each process stopped by a signal sent SIGCONT.
@@ -614,20 +605,21 @@ size_t continue_step(stepd_step_rec_t *job)
         pid_t pid = pids[i];
         if (pid <= 1 || storm::kernel_thread(pid))
             continue;
-        bool moved = false;
+        bool continued = false;
         std::string cg = root.empty() ? "" : storm::cgroupfs::cgroup_of("/proc", pid, "");
         if (cg.find("/storm-gang-") != std::string::npos && cg.size() > group.size() &&
             cg.compare(cg.size() - group.size(), group.size(), group) == 0) {
-            if (!thawed.count(cg) && read_line(root + cg + "/cgroup.freeze") == "1" &&
-                storm::cgroupfs::write_text(root + cg + "/cgroup.freeze", "0"))
+            std::string freeze = root + cg + "/cgroup.freeze";
+            if (!thawed.count(cg) && storm::read_file(freeze).value_or("").rfind("1", 0) == 0 &&
+                storm::cgroupfs::write_text(freeze, "0"))
                 thawed.insert(cg);
-            moved = thawed.count(cg) > 0;
+            continued = thawed.count(cg) > 0;
         }
         char buf[512];
         const char *f = storm::stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
         if (f && f[0] == 'T' && !g_ctx->slurm_suspended && kill(pid, SIGCONT) == 0)
-            moved = true;
-        count += moved;
+            continued = true;
+        count += continued;
     }
     xfree(pids);
     return count;

@@ -2,10 +2,10 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <unistd.h>
 
+#include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "lib/common/stop_thread.hpp"
 
@@ -25,17 +25,6 @@ std::optional<unsigned long long> start_time(pid_t pid)
                &start) != 1)
         return std::nullopt;
     return start;
-}
-
-// The whole of a small file; nullopt if it cannot be read (missing).
-std::optional<std::string> slurp(const std::string &path)
-{
-    std::ifstream in(path);
-    if (!in)
-        return std::nullopt;
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
 }
 
 } // namespace
@@ -126,11 +115,11 @@ void StepGuard::run() noexcept
     while (!cv_.wait_for(lk, cfg_.poll, [this] { return stop_; })) {
         lk.unlock();
         try {
-            auto journal = slurp(cfg_.journal_dir + "/jobs");
+            auto journal = read_file(cfg_.journal_dir + "/jobs");
             bool listed = journal && journal_lists(*journal, cfg_.job);
             std::optional<AgentRecord> rec;
             if (listed)
-                if (auto text = slurp(cfg_.journal_dir + "/" + kAgentRecord))
+                if (auto text = read_file(cfg_.journal_dir + "/" + kAgentRecord))
                     rec = parse_agent_record(*text);
             // No record (an agent that keeps none): nothing to go by.
             listed = listed && rec;

@@ -1,9 +1,12 @@
-// Replacing a small file whole, so that readers see the old or the new
-// content, never a part.
+// Small files read whole, and replaced whole, so that readers see the old
+// or the new content, never a part.
 #pragma once
 
 #include <cerrno>
 #include <fcntl.h>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <stdio.h>
 #include <string>
 #include <string_view>
@@ -66,6 +69,16 @@ inline bool replace_file(const std::string &path, std::string_view text, mode_t 
     unlink(tmp.c_str());
     errno = e;
     return false;
+}
+
+// The whole of a small file (bytes as they are); nullopt if it cannot be
+// opened (missing, or a process's /proc entry gone).
+inline std::optional<std::string> read_file(const std::string &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return std::nullopt;
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // Removes `path` and the spare replace_file may have kept beside it.
