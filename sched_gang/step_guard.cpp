@@ -1,6 +1,5 @@
 #include "sched_gang/step_guard.hpp"
 
-#include <cinttypes>
 #include <cstdio>
 #include <sstream>
 #include <unistd.h>
@@ -129,10 +128,9 @@ void StepGuard::run() noexcept
             if (state.observe(std::chrono::steady_clock::now(), listed, alive, failsafe)) {
                 size_t n = resume_();
                 log_.error(
-                    "gang: step %s: the node agent that switches job %u (slurmd%s) is gone for %lld ms: "
-                    "continued %zu of the step's processes",
-                    cfg_.step.c_str(), cfg_.job,
-                    rec ? (" pid " + std::to_string(rec->pid)).c_str() : ", no record",
+                    "gang: step %s: the node agent that switches job %u (slurmd pid %d) is gone for %lld "
+                    "ms: continued %zu of the step's processes",
+                    cfg_.step.c_str(), cfg_.job, static_cast<int>(rec->pid),
                     static_cast<long long>(failsafe.count()), n);
                 std::lock_guard<std::mutex> g(mu_);
                 resumes_++;
