@@ -8,6 +8,9 @@
 # table's key (junk, a replayed header with a forged tag) are counted and
 # dropped (gang:mcast_rejected) and change nothing.  A node whose network
 # drops the group still switches on the tree's strobes, both jobs in turn.
+# With vn1's slurmd killed and not restarted, the steps' slurmstepd send
+# SIGCONT to what its agent stopped, after the fail-safe time; a new slurmd
+# switches both jobs again.
 # Once one job ended (one slot), the manager strobes at the heartbeat's pace
 # only and the other job runs all the time; nothing is left stopped at the
 # end.  The agents switch with signals
@@ -73,6 +76,25 @@ sample_states "$T_WORK/st.drop" 300 "$a2" "$b2"
 ra=$(pct "$T_WORK/st.drop" '!$1'); rb=$(pct "$T_WORK/st.drop" '!$2')
 t_check "  and runs both jobs in turn there (A $ra%, B $rb% of 300 samples)" [ "$ra" -ge 15 -a "$rb" -ge 15 ]
 tc qdisc del dev svh2 root
+
+# --- vn1's slurmd dies and stays dead: the steps continue themselves ----------
+# A job vn1's agent stopped (SIGSTOP) would stay stopped with it; each
+# step's slurmstepd sends SIGCONT once the agent has been gone for the
+# fail-safe time (the default here: 5 s).
+kill -9 "$(cat "$STATE/run/slurmd-vn1.pid" 2>/dev/null || echo 0)" 2>/dev/null ||
+    pkill -9 -f "slurmd -N vn1 "
+sleep 0.3
+echo "with vn1's slurmd killed: $(states "$a1" "$b1" | tr -d ' ') stopped (A, B on vn1)" | t_diag
+sleep 6.5
+sample_states "$T_WORK/st.orphan" 100 "$a1" "$b1"
+t_check "with vn1's slurmd dead, its steps' slurmstepd continue both jobs there (both run in $(pct "$T_WORK/st.orphan" '!$1 && !$2')% of 100 samples)" \
+    [ "$(pct "$T_WORK/st.orphan" '!$1 && !$2')" -ge 90 ]
+"$VC" start vn1 > /dev/null 2>&1
+for _ in $(seq 40); do # the manager readmits vn1 with the table
+    "$GANG" nodes -n vn1 2> /dev/null | awk '$1 == "vn1" && $5 == 2 && $6 == 1 { ok = 1 } END { exit !ok }' && break
+    sleep 0.5
+done
+t_check "  and vn1's new agent switches both jobs again within 10 s" all_stopped_once 10
 
 # --- one slot left: nothing to switch, the heartbeat alone ------------------
 # With A gone the matrix has one slot: the manager sends only the
