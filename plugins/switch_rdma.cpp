@@ -75,6 +75,7 @@
 #include "plugins/common/slurm_nodes.hpp"
 #include "cosched/protocol.h"
 #include "launch_bcast/gate.hpp"
+#include "sched_gang/freezer.hpp"
 #include "sched_gang/step_guard.hpp"
 #include "switch_rdma/context_table.hpp"
 #include "switch_rdma/control.hpp"
@@ -167,6 +168,10 @@ std::string slurmd_spool_dir()
     return (*c)->spooldir;
 }
 
+// Where the gang switcher journals the jobs it switches, and records itself
+// (step_guard.hpp), in slurmd and slurmstepd.
+std::string gang_journal_dir() { return slurmd_spool_dir() + "/storm-gang"; }
+
 // The processes of the steps (not batch, extern or interactive) of `jobs`
 // on this node, as each step's slurmstepd lists them (its proctrack
 // container).  Runs on the gang switcher's scanner thread.
@@ -229,8 +234,9 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
     std::string spool = slurmd_spool_dir();
     net.journal_dir = spool + "/storm-bcast";
     net.bcast_gate_socket = spool + "/" + storm::bcast::gate::socket_name;
-    net.gang_journal_dir = spool + "/storm-gang";
-    net.gang_freeze_group = "storm-gang-" + me; // the virtual nodes of a host share its cgroups
+    net.gang_journal_dir = gang_journal_dir();
+    net.gang_freeze_group =
+        storm::gang::freeze_group_name(me); // the virtual nodes of a host share its cgroups
     net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
         return list_step_processes(spool, me, jobs);
     };
@@ -585,7 +591,7 @@ int hold_for_broadcasts(stepd_step_rec_t *job)
 }
 
 // The step's processes that a dead gang agent left stopped, continued:
-// its job's freezer group (/storm-gang-<node>/job_<id>) thawed, and, unless
+// its job's freezer group (freezer.hpp) thawed, and, unless
 // Slurm suspended the step, each process stopped by a signal sent SIGCONT.
 // How many processes were in a thawed group or continued.  On the guard's
 // thread.
@@ -598,7 +604,8 @@ size_t continue_step(stepd_step_rec_t *job)
     if (proctrack_g_get_pids(job->cont_id, &pids, &n) != SLURM_SUCCESS)
         return 0;
     std::string root = storm::cgroupfs::find_mount("/proc/self/mountinfo", "cgroup2", "");
-    std::string group = "/job_" + std::to_string(job->step_id.job_id);
+    std::string group = "/" + storm::gang::freeze_group_name(slurmd_node_name()) + "/" +
+                        storm::gang::job_group_name(job->step_id.job_id);
     std::set<std::string> thawed;
     size_t count = 0;
     for (int i = 0; i < n; ++i) {
@@ -607,8 +614,7 @@ size_t continue_step(stepd_step_rec_t *job)
             continue;
         bool continued = false;
         std::string cg = root.empty() ? "" : storm::cgroupfs::cgroup_of("/proc", pid, "");
-        if (cg.find("/storm-gang-") != std::string::npos && cg.size() > group.size() &&
-            cg.compare(cg.size() - group.size(), group.size(), group) == 0) {
+        if (cg.size() >= group.size() && cg.compare(cg.size() - group.size(), group.size(), group) == 0) {
             std::string freeze = root + cg + "/cgroup.freeze";
             if (!thawed.count(cg) && storm::read_file(freeze).value_or("").rfind("1", 0) == 0 &&
                 storm::cgroupfs::write_text(freeze, "0"))
@@ -632,7 +638,7 @@ void guard_step(stepd_step_rec_t *job)
     if (job->batch || job->step_id.step_id == SLURM_EXTERN_CONT ||
         job->step_id.step_id == SLURM_BATCH_SCRIPT || job->step_id.step_id == SLURM_INTERACTIVE_STEP)
         return; // the agent switches the other steps only
-    std::string dir = slurmd_spool_dir() + "/storm-gang";
+    std::string dir = gang_journal_dir();
     struct stat st;
     if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
         return; // no gang scheduling on this node

@@ -62,7 +62,7 @@ Freezer::~Freezer()
     rmdir(base_.c_str()); // fails, harmlessly, while something else lives there
 }
 
-std::string Freezer::job_dir(uint32_t job) const { return base_ + "/job_" + std::to_string(job); }
+std::string Freezer::job_dir(uint32_t job) const { return base_ + "/" + job_group_name(job); }
 
 void Freezer::write_freeze(uint32_t job, Job &j, bool frozen)
 {
@@ -99,7 +99,7 @@ std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids,
 {
     auto it = jobs_.try_emplace(job).first;
     Job &j = it->second;
-    std::string dir_rel = base_rel_ + "/job_" + std::to_string(job), procs = job_dir(job) + "/cgroup.procs";
+    std::string dir_rel = base_rel_ + "/" + job_group_name(job), procs = job_dir(job) + "/cgroup.procs";
     std::vector<pid_t> rest;
     std::set<pid_t> held;
     for (pid_t p : pids) {

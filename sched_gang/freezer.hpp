@@ -46,6 +46,12 @@
 
 namespace storm::gang {
 
+// The names of the freezer's groups: a slurmd's ("storm-gang-<node>") and,
+// under it, a job's ("job_<id>").  Also what a step's guard in slurmstepd
+// looks for (step_guard.hpp).
+inline std::string freeze_group_name(const std::string &node) { return "storm-gang-" + node; }
+inline std::string job_group_name(uint32_t job) { return "job_" + std::to_string(job); }
+
 struct FreezerSetup {
     std::string group = "storm-gang";
     std::string mount_dir = "/run/storm-gang/cgroup2";

@@ -7,6 +7,7 @@
 #include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "lib/common/stop_thread.hpp"
+#include "sched_gang/config.hpp"
 
 namespace storm::gang {
 
@@ -63,15 +64,14 @@ bool agent_alive(const AgentRecord &r)
     return start && *start == r.start; // another process under a reused pid is not the agent
 }
 
-bool journal_lists(const std::string &journal, uint32_t job)
+std::set<uint32_t> journal_jobs(const std::string &journal)
 {
     std::istringstream in(journal);
-    std::string line;
-    std::string want = std::to_string(job);
-    while (std::getline(in, line))
-        if (line == want)
-            return true;
-    return false;
+    std::set<uint32_t> jobs;
+    uint32_t id;
+    while (in >> id)
+        jobs.insert(id);
+    return jobs;
 }
 
 bool GuardState::observe(std::chrono::steady_clock::time_point now, bool listed, bool alive,
@@ -114,8 +114,8 @@ void StepGuard::run() noexcept
     while (!cv_.wait_for(lk, cfg_.poll, [this] { return stop_; })) {
         lk.unlock();
         try {
-            auto journal = read_file(cfg_.journal_dir + "/jobs");
-            bool listed = journal && journal_lists(*journal, cfg_.job);
+            auto journal = read_file(cfg_.journal_dir + "/" + kJournal);
+            bool listed = journal && journal_jobs(*journal).count(cfg_.job);
             std::optional<AgentRecord> rec;
             if (listed)
                 if (auto text = read_file(cfg_.journal_dir + "/" + kAgentRecord))
@@ -124,7 +124,7 @@ void StepGuard::run() noexcept
             listed = listed && rec;
             bool alive = rec && agent_alive(*rec);
             auto failsafe =
-                std::chrono::milliseconds(rec && rec->failsafe_ms ? rec->failsafe_ms : kDefaultFailsafeMs);
+                rec && rec->failsafe_ms ? std::chrono::milliseconds(rec->failsafe_ms) : GangConfig{}.failsafe;
             if (state.observe(std::chrono::steady_clock::now(), listed, alive, failsafe)) {
                 size_t n = resume_();
                 log_.error(

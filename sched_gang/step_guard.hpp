@@ -24,6 +24,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <sys/types.h>
 #include <thread>
@@ -39,7 +40,8 @@ struct AgentRecord {
     uint32_t failsafe_ms = 0;
 };
 constexpr const char *kAgentRecord = "agent";
-constexpr uint32_t kDefaultFailsafeMs = 5000; // storm_gang_failsafe's default
+// The journal: the ids of the jobs the agent switches, one per line.
+constexpr const char *kJournal = "jobs";
 
 // "PID START FAILSAFE_MS\n".
 std::string format_agent_record(const AgentRecord &r);
@@ -49,8 +51,8 @@ std::optional<AgentRecord> parse_agent_record(const std::string &text);
 AgentRecord own_agent_record(uint32_t failsafe_ms);
 // Whether the process `r` names runs (the same pid and start time).
 bool agent_alive(const AgentRecord &r);
-// Whether the journal text ("JOB\n" lines) lists `job`.
-bool journal_lists(const std::string &journal, uint32_t job);
+// The jobs a journal's text lists (up to anything that is not an id).
+std::set<uint32_t> journal_jobs(const std::string &journal);
 
 // The guard's decision, apart from its thread and files.
 class GuardState {

@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -114,10 +113,7 @@ Switcher::~Switcher()
     freezer_.reset(); // thaws and gives back every group's processes
     if (tick_)
         event_free(tick_);
-    if (!cfg_.journal_dir.empty()) {
-        remove_file(cfg_.journal_dir + "/jobs");
-        remove_file(cfg_.journal_dir + "/" + kAgentRecord);
-    }
+    remove_journal();
 }
 
 bool Switcher::stopped(uint32_t job) const
@@ -136,14 +132,10 @@ void Switcher::recover()
 {
     if (cfg_.journal_dir.empty())
         return;
-    std::string path = cfg_.journal_dir + "/jobs";
-    std::ifstream in(path);
-    if (!in)
+    auto journal = read_file(cfg_.journal_dir + "/" + kJournal);
+    if (!journal)
         return;
-    std::set<uint32_t> jobs;
-    uint32_t id;
-    while (in >> id)
-        jobs.insert(id);
+    std::set<uint32_t> jobs = journal_jobs(*journal);
     size_t n = 0;
     if (!jobs.empty()) {
         try {
@@ -157,7 +149,15 @@ void Switcher::recover()
     }
     log_.info("gang: continued %zu processes of %zu jobs a previous node agent was switching", n,
               jobs.size());
-    remove_file(path);
+    remove_journal();
+}
+
+void Switcher::remove_journal()
+{
+    if (cfg_.journal_dir.empty())
+        return;
+    remove_file(cfg_.journal_dir + "/" + kJournal);
+    remove_file(cfg_.journal_dir + "/" + kAgentRecord);
 }
 
 bool Switcher::on_signal(const std::string &event, const std::string &data)
@@ -556,12 +556,11 @@ void Switcher::write_journal()
 {
     if (cfg_.journal_dir.empty())
         return;
-    std::string path = cfg_.journal_dir + "/jobs", record = cfg_.journal_dir + "/" + kAgentRecord;
     if (jobs_.empty()) {
-        remove_file(path);
-        remove_file(record);
+        remove_journal();
         return;
     }
+    std::string path = cfg_.journal_dir + "/" + kJournal, record = cfg_.journal_dir + "/" + kAgentRecord;
     std::string text;
     for (auto &[id, j] : jobs_)
         text += std::to_string(id) + "\n";

@@ -238,6 +238,9 @@ private:
     static void on_tick(int, short, void *arg);
     void scanner() noexcept;
     void write_journal();
+    // Removes the journal and the record beside it (a clean stop, nothing
+    // switched, or a predecessor's journal dealt with).
+    void remove_journal();
     void publish_stats();
 
     event_base *base_;

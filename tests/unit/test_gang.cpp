@@ -22,6 +22,7 @@
 
 #include "lib/agent/agent_config.hpp"
 #include "lib/common/cgroupfs.hpp"
+#include "lib/common/procs.hpp"
 #include "lib/common/signals.hpp"
 #include "sched_gang/config.hpp"
 #include "sched_gang/manager.hpp"
@@ -969,9 +970,9 @@ static void test_step_guard(void **)
     AgentRecord ended{dead, 1, 1000};
     assert_false(agent_alive(ended));
     // The journal lists whole job ids.
-    assert_true(journal_lists("12\n3\n", 3));
-    assert_false(journal_lists("12\n3\n", 1));
-    assert_false(journal_lists("123\n", 12));
+    assert_true(journal_jobs("12\n3\n").count(3));
+    assert_false(journal_jobs("12\n3\n").count(1));
+    assert_false(journal_jobs("123\n").count(12));
     // The decision: once the agent is gone for the fail-safe time, once
     // per outage; never for a job the journal does not list.
     auto t0 = std::chrono::steady_clock::now();
