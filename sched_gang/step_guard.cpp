@@ -13,12 +13,14 @@ namespace storm::gang {
 
 namespace {
 
-// starttime, the 22nd field of /proc/PID/stat (the 20th after "pid (comm) ").
+// starttime, the 22nd field of /proc/PID/stat (the 20th after "pid (comm) "),
+// of a process that has not exited: nullopt for one that is gone, or a
+// zombie (exited, not yet reaped: its entry stays until its parent waits).
 std::optional<unsigned long long> start_time(pid_t pid)
 {
     char buf[512];
     const char *f = stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
-    if (!f)
+    if (!f || f[0] == 'Z' || f[0] == 'X')
         return std::nullopt;
     unsigned long long start = 0;
     if (sscanf(f, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",

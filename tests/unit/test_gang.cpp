@@ -969,6 +969,35 @@ static void test_step_guard(void **)
     waitpid(dead, nullptr, 0);
     AgentRecord ended{dead, 1, 1000};
     assert_false(agent_alive(ended));
+    // Nor a process that exited and is not reaped yet (a zombie keeps its
+    // /proc entry and start time).
+    pid_t zombie = fork();
+    if (zombie == 0)
+        _exit(0);
+    char zpath[64];
+    std::snprintf(zpath, sizeof zpath, "/proc/%d/stat", static_cast<int>(zombie));
+    for (int i = 0; i < 200; ++i) {
+        char zbuf[512];
+        const char *zf = storm::stat_fields(zpath, zbuf);
+        if (zf && zf[0] == 'Z')
+            break;
+        std::this_thread::sleep_for(milliseconds(5));
+    }
+    AgentRecord exited = own_agent_record(1000);
+    exited.pid = zombie;
+    {
+        char zbuf[512];
+        const char *zf = storm::stat_fields(zpath, zbuf);
+        unsigned long long zstart = 0;
+        assert_true(zf && zf[0] == 'Z');
+        assert_int_equal(
+            sscanf(zf, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                   &zstart),
+            1);
+        exited.start = zstart; // its own start time: only its state says it is gone
+    }
+    assert_false(agent_alive(exited));
+    waitpid(zombie, nullptr, 0);
     // The journal lists whole job ids.
     assert_true(journal_jobs("12\n3\n").count(3));
     assert_false(journal_jobs("12\n3\n").count(1));
