@@ -121,6 +121,7 @@ struct SwitchContext {
     // whether Slurm suspended the step (scontrol suspend: its SIGSTOP stays).
     std::unique_ptr<storm::gang::StepGuard> guard;
     std::atomic<bool> slurm_suspended{false};
+    bool marked = false; // the step's mark for the agent (mark_suspended)
 };
 
 // A step's switch info: its context, or none.
@@ -648,6 +649,25 @@ void guard_step(stepd_step_rec_t *job)
         [job] { return continue_step(job); }, g_ctx->log);
 }
 
+// Marks (or unmarks) the step as suspended by Slurm for the node agent's
+// fail-safes (step_guard.hpp), where the agent switches jobs.  A failure
+// is logged: the agent then treats the step as any other.
+void mark_suspended(stepd_step_rec_t *job, bool on)
+{
+    if (on == g_ctx->marked)
+        return;
+    std::string dir = gang_journal_dir();
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return; // no gang scheduling on this node
+    g_ctx->marked = on;
+    if (!storm::gang::mark_suspended(dir, job->step_id.job_id, job->step_id.step_id, on))
+        g_ctx->log.error("gang: step %s: cannot mark it suspended by Slurm in %s: %s: a node agent started "
+                         "meanwhile may continue it",
+                         step_name(job->step_id.job_id, job->step_id.step_id).c_str(), dir.c_str(),
+                         std::strerror(errno));
+}
+
 } // namespace
 
 // Root, before the tasks start: opens the step's context on the node
@@ -741,6 +761,7 @@ int switch_p_job_fini(switch_jobinfo_t *jobinfo) { return SLURM_SUCCESS; }
 int switch_p_job_postfini(stepd_step_rec_t *job)
 {
     g_ctx->guard.reset(); // every process is gone: nothing left to continue
+    mark_suspended(job, false);
     if (!g_ctx->opened)
         return SLURM_SUCCESS;
     storm::rdma::Context ctx = std::move(*g_ctx->opened);
@@ -767,16 +788,20 @@ int switch_p_job_suspend_info_unpack(void **suspend_info, buf_t *buffer, uint16_
 void switch_p_job_suspend_info_free(void *suspend_info) {}
 int switch_p_job_suspend(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
 int switch_p_job_resume(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
-// slurmstepd: the step's gang fail-safe leaves a step Slurm suspended stopped.
+// slurmstepd: the gang fail-safes leave a step Slurm suspended stopped: the
+// step's own (the flag) and the node agent's (the step's mark,
+// step_guard.hpp), until Slurm resumes it.
 int switch_p_job_step_pre_suspend(stepd_step_rec_t *job)
 {
     g_ctx->slurm_suspended = true;
+    mark_suspended(job, true);
     return SLURM_SUCCESS;
 }
 int switch_p_job_step_post_suspend(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
 int switch_p_job_step_pre_resume(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
 int switch_p_job_step_post_resume(stepd_step_rec_t *job)
 {
+    mark_suspended(job, false);
     g_ctx->slurm_suspended = false;
     return SLURM_SUCCESS;
 }

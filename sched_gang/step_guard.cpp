@@ -1,8 +1,10 @@
 #include "sched_gang/step_guard.hpp"
 
 #include <cstdio>
+#include <dirent.h>
 #include <sstream>
 #include <unistd.h>
+#include <vector>
 
 #include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
@@ -74,6 +76,48 @@ std::set<uint32_t> journal_jobs(const std::string &journal)
     while (in >> id)
         jobs.insert(id);
     return jobs;
+}
+
+std::string suspended_mark_name(uint32_t job, uint32_t step)
+{
+    return "suspended." + std::to_string(job) + "." + std::to_string(step);
+}
+
+bool mark_suspended(const std::string &dir, uint32_t job, uint32_t step, bool on)
+{
+    std::string path = dir + "/" + suspended_mark_name(job, step);
+    if (!on) {
+        remove_file(path);
+        return true;
+    }
+    return replace_file(path, format_agent_record(own_agent_record(0)), 0600);
+}
+
+bool suspended_by_slurm(const std::string &dir, uint32_t job)
+{
+    std::string prefix = "suspended." + std::to_string(job) + ".";
+    DIR *d = opendir(dir.c_str());
+    if (!d)
+        return false;
+    bool held = false;
+    std::vector<std::string> stale;
+    while (dirent *e = readdir(d)) {
+        std::string name = e->d_name;
+        if (name.compare(0, prefix.size(), prefix) != 0 ||
+            name.find_first_not_of("0123456789", prefix.size()) != std::string::npos ||
+            name.size() == prefix.size())
+            continue; // not a mark of this job (or a mark's spare, *.new)
+        auto text = read_file(dir + "/" + name);
+        auto rec = text ? parse_agent_record(*text) : std::nullopt;
+        if (rec && agent_alive(*rec))
+            held = true;
+        else if (text)
+            stale.push_back(name); // its slurmstepd is gone
+    }
+    closedir(d);
+    for (const auto &name : stale)
+        remove_file(dir + "/" + name);
+    return held;
 }
 
 bool GuardState::observe(std::chrono::steady_clock::time_point now, bool listed, bool alive,

@@ -54,6 +54,22 @@ bool agent_alive(const AgentRecord &r);
 // The jobs a journal's text lists (up to anything that is not an id).
 std::set<uint32_t> journal_jobs(const std::string &journal);
 
+// Jobs Slurm suspended (scontrol suspend).  From pre_suspend to post_resume
+// (or the step's end), each step's slurmstepd marks its step
+// (`<journal_dir>/suspended.<job>.<step>`, holding its own record: pid and
+// start time): Slurm's SIGSTOP holds it.  The agent's fail-safes (a new
+// agent continuing what its predecessor stopped, no strobe for the
+// fail-safe time, the agent stopping) leave such a job's processes stopped
+// (a freezer group is still thawed: Slurm's stop holds inside it) for
+// Slurm to resume: the table that would tell the agent may not have come
+// yet.  A mark whose slurmstepd is gone counts for nothing and is removed.
+std::string suspended_mark_name(uint32_t job, uint32_t step);
+// Writes (`on`) or removes this process's mark of job.step in `dir`.
+// False with errno set if it could not be written.
+bool mark_suspended(const std::string &dir, uint32_t job, uint32_t step, bool on);
+// Whether a live slurmstepd of `job` marked its step in `dir`.
+bool suspended_by_slurm(const std::string &dir, uint32_t job);
+
 // The guard's decision, apart from its thread and files.
 class GuardState {
 public:

@@ -35,6 +35,18 @@ int pidfd_signal(int fd, int sig)
 
 std::string ms_text(uint64_t ms) { return format_duration_us(ms * 1000); }
 
+// "; left stopped for Slurm to resume: jobs J K (scontrol suspend)", or "".
+std::string held_text(const std::set<uint32_t> &jobs)
+{
+    if (jobs.empty())
+        return "";
+    std::string s = "; left stopped for Slurm to resume (scontrol suspend): job";
+    s += jobs.size() > 1 ? "s" : "";
+    for (uint32_t id : jobs)
+        s += " " + std::to_string(id);
+    return s;
+}
+
 } // namespace
 
 Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, SwitcherConfig config,
@@ -135,7 +147,14 @@ void Switcher::recover()
     auto journal = read_file(cfg_.journal_dir + "/" + kJournal);
     if (!journal)
         return;
-    std::set<uint32_t> jobs = journal_jobs(*journal);
+    std::set<uint32_t> jobs = journal_jobs(*journal), slurms;
+    for (auto it = jobs.begin(); it != jobs.end();)
+        if (suspended_by_slurm(cfg_.journal_dir, *it)) { // Slurm's SIGSTOP holds: Slurm resumes it
+            slurms.insert(*it);
+            it = jobs.erase(it);
+        } else {
+            ++it;
+        }
     size_t n = 0;
     if (!jobs.empty()) {
         try {
@@ -147,8 +166,8 @@ void Switcher::recover()
             log_.error("gang: cannot list the processes of jobs a previous agent managed: %s", e.what());
         }
     }
-    log_.info("gang: continued %zu processes of %zu jobs a previous node agent was switching", n,
-              jobs.size());
+    log_.info("gang: continued %zu processes of %zu jobs a previous node agent was switching%s", n,
+              jobs.size(), held_text(slurms).c_str());
     remove_journal();
 }
 
@@ -449,13 +468,24 @@ void Switcher::rescan()
 void Switcher::continue_all(const char *why)
 {
     size_t n = 0;
-    for (auto &[id, j] : jobs_)
-        if (j.stopped) {
-            continue_job(id, j);
-            ++n;
+    std::set<uint32_t> slurms;
+    for (auto &[id, j] : jobs_) {
+        if (!j.stopped)
+            continue;
+        if (!cfg_.journal_dir.empty() && suspended_by_slurm(cfg_.journal_dir, id)) {
+            // Released, not continued: thawed (Slurm's SIGSTOP holds
+            // inside the group), and no SIGCONT.
+            if (freezer_)
+                freezer_->set_frozen(id, false);
+            j.stopped = j.out = false;
+            slurms.insert(id);
+            continue;
         }
-    if (n)
-        log_.info("gang: %s: continued %zu stopped jobs", why, n);
+        continue_job(id, j);
+        ++n;
+    }
+    if (n || !slurms.empty())
+        log_.info("gang: %s: continued %zu stopped jobs%s", why, n, held_text(slurms).c_str());
 }
 
 void Switcher::on_tick(int, short, void *arg) { static_cast<Switcher *>(arg)->tick(); }

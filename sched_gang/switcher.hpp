@@ -32,7 +32,11 @@
 //    resumes them;
 //  - the destructor (slurmd stopping) continues every job it stopped;
 //  - the jobs of the current table are journaled in `journal_dir`; a new
-//    agent (slurmd restarted after a crash) continues them in recover().
+//    agent (slurmd restarted after a crash) continues them in recover();
+//  - but none of these continues a job whose slurmstepd marked a step
+//    suspended by Slurm (step_guard.hpp: the table saying so may not have
+//    come yet): its freezer group is thawed, and Slurm's SIGSTOP holds
+//    until Slurm resumes it.
 //
 // Lending (SwitcherConfig::lend, on by default): a strobe whose slot has no
 // job with a live process on this node stops nothing; the jobs that ran go

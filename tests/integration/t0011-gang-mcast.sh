@@ -10,7 +10,9 @@
 # drops the group still switches on the tree's strobes, both jobs in turn.
 # With vn1's slurmd killed and not restarted, the steps' slurmstepd send
 # SIGCONT to what its agent stopped, after the fail-safe time; a new slurmd
-# switches both jobs again.
+# switches both jobs again.  A job Slurm suspended while vn1's agent could
+# not hear of it stays stopped through vn1's slurmd dying and starting
+# again, until scontrol resume.
 # Once one job ended (one slot), the manager strobes at the heartbeat's pace
 # only and the other job runs all the time; nothing is left stopped at the
 # end.  The agents switch with signals
@@ -95,6 +97,47 @@ for _ in $(seq 40); do # the manager readmits vn1 with the table
     sleep 0.5
 done
 t_check "  and vn1's new agent switches both jobs again within 10 s" all_stopped_once 10
+
+# --- Slurm suspends a job, vn1's agent does not hear of it, and slurmd dies ----
+# vn1's agent gets no table (its port is dropped on vn1's link, as above),
+# so after `scontrol suspend A` its journal still lists A.  With vn1's
+# slurmd killed, A's slurmstepd leaves A stopped (Slurm suspended it) and
+# B's continues B; then a new slurmd, heard again, leaves A stopped too
+# (A's step marked itself suspended by Slurm) until `scontrol resume`.
+{
+    echo "qdisc add dev svh1 root handle 1: htb default 1 r2q 1000"
+    echo "class add dev svh1 parent 1: classid 1:1 htb rate 10gbit"
+    echo "class add dev svh1 parent 1: classid 1:2 htb rate 8bit ceil 8bit"
+    echo "qdisc add dev svh1 parent 1:2 pfifo limit 1"
+    echo "filter add dev svh1 parent 1: protocol ip u32 match ip protocol 6 0xff match ip dport 6830 0xffff flowid 1:2"
+} > "$T_WORK/deaf.tc"
+tc -batch "$T_WORK/deaf.tc" 2>&1 | grep -v 'quantum of class' | t_diag
+sleep 0.3
+scontrol suspend "$A"
+for _ in $(seq 20); do [ "$(state_of "$a1")" = T ] && [ "$(state_of "$a2")" = T ] && break; sleep 0.1; done
+t_check "with its port dropped, vn1's agent still journals A after scontrol suspend" \
+    grep -qx "$A" "$STATE/nodes/vn1/spool/storm-gang/jobs"
+kill -9 "$(cat "$STATE/run/slurmd-vn1.pid" 2>/dev/null || echo 0)" 2>/dev/null ||
+    pkill -9 -f "slurmd -N vn1 "
+sleep 6.5
+sample_states "$T_WORK/st.held" 100 "$a1" "$a2" "$b1"
+t_check "  with vn1's slurmd dead: A, suspended by Slurm, stays stopped on vn1 and vn2 ($(pct "$T_WORK/st.held" '$1 && $2')% of 100 samples)" \
+    [ "$(pct "$T_WORK/st.held" '$1 && $2')" -ge 95 ]
+t_check "  while B's slurmstepd continues B on vn1 (runs in $(pct "$T_WORK/st.held" '!$3')%)" \
+    [ "$(pct "$T_WORK/st.held" '!$3')" -ge 90 ]
+tc qdisc del dev svh1 root
+"$VC" start vn1 > /dev/null 2>&1
+for _ in $(seq 40); do
+    grep -q 'previous node agent was switching' "$STATE/log/slurmd-vn1.log" 2>/dev/null && break
+    sleep 0.25
+done
+sleep 1
+sample_states "$T_WORK/st.back" 100 "$a1"
+t_check "  a new slurmd on vn1 leaves A stopped too (stopped in $(pct "$T_WORK/st.back" '$1')% of 100 samples)" \
+    [ "$(pct "$T_WORK/st.back" '$1')" -ge 95 ]
+t_check "  and says so" grep -q "left stopped for Slurm to resume (scontrol suspend): job $A\$" "$STATE/log/slurmd-vn1.log"
+scontrol resume "$A"
+t_check "  after scontrol resume, both jobs take turns again on both nodes within 10 s" all_stopped_once 10
 
 # --- one slot left: nothing to switch, the heartbeat alone ------------------
 # With A gone the matrix has one slot: the manager sends only the

@@ -942,6 +942,41 @@ void test_switcher_never_leaves_stopped(void **)
     assert_true(eventually_state(b, p1, 'S'));
     struct stat st;
     assert_true(stat((b.journal + "/jobs").c_str(), &st) < 0);
+    sw.reset();
+    // Unless Slurm suspended the job meanwhile (its step's slurmstepd
+    // marked it; here this live process): the next agent leaves job 2
+    // stopped for Slurm to resume, and continues job 1.
+    kill(p1, SIGSTOP);
+    kill(p2, SIGSTOP);
+    assert_true(eventually_state(b, p1, 'T') && eventually_state(b, p2, 'T'));
+    {
+        std::ofstream j(b.journal + "/jobs");
+        j << "1\n2\n";
+    }
+    assert_true(storm::gang::mark_suspended(b.journal, 2, 0, true));
+    sw = b.make();
+    sw->recover();
+    assert_true(eventually_state(b, p1, 'S'));
+    std::this_thread::sleep_for(100ms);
+    assert_true(eventually_state(b, p2, 'T'));
+    sw.reset();
+    // Nor does an agent that stops, or whose strobes stop, continue a job
+    // Slurm suspended after the agent had stopped it.
+    kill(p2, SIGCONT);
+    storm::gang::mark_suspended(b.journal, 2, 0, false);
+    {
+        auto sw2 = b.make();
+        sw2->on_signal(kTableEvent, table(10, {{1, 1, me}, {2, 2, me}}, {}, 60000).encode());
+        assert_true(b.run_until([&] { return sw2->processes(2) == 1; }));
+        strobe(*sw2, 10, 0);
+        assert_true(eventually_state(b, p2, 'T') && sw2->stopped(2));
+        assert_true(storm::gang::mark_suspended(b.journal, 2, 0, true));
+    }
+    assert_true(eventually_state(b, p1, 'S'));
+    std::this_thread::sleep_for(100ms);
+    assert_true(eventually_state(b, p2, 'T'));
+    storm::gang::mark_suspended(b.journal, 2, 0, false);
+    kill(p2, SIGCONT);
     reap({p1, p2});
 }
 
@@ -1051,6 +1086,25 @@ static void test_step_guard(void **)
         std::this_thread::sleep_for(milliseconds(300));
     }
     assert_int_equal(calls.load(), 1);
+
+    // Marks of steps Slurm suspended: only a live slurmstepd's count, for
+    // its own job only; a dead one's is removed.
+    assert_string_equal(suspended_mark_name(12, 3).c_str(), "suspended.12.3");
+    assert_false(suspended_by_slurm(dir, 12));
+    assert_true(mark_suspended(dir, 12, 3, true));
+    assert_true(suspended_by_slurm(dir, 12));
+    assert_false(suspended_by_slurm(dir, 1));
+    assert_false(suspended_by_slurm(dir, 123));
+    assert_true(mark_suspended(dir, 12, 3, false));
+    assert_false(suspended_by_slurm(dir, 12));
+    put(suspended_mark_name(14, 0), format_agent_record(AgentRecord{dead, 1, 0}));
+    put(suspended_mark_name(15, 0), "garbage");
+    assert_false(suspended_by_slurm(dir, 14));
+    assert_false(suspended_by_slurm(dir, 15));
+    struct stat st;
+    assert_true(stat((dir + "/" + suspended_mark_name(14, 0)).c_str(), &st) < 0);
+    assert_true(stat((dir + "/" + suspended_mark_name(15, 0)).c_str(), &st) < 0);
+    assert_false(mark_suspended("/nonexistent/storm-gang", 12, 3, true));
     std::system(("rm -rf " + dir).c_str());
 }
 
