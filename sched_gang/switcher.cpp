@@ -35,7 +35,7 @@ int pidfd_signal(int fd, int sig)
 
 std::string ms_text(uint64_t ms) { return format_duration_us(ms * 1000); }
 
-// "; left stopped for Slurm to resume: jobs J K (scontrol suspend)", or "".
+// "; left stopped for Slurm to resume (scontrol suspend): jobs J K", or "".
 std::string held_text(const std::set<uint32_t> &jobs)
 {
     if (jobs.empty())
