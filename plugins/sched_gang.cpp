@@ -82,6 +82,9 @@ struct SchedContext {
     void start_manager(const storm::gang::GangConfig &c);
     void poll() noexcept;
     storm::gang::Snapshot snapshot();
+    void extend_end_times();
+    // Stopped time not yet added to each job's end time (under a second).
+    std::map<uint32_t, std::chrono::microseconds> carry;
 };
 
 SchedContext *g_ctx = nullptr;
@@ -180,13 +183,50 @@ storm::gang::Snapshot SchedContext::snapshot()
     return s;
 }
 
+// Each running job's end time moves on by the time it spent stopped in
+// other slots (MachineManager::take_stopped), in whole seconds, as Slurm
+// moves a suspended job's: its time limit counts the time it ran.  Under
+// slurmctld's job write lock.
+void SchedContext::extend_end_times()
+{
+    auto stopped = manager->take_stopped();
+    if (stopped.empty())
+        return;
+    slurmctld_lock_t lock = {NO_LOCK, WRITE_LOCK, NO_LOCK, NO_LOCK, NO_LOCK};
+    lock_slurmctld(lock);
+    bool moved = false;
+    for (auto &[id, t] : stopped) {
+        job_record_t *job = find_job_record(id);
+        if (!job || !IS_JOB_RUNNING(job) || job->time_limit == INFINITE || job->time_limit == NO_VAL) {
+            carry.erase(id);
+            continue;
+        }
+        auto &c = carry[id];
+        c += t;
+        auto secs = std::chrono::duration_cast<std::chrono::seconds>(c);
+        if (secs.count() > 0) {
+            job->end_time += static_cast<time_t>(secs.count());
+            c -= secs;
+            moved = true;
+        }
+    }
+    if (moved)
+        last_job_update = time(nullptr); // squeue and scontrol see the new end times
+    unlock_slurmctld(lock);
+    for (auto it = carry.begin(); it != carry.end();) // jobs gone from the matrix
+        it = stopped.count(it->first) ? std::next(it) : carry.erase(it);
+}
+
 void SchedContext::poll() noexcept
 {
     std::unique_lock<std::mutex> lk(mu);
+    unsigned round = 0;
     while (!quit) {
         lk.unlock();
         try {
             manager->submit(snapshot());
+            if (++round % 20 == 0) // once a second
+                extend_end_times();
         } catch (const std::exception &e) {
             log.error("gang: reading the job list: %s", e.what());
         }

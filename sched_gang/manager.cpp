@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sys/random.h>
 #include <unistd.h>
+#include <utility>
 
 #include <event2/event.h>
 
@@ -138,6 +139,12 @@ void MachineManager::submit(Snapshot s)
 {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ = std::move(s);
+}
+
+std::map<uint32_t, std::chrono::microseconds> MachineManager::take_stopped()
+{
+    std::lock_guard<std::mutex> lk(mu_);
+    return std::exchange(stopped_, {});
 }
 
 void MachineManager::set_timing(const Timing &t)
@@ -337,8 +344,10 @@ void MachineManager::send_table(const net::RangeSet &to_all)
 
 void MachineManager::strobe()
 {
-    if (matrix_.jobs().empty())
+    if (matrix_.jobs().empty()) {
+        slot_since_.reset();
         return;
+    }
     // Every `every`-th strobe is answered (answer_us()).
     bool mc = multicasting();
     auto every =
@@ -358,8 +367,20 @@ void MachineManager::strobe()
         answered = false;
     }
     net::RangeSet to = active(gang_nodes_);
-    if (to.empty())
+    if (to.empty()) {
+        slot_since_.reset();
         return;
+    }
+    // The slot that ran until now: the jobs not in it were stopped.
+    auto now = std::chrono::steady_clock::now();
+    if (slot_since_ && slots > 1) {
+        auto ran = std::chrono::duration_cast<std::chrono::microseconds>(now - *slot_since_);
+        std::lock_guard<std::mutex> lk(mu_);
+        for (const auto &[id, mask] : matrix_.masks())
+            if (!(mask >> slot_ & 1))
+                stopped_[id] += ran;
+    }
+    slot_since_ = now;
     slot_ = (slot_ + 1) % slots;
     Strobe s{table_.epoch, static_cast<uint16_t>(slot_), ++seq_, realtime_ns()};
     bool sent = multicast(s);

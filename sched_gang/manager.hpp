@@ -88,6 +88,13 @@ public:
     void submit(Snapshot s);
     void set_timing(const Timing &t);
 
+    // The time each job spent stopped since the last call: strobed slots
+    // that are neither its home nor one of its alternatives (any thread).
+    // slurmctld moves the job's end time on by it, as Slurm does for the
+    // time a job spends suspended, so that its time limit counts the time
+    // it ran.
+    std::map<uint32_t, std::chrono::microseconds> take_stopped();
+
     // Counters (any thread).
     uint64_t strobes() const noexcept { return strobes_.load(); }
     uint64_t tables() const noexcept { return tables_.load(); }
@@ -127,6 +134,7 @@ private:
     std::mutex mu_;
     std::optional<Snapshot> pending_;
     std::optional<Timing> pending_timing_;
+    std::map<uint32_t, std::chrono::microseconds> stopped_; // take_stopped()
 
     // Loop state.
     Timing timing_;
@@ -139,7 +147,8 @@ private:
     std::map<uint32_t, std::chrono::steady_clock::time_point> isolated_;
     std::map<uint32_t, std::chrono::milliseconds> backoff_; // last isolation of nodes not back yet
     unsigned slot_ = 0;
-    std::chrono::microseconds armed_{0}; // the strobe timer's period
+    std::optional<std::chrono::steady_clock::time_point> slot_since_; // slot_ runs since
+    std::chrono::microseconds armed_{0};                              // the strobe timer's period
     uint64_t seq_ = 0, late_ = 0, failed_strobes_ = 0;
     bool in_flight_ = false;
     RealtimeWhile realtime_{cfg_.rt_priority};

@@ -11,6 +11,9 @@
 #   D, 4 nodes: vn[5-8], the free aligned half
 # so slot 0 is full with four jobs and no idle cell; then
 #   E, 4 nodes: no room in slot 0: a second slot, on an aligned half
+# (while two slots run, a job's end time moves on by the time it spends
+# stopped, so its time limit counts the time it ran: A's, not D's, which
+# also runs in slot 1 on the half E leaves free)
 # and once C ended,
 #   F, 1 node:  vn2 again, slot 0's only hole.
 # sched/gang's matrix (storm-gang) agrees, and slurmctld logs each
@@ -27,7 +30,7 @@ vc_up 8 --conf "PartitionName=gang Nodes=vn[1-8] OverSubscribe=FORCE:2 MaxTime=I
 # runs; prints its id (empty if it did not start within 30 s).
 start() {
     local id
-    id=$(sbatch --parsable -p gang -N "$1" -o /dev/null --wrap "sleep 600") || return 1
+    id=$(sbatch --parsable -p gang -N "$1" -t 10 -o /dev/null --wrap "sleep 600") || return 1
     for _ in $(seq 150); do
         [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] && { echo "$id"; return 0; }
         sleep 0.2
@@ -71,6 +74,21 @@ E=$(start 4)
 placed "E (4 nodes): a second slot, on an aligned half" "$E" 'vn[1-4]' 'vn[5-8]'
 t_check "storm-gang: two slots" status_has '^slots: 2'
 grep -E '^slot [0-9]+:' "$T_WORK/status" | t_diag
+
+# Time limits count the time a job ran, as for a job Slurm suspends: A
+# (slot 0 only) is stopped while slot 1 runs, so its end time moves on by
+# about half the time that passes; D runs in slot 1 too (vn[5-8] are free
+# there: alternative scheduling), so its end time stays.
+# (E on vn[5-8] instead would swap the two roles.)
+S=$A R=$D
+[ "$(nodes_of "$E")" = 'vn[5-8]' ] && S=$D R=$A
+end_of() { date -d "$(scontrol -o show job "$1" | sed -n 's/.* EndTime=\([^ ]*\).*/\1/p')" +%s; }
+s0=$(end_of "$S"); r0=$(end_of "$R")
+sleep 10
+ds=$(( $(end_of "$S") - s0 )); dr=$(( $(end_of "$R") - r0 ))
+t_check "in 10 s at two slots, job $S's end time moved on by the time it was stopped (${ds} s, about 5)" \
+    [ "$ds" -ge 3 -a "$ds" -le 8 ]
+t_check "  and job $R's, which ran in both slots, did not (${dr} s)" [ "$dr" -le 1 ]
 
 scancel "$C"
 wait_job "$C" 30

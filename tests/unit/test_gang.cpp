@@ -1204,6 +1204,15 @@ void test_manager_end_to_end(void **)
         assert_int_equal(s->failsafes(), 0);
     }
     assert_true(mm->strobes() >= 20);
+    // Each job was stopped while the other's slot ran: about half of the
+    // 1.5 s (what slurmctld adds to its end time); none since taken.
+    auto stopped = mm->take_stopped();
+    assert_int_equal(stopped.size(), 2);
+    for (uint32_t job : {1u, 2u})
+        assert_in_range(std::chrono::duration_cast<std::chrono::milliseconds>(stopped[job]).count(), 400,
+                        1200);
+    for (auto &[job, t] : mm->take_stopped()) // only what accrued since
+        assert_true(t < 200ms);
     // The status file shows the matrix.
     std::ifstream st(tm.status);
     std::string text((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
