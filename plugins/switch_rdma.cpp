@@ -173,6 +173,15 @@ std::string slurmd_spool_dir()
 // (step_guard.hpp), in slurmd and slurmstepd.
 std::string gang_journal_dir() { return slurmd_spool_dir() + "/storm-gang"; }
 
+// gang_journal_dir() where this node's agent switches jobs (it made the
+// directory), else "".
+std::string gang_dir_here()
+{
+    std::string dir = gang_journal_dir();
+    struct stat st;
+    return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? dir : "";
+}
+
 // The processes of the steps (not batch, extern or interactive) of `jobs`
 // on this node, as each step's slurmstepd lists them (its proctrack
 // container).  Runs on the gang switcher's scanner thread.
@@ -639,9 +648,8 @@ void guard_step(stepd_step_rec_t *job)
     if (job->batch || job->step_id.step_id == SLURM_EXTERN_CONT ||
         job->step_id.step_id == SLURM_BATCH_SCRIPT || job->step_id.step_id == SLURM_INTERACTIVE_STEP)
         return; // the agent switches the other steps only
-    std::string dir = gang_journal_dir();
-    struct stat st;
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    std::string dir = gang_dir_here();
+    if (dir.empty())
         return; // no gang scheduling on this node
     g_ctx->guard = std::make_unique<storm::gang::StepGuard>(
         storm::gang::StepGuardConfig{dir, job->step_id.job_id,
@@ -656,9 +664,8 @@ void mark_suspended(stepd_step_rec_t *job, bool on)
 {
     if (on == g_ctx->marked)
         return;
-    std::string dir = gang_journal_dir();
-    struct stat st;
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    std::string dir = gang_dir_here();
+    if (dir.empty())
         return; // no gang scheduling on this node
     g_ctx->marked = on;
     if (!storm::gang::mark_suspended(dir, job->step_id.job_id, job->step_id.step_id, on))
