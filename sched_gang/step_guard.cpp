@@ -93,26 +93,26 @@ bool mark_suspended(const std::string &dir, uint32_t job, uint32_t step, bool on
     return replace_file(path, format_agent_record(own_agent_record(0)), 0600);
 }
 
-bool suspended_by_slurm(const std::string &dir, uint32_t job)
+std::set<uint32_t> suspended_by_slurm(const std::string &dir)
 {
-    std::string prefix = "suspended." + std::to_string(job) + ".";
+    std::set<uint32_t> held;
     DIR *d = opendir(dir.c_str());
     if (!d)
-        return false;
-    bool held = false;
+        return held;
     std::vector<std::string> stale;
     while (dirent *e = readdir(d)) {
-        std::string name = e->d_name;
-        if (name.compare(0, prefix.size(), prefix) != 0 ||
-            name.find_first_not_of("0123456789", prefix.size()) != std::string::npos ||
-            name.size() == prefix.size())
-            continue; // not a mark of this job (or a mark's spare, *.new)
-        auto text = read_file(dir + "/" + name);
+        // "suspended.<job>.<step>" (not a mark's spare, *.new)
+        unsigned long job = 0, step = 0;
+        int used = 0;
+        if (sscanf(e->d_name, "suspended.%lu.%lu%n", &job, &step, &used) != 2 || e->d_name[used] != '\0' ||
+            suspended_mark_name(static_cast<uint32_t>(job), static_cast<uint32_t>(step)) != e->d_name)
+            continue;
+        auto text = read_file(dir + "/" + e->d_name);
         auto rec = text ? parse_agent_record(*text) : std::nullopt;
         if (rec && agent_alive(*rec))
-            held = true;
+            held.insert(static_cast<uint32_t>(job));
         else if (text)
-            stale.push_back(name); // its slurmstepd is gone
+            stale.push_back(e->d_name); // its slurmstepd is gone
     }
     closedir(d);
     for (const auto &name : stale)

@@ -67,8 +67,8 @@ std::string suspended_mark_name(uint32_t job, uint32_t step);
 // Writes (`on`) or removes this process's mark of job.step in `dir`.
 // False with errno set if it could not be written.
 bool mark_suspended(const std::string &dir, uint32_t job, uint32_t step, bool on);
-// Whether a live slurmstepd of `job` marked its step in `dir`.
-bool suspended_by_slurm(const std::string &dir, uint32_t job);
+// The jobs a live slurmstepd marked a step of in `dir` (one pass over it).
+std::set<uint32_t> suspended_by_slurm(const std::string &dir);
 
 // The guard's decision, apart from its thread and files.
 class GuardState {

@@ -147,9 +147,9 @@ void Switcher::recover()
     auto journal = read_file(cfg_.journal_dir + "/" + kJournal);
     if (!journal)
         return;
-    std::set<uint32_t> jobs = journal_jobs(*journal), slurms;
+    std::set<uint32_t> jobs = journal_jobs(*journal), slurms, held = suspended_by_slurm(cfg_.journal_dir);
     for (auto it = jobs.begin(); it != jobs.end();)
-        if (suspended_by_slurm(cfg_.journal_dir, *it)) { // Slurm's SIGSTOP holds: Slurm resumes it
+        if (held.count(*it)) { // Slurm's SIGSTOP holds: Slurm resumes it
             slurms.insert(*it);
             it = jobs.erase(it);
         } else {
@@ -233,11 +233,12 @@ void Switcher::stop_job(uint32_t id, Job &j)
     j.stopped = j.out = true;
 }
 
-void Switcher::continue_job(uint32_t id, Job &j)
+void Switcher::continue_job(uint32_t id, Job &j, bool sigcont)
 {
     if (freezer_)
         freezer_->set_frozen(id, false);
-    signal_job(id, j, SIGCONT);
+    if (sigcont)
+        signal_job(id, j, SIGCONT);
     j.stopped = j.out = false;
 }
 
@@ -468,21 +469,23 @@ void Switcher::rescan()
 void Switcher::continue_all(const char *why)
 {
     size_t n = 0;
-    std::set<uint32_t> slurms;
+    std::set<uint32_t> slurms, held;
+    bool looked = false;
     for (auto &[id, j] : jobs_) {
         if (!j.stopped)
             continue;
-        if (!cfg_.journal_dir.empty() && suspended_by_slurm(cfg_.journal_dir, id)) {
-            // Released, not continued: thawed (Slurm's SIGSTOP holds
-            // inside the group), and no SIGCONT.
-            if (freezer_)
-                freezer_->set_frozen(id, false);
-            j.stopped = j.out = false;
-            slurms.insert(id);
-            continue;
+        if (!looked && !cfg_.journal_dir.empty()) {
+            held = suspended_by_slurm(cfg_.journal_dir);
+            looked = true;
         }
-        continue_job(id, j);
-        ++n;
+        // One Slurm suspended is released, not continued: thawed (Slurm's
+        // SIGSTOP holds inside the group), and no SIGCONT.
+        bool slurm = held.count(id) > 0;
+        continue_job(id, j, !slurm);
+        if (slurm)
+            slurms.insert(id);
+        else
+            ++n;
     }
     if (n || !slurms.empty())
         log_.info("gang: %s: continued %zu stopped jobs%s", why, n, held_text(slurms).c_str());

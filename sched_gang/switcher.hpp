@@ -232,7 +232,9 @@ private:
     void finish_switch(uint64_t bit, uint64_t seq, bool lend);
     void signal_job(uint32_t id, Job &j, int sig);
     void stop_job(uint32_t id, Job &j);
-    void continue_job(uint32_t id, Job &j);
+    // Thaws and continues job `id` (with `sigcont` false: thaws only, for
+    // a job Slurm suspended, whose SIGSTOP must hold).
+    void continue_job(uint32_t id, Job &j, bool sigcont = true);
     void continue_all(const char *why);
     void tick();
     // The tick runs every 50 ms while the table holds jobs of this node

@@ -1090,17 +1090,17 @@ static void test_step_guard(void **)
     // Marks of steps Slurm suspended: only a live slurmstepd's count, for
     // its own job only; a dead one's is removed.
     assert_string_equal(suspended_mark_name(12, 3).c_str(), "suspended.12.3");
-    assert_false(suspended_by_slurm(dir, 12));
+    assert_false(suspended_by_slurm(dir).count(12));
     assert_true(mark_suspended(dir, 12, 3, true));
-    assert_true(suspended_by_slurm(dir, 12));
-    assert_false(suspended_by_slurm(dir, 1));
-    assert_false(suspended_by_slurm(dir, 123));
+    assert_true(suspended_by_slurm(dir).count(12));
+    assert_false(suspended_by_slurm(dir).count(1));
+    assert_false(suspended_by_slurm(dir).count(123));
     assert_true(mark_suspended(dir, 12, 3, false));
-    assert_false(suspended_by_slurm(dir, 12));
+    assert_false(suspended_by_slurm(dir).count(12));
     put(suspended_mark_name(14, 0), format_agent_record(AgentRecord{dead, 1, 0}));
     put(suspended_mark_name(15, 0), "garbage");
-    assert_false(suspended_by_slurm(dir, 14));
-    assert_false(suspended_by_slurm(dir, 15));
+    assert_false(suspended_by_slurm(dir).count(14));
+    assert_false(suspended_by_slurm(dir).count(15));
     struct stat st;
     assert_true(stat((dir + "/" + suspended_mark_name(14, 0)).c_str(), &st) < 0);
     assert_true(stat((dir + "/" + suspended_mark_name(15, 0)).c_str(), &st) < 0);
