@@ -213,7 +213,9 @@ void SchedContext::extend_end_times()
     if (moved)
         last_job_update = time(nullptr); // squeue and scontrol see the new end times
     unlock_slurmctld(lock);
-    for (auto it = carry.begin(); it != carry.end();) // jobs gone from the matrix
+    // Jobs not stopped in the last second (ended ones among them) drop
+    // what they carry, under a second each: the map holds no ended job.
+    for (auto it = carry.begin(); it != carry.end();)
         it = stopped.count(it->first) ? std::next(it) : carry.erase(it);
 }
 
