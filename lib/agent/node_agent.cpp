@@ -11,7 +11,6 @@
 #include "lib/common/precise_base.hpp"
 #include "lib/common/procs.hpp"
 #include "lib/common/signals.hpp"
-#include "lib/prim/checksum.hpp"
 #include "lib/common/thread_name.hpp"
 
 namespace storm::agent {
@@ -115,12 +114,8 @@ void NodeAgent::start()
                     log_.error("cosched: implicit coscheduling is off on this node: %s", e.what());
                 }
             }
-            engine_->on_signal([this](const std::string &ev, uint64_t count, const std::string &data) {
-                if (heartbeat_->on_signal(ev))
-                    return;
-                engine_->set_variable("event:" + ev, static_cast<int64_t>(count));
-                engine_->set_variable("crc:" + ev, static_cast<int64_t>(prim::crc32c(data)));
-            });
+            engine_->on_signal(
+                [this](const std::string &ev, uint64_t, const std::string &) { heartbeat_->on_signal(ev); });
             if (network_->authorizer) {
                 uint32_t self = network_->self;
                 std::string name =

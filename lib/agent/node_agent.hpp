@@ -16,10 +16,11 @@
 //  - wakeups() counts control messages the loop has handled: a liveness
 //    probe for tests.
 //  - With a network, start() also binds the agent port and runs STORM's
-//    primitives (lib/prim) on the loop; each signalled remote event sets
+//    primitives (lib/prim) on the loop; each signalled remote event has
 //    the variables "event:<name>" (how many times) and "crc:<name>" (the
 //    CRC-32C of its data) that COMPARE-AND-WRITE can test, so an initiator
-//    can check with one COMPARE-AND-WRITE that a whole set holds the data.
+//    can check with one COMPARE-AND-WRITE that a whole set holds the data
+//    (Engine::variable).
 //    It also receives the heartbeats of queue "main" (prim/heartbeat.hpp),
 //    and, given an authorizer, users' broadcasts: it heads those its
 //    clients send and receives everyone's (launch_bcast).  Given a step

@@ -52,13 +52,15 @@ bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string
 // would take four.
 void tune(bufferevent *bev) { bufferevent_set_max_single_write(bev, 1 << 20); }
 
-// What one read asks the kernel for, at most.
+// An input block's usual size, and the least room a read is given.
 constexpr size_t kReadSize = 256u << 10;
+constexpr size_t kMinRoom = 16u << 10;
 
 } // namespace
 
 Connection::Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index)
-    : base_(base), bev_(bev), auth_(auth), client_(client), peer_(client ? index : kNoIndex),
+    : base_(base), bev_(bev), fd_(static_cast<int>(bufferevent_getfd(bev))),
+      out_(bufferevent_get_output(bev)), auth_(auth), client_(client), peer_(client ? index : kNoIndex),
       self_(client ? kNoIndex : index)
 {
 }
@@ -67,23 +69,51 @@ Connection::~Connection()
 {
     if (rev_)
         event_free(rev_);
-    if (in_)
-        evbuffer_free(in_);
     if (bev_)
         bufferevent_free(bev_);
 }
 
-// The bufferevent writes (and connects); reads are ours, one readv per
-// readable event straight into our input buffer: libevent's own read asks
-// the kernel how much is there first (an ioctl per read).
+// The bufferevent writes (and connects); reads are ours, one read per
+// readable event straight into the input block: libevent's own read asks
+// the kernel how much is there first (an ioctl per read) and copies each
+// frame out of its buffer.
 void Connection::watch_reads()
 {
-    in_ = evbuffer_new();
-    if (!in_)
-        throw std::runtime_error("cannot allocate a connection's input buffer");
-    rev_ = event_new(base_, bufferevent_getfd(bev_), EV_READ | EV_PERSIST, on_readable, this);
+    rev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_readable, this);
     if (!rev_ || event_add(rev_, nullptr) < 0)
         throw std::runtime_error("cannot watch a connection's socket");
+}
+
+void Connection::prepare_input()
+{
+    size_t pending = in_end_ - in_begin_;
+    // Bytes the block must hold from in_begin_: the frame being read, and
+    // room for a read of a useful size.
+    size_t need = std::max(in_need_, pending + kMinRoom);
+    bool alone = in_ && in_.use_count() == 1;
+    if (alone && pending == 0) {
+        if (in_cap_ > kReadSize) // done with a large frame's block: give it back
+            in_.reset();
+        in_begin_ = in_end_ = 0;
+    }
+    if (in_) {
+        if (in_cap_ - in_begin_ >= need)
+            return;
+        if (alone && in_cap_ >= need) {
+            std::memmove(in_.get(), in_.get() + in_begin_, pending);
+            in_begin_ = 0;
+            in_end_ = pending;
+            return;
+        }
+    }
+    size_t cap = std::max(kReadSize, need);
+    std::shared_ptr<char[]> block(new char[cap]); // not zero-filled: read into
+    if (pending)
+        std::memcpy(block.get(), in_.get() + in_begin_, pending);
+    in_ = std::move(block);
+    in_cap_ = cap;
+    in_begin_ = 0;
+    in_end_ = pending;
 }
 
 void Connection::on_readable(evutil_socket_t fd, short, void *arg)
@@ -92,20 +122,16 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
     auto keep = c->shared_from_this();
     if (c->closed_)
         return;
-    evbuffer *in = c->in_;
-    evbuffer_iovec v[2];
-    int nv = evbuffer_reserve_space(in, kReadSize, v, 2);
-    if (nv <= 0) {
+    try {
+        c->prepare_input();
+    } catch (const std::bad_alloc &) {
         c->close("out of memory reading from " + c->name_);
         return;
     }
-    iovec iov[2];
-    for (int i = 0; i < nv; ++i)
-        iov[i] = {v[i].iov_base, v[i].iov_len};
-    ssize_t n = readv(fd, iov, nv);
+    ssize_t n = read(fd, c->in_.get() + c->in_end_, c->in_cap_ - c->in_end_);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-            return; // the reservation is simply not committed
+            return;
         c->close_on_error(errno);
         return;
     }
@@ -113,12 +139,7 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
         c->close_by_peer();
         return;
     }
-    size_t left = static_cast<size_t>(n);
-    for (int i = 0; i < nv; ++i) {
-        v[i].iov_len = std::min(v[i].iov_len, left);
-        left -= v[i].iov_len;
-    }
-    evbuffer_commit_space(in, v, nv);
+    c->in_end_ += static_cast<size_t>(n);
     c->handle_input();
 }
 
@@ -178,43 +199,50 @@ void Connection::send(MsgType type, uint64_t op, std::string_view payload)
 {
     if (closed_)
         return;
-    std::string frame;
-    encode_frame(frame, type, op, payload);
+    char header[kHeaderSize];
+    encode_header(header, type, op, payload.size());
     if (client_ && !ready_ && type != MsgType::hello) {
-        held_ += frame;
+        held_.append(header, kHeaderSize);
+        held_.append(payload.data(), payload.size());
         return;
     }
-    write_now(frame.data(), frame.size(), nullptr);
+    write_now(header, payload, nullptr);
 }
 
 // With nothing queued, the bytes go to the kernel at once: no write event
 // to arm and disarm (two epoll_ctl calls) and no loop iteration to wait
 // for.  What the kernel does not take now, or any error, is left to the
 // bufferevent, which queues it in order and reports the error.
-void Connection::write_now(const char *head, size_t head_len, const DataRef *data)
+void Connection::write_now(const char *header, std::string_view head, const DataRef *data)
 {
-    evbuffer *out = bufferevent_get_output(bev_);
-    size_t sent = 0, total = head_len + (data ? data->len : 0);
-    int fd = static_cast<int>(bufferevent_getfd(bev_));
+    evbuffer *out = out_;
+    size_t data_len = data ? data->len : 0;
+    size_t sent = 0, total = kHeaderSize + head.size() + data_len;
+    int fd = fd_;
     if (ready_ && fd >= 0 && evbuffer_get_length(out) == 0) {
-        iovec iov[2] = {{const_cast<char *>(head), head_len},
-                        {data ? const_cast<char *>(data->ptr) : nullptr, data ? data->len : 0}};
+        iovec iov[3] = {{const_cast<char *>(header), kHeaderSize},
+                        {const_cast<char *>(head.data()), head.size()},
+                        {data ? const_cast<char *>(data->ptr) : nullptr, data_len}};
         msghdr m{};
         m.msg_iov = iov;
-        m.msg_iovlen = data ? 2 : 1;
+        m.msg_iovlen = data_len ? 3 : 2;
         ssize_t n = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0)
             sent = static_cast<size_t>(n);
         if (sent == total)
             return;
     }
-    if (sent < head_len)
-        evbuffer_add(out, head + sent, head_len - sent);
-    if (data && data->len) {
-        size_t skip = sent > head_len ? sent - head_len : 0;
+    // The rest, in order: header and head copied, data referenced.
+    if (sent < kHeaderSize)
+        evbuffer_add(out, header + sent, kHeaderSize - sent);
+    size_t head_done = sent > kHeaderSize ? std::min(sent - kHeaderSize, head.size()) : 0;
+    if (head_done < head.size())
+        evbuffer_add(out, head.data() + head_done, head.size() - head_done);
+    if (data_len) {
+        size_t skip = sent > kHeaderSize + head.size() ? sent - kHeaderSize - head.size() : 0;
         auto *keep = new std::shared_ptr<const void>(data->owner);
         evbuffer_add_reference(
-            out, data->ptr + skip, data->len - skip,
+            out, data->ptr + skip, data_len - skip,
             [](const void *, size_t, void *arg) { delete static_cast<std::shared_ptr<const void> *>(arg); },
             keep);
     }
@@ -228,24 +256,15 @@ void Connection::send(MsgType type, uint64_t op, std::string_view head, const Da
         send(type, op, head);
         return;
     }
-    if (head.size() + data.len > max_payload(type))
-        throw FrameError(std::string(msg_type_name(type)) + " payload of " +
-                         std::to_string(head.size() + data.len) + " bytes exceeds the limit of " +
-                         std::to_string(max_payload(type)));
     if (client_ && !ready_) { // rare: before hello_ok; copy
         std::string payload(head);
         payload.append(data.ptr, data.len);
         send(type, op, payload);
         return;
     }
-    // Header and head are copied; the data is referenced.
-    std::string frame;
-    encode_frame(frame, type, op, "");
-    Writer w;
-    w.u32(static_cast<uint32_t>(head.size() + data.len));
-    std::memcpy(frame.data() + 8, w.data().data(), 4); // the length field of the header
-    frame.append(head.data(), head.size());
-    write_now(frame.data(), frame.size(), &data);
+    char header[kHeaderSize];
+    encode_header(header, type, op, head.size() + data.len);
+    write_now(header, head, &data);
 }
 
 void Connection::close(const std::string &why)
@@ -324,28 +343,26 @@ void Connection::close_on_error(int err)
 
 void Connection::handle_input()
 {
-    evbuffer *in = in_;
     while (!closed_) {
-        size_t avail = evbuffer_get_length(in);
+        size_t avail = in_end_ - in_begin_;
+        in_need_ = 0;
         if (avail < kHeaderSize)
             return;
+        const char *p = in_.get() + in_begin_;
         FrameHeader h;
         try {
-            unsigned char hdr[kHeaderSize];
-            evbuffer_copyout(in, hdr, kHeaderSize);
-            h = decode_header(hdr);
+            h = decode_header(p);
         } catch (const FrameError &e) {
             close("malformed frame from " + name_ + ": " + e.what());
             return;
         }
-        if (avail < kHeaderSize + h.length)
+        if (avail < kHeaderSize + h.length) {
+            in_need_ = kHeaderSize + h.length;
             return;
-        evbuffer_drain(in, kHeaderSize);
-        // Not zero-filled first: the whole buffer is overwritten.
-        std::shared_ptr<char[]> owner(new char[h.length ? h.length : 1]);
-        evbuffer_remove(in, owner.get(), h.length);
-        current_ = owner;
-        std::string_view payload(owner.get(), h.length);
+        }
+        in_begin_ += kHeaderSize + h.length;
+        current_ = std::shared_ptr<const void>(in_, p + kHeaderSize); // the block, aliased
+        std::string_view payload(p + kHeaderSize, h.length);
         try {
             if (h.type == MsgType::hello) {
                 if (client_ || ready_)

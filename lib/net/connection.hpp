@@ -11,10 +11,12 @@
 // handler runs once, with the reason, and nothing more is delivered.
 //
 // I/O: a frame sent while nothing is queued goes to the kernel at once
-// (one sendmsg; the rest, if any, is queued on a bufferevent, which also
-// connects and reports errors); each readable event is one readv into the
-// input buffer.  Small frames thus cost one system call each way, which
-// matters on nodes that wake for every message.
+// (one sendmsg of header, payload and referenced data; the rest, if any, is
+// queued on a bufferevent, which also connects and reports errors); each
+// readable event is one read into an input block, whose frames are handed
+// to the handler where they lie, without a copy or an allocation.  Small
+// frames thus cost one system call each way and no memory management,
+// which matters on nodes that wake for every message.
 //
 // Ownership: Connections are owned by shared_ptr (the engine's tables).
 // Handlers get a reference valid for the duration of the call; a handler
@@ -116,12 +118,25 @@ private:
     // The peer closed it in order (EOF); a socket error `err` closed it.
     void close_by_peer();
     void close_on_error(int err);
-    void write_now(const char *head, size_t head_len, const DataRef *data);
+    // Sends header, head and data (may be null) in this order.
+    void write_now(const char *header, std::string_view head, const DataRef *data);
+    // Makes room in the input block to read into (see in_).  Throws
+    // std::bad_alloc.
+    void prepare_input();
 
     event_base *base_;
     bufferevent *bev_;
-    event *rev_ = nullptr;   // reads (the bufferevent writes)
-    evbuffer *in_ = nullptr; // what was read, not yet framed
+    int fd_;               // bev_'s socket, and its output buffer, asked once:
+    evbuffer *out_;        // each of libevent's getters takes the bufferevent's lock
+    event *rev_ = nullptr; // reads (the bufferevent writes)
+    // What was read: bytes [in_begin_, in_end_) of in_ (capacity in_cap_)
+    // are not framed yet; the frame there needs in_need_ bytes in all once
+    // its header is known (0 before).  Payloads handed to the handler alias
+    // in_ (current_payload()), so the block is written over (compacted or
+    // reused from its start) only while nobody else holds it; a handler
+    // that keeps a payload makes the next read start a new block.
+    std::shared_ptr<char[]> in_;
+    size_t in_cap_ = 0, in_begin_ = 0, in_end_ = 0, in_need_ = 0;
     Authenticator &auth_;
     bool client_;
     uint32_t peer_; // client: the server's index; server: set from the credential

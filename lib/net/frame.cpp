@@ -1,6 +1,8 @@
 #include "lib/net/frame.hpp"
 
 #include <cstdio>
+#include <cstring>
+#include <endian.h>
 
 namespace storm::net {
 namespace {
@@ -54,19 +56,26 @@ uint32_t max_payload(MsgType t) noexcept
                : kMaxControlPayload;
 }
 
+void encode_header(char *out, MsgType type, uint64_t op, size_t length)
+{
+    if (length > max_payload(type))
+        throw FrameError(std::string(msg_type_name(type)) + " payload of " + std::to_string(length) +
+                         " bytes exceeds the limit of " + std::to_string(max_payload(type)));
+    uint32_t magic = htobe32(kFrameMagic), len = htobe32(static_cast<uint32_t>(length));
+    uint64_t id = htobe64(op);
+    std::memcpy(out, &magic, 4);
+    out[4] = static_cast<char>(kProtocolVersion);
+    out[5] = static_cast<char>(type);
+    out[6] = out[7] = 0;
+    std::memcpy(out + 8, &len, 4);
+    std::memcpy(out + 12, &id, 8);
+}
+
 void encode_frame(std::string &out, MsgType type, uint64_t op, std::string_view payload)
 {
-    if (payload.size() > max_payload(type))
-        throw FrameError(std::string(msg_type_name(type)) + " payload of " + std::to_string(payload.size()) +
-                         " bytes exceeds the limit of " + std::to_string(max_payload(type)));
-    Writer w;
-    w.u32(kFrameMagic);
-    w.u8(kProtocolVersion);
-    w.u8(static_cast<uint8_t>(type));
-    w.u16(0);
-    w.u32(static_cast<uint32_t>(payload.size()));
-    w.u64(op);
-    out += w.data();
+    char h[kHeaderSize];
+    encode_header(h, type, op, payload.size());
+    out.append(h, kHeaderSize);
     out.append(payload.data(), payload.size());
 }
 

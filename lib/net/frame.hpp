@@ -67,6 +67,10 @@ const char *msg_type_name(MsgType t) noexcept;
 // bcast_open and bcast_data, else control.
 uint32_t max_payload(MsgType t) noexcept;
 
+// Writes the kHeaderSize bytes of a frame's header at out.  Throws
+// FrameError if `length` exceeds the type's payload limit.
+void encode_header(char *out, MsgType type, uint64_t op, size_t length);
+
 // Appends a header and `payload` to out.  Throws FrameError if the payload
 // exceeds the type's limit.
 void encode_frame(std::string &out, MsgType type, uint64_t op, std::string_view payload);

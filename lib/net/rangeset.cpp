@@ -116,6 +116,10 @@ std::vector<uint32_t> RangeSet::members() const
 
 RangeSet RangeSet::unite(const RangeSet &o) const
 {
+    if (o.empty())
+        return *this;
+    if (empty())
+        return o;
     std::vector<std::pair<uint32_t, uint32_t>> all(ranges_);
     all.insert(all.end(), o.ranges_.begin(), o.ranges_.end());
     std::sort(all.begin(), all.end());
@@ -182,6 +186,7 @@ std::vector<RangeSet> split_children(const RangeSet &set, unsigned fanout)
         throw std::invalid_argument("split_children: fanout must be at least 1");
     uint32_t rest = set.size() > 0 ? set.size() - 1 : 0; // members below the root
     uint32_t k = std::min<uint32_t>(fanout, rest);
+    out.reserve(k);
     uint32_t pos = 1;
     for (uint32_t c = 0; c < k; ++c) {
         uint32_t len = rest / k + (c < rest % k ? 1 : 0);

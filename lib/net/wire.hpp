@@ -35,6 +35,7 @@ public:
     }
     // Exactly n bytes, without a length.
     void raw(const void *p, size_t n) { buf_.append(static_cast<const char *>(p), n); }
+    void reserve(size_t n) { buf_.reserve(n); }
     const std::string &data() const noexcept { return buf_; }
     std::string take() noexcept { return std::move(buf_); }
 

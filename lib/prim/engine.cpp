@@ -11,6 +11,7 @@
 #include <event2/listener.h>
 
 #include "lib/common/timeval.hpp"
+#include "lib/prim/checksum.hpp"
 
 namespace storm::prim {
 
@@ -91,9 +92,11 @@ void Engine::Answer::add_failure(const RangeSet &nodes, const std::string &why)
 
 void Engine::Answer::merge(const Answer &a)
 {
-    failed = failed.unite(a.failed);
+    if (!a.failed.empty())
+        failed = failed.unite(a.failed);
     holds = holds && a.holds;
-    add_reasons(reasons, a.reasons);
+    if (!a.reasons.empty())
+        add_reasons(reasons, a.reasons);
 }
 
 uint64_t Engine::new_origin() { return random_id(); }
@@ -341,14 +344,14 @@ Route Engine::route(unsigned fanout, std::chrono::milliseconds timeout) const
 }
 
 void Engine::forward(const RangeSet &set, Route route, MsgType type,
-                     const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
+                     std::function<std::string(const RangeSet &)> body, Answer local, Finish finish,
                      net::DataRef data, std::function<std::string(const RangeSet &)> repair)
 {
     auto hop = std::make_shared<Hop>();
     hop->repair = std::move(repair);
     hop->type = type;
     hop->fanout = route.fanout;
-    hop->body = body;
+    hop->body = std::move(body);
     hop->data = std::move(data);
     hop->answer = std::move(local);
     hop->finish = std::move(finish);
@@ -360,7 +363,7 @@ void Engine::forward(const RangeSet &set, Route route, MsgType type,
             uint64_t child_op = next_op();
             child_ops_[child_op] = {op, slice};
             hop->waiting++;
-            c->send(type, child_op, body(slice), hop->in_frames());
+            c->send(type, child_op, hop->body(slice), hop->in_frames());
         },
         [&](uint32_t root, const std::string &why) {
             hop->answer.add_failure(RangeSet::single(root), "agent unreachable: " + why);
@@ -511,8 +514,13 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
 
 void Engine::reply(const std::weak_ptr<Connection> &to, MsgType type, uint64_t op, const Answer &a)
 {
-    auto c = to.lock();
-    if (!c || c->closed())
+    if (auto c = to.lock())
+        reply(*c, type, op, a);
+}
+
+void Engine::reply(Connection &c, MsgType type, uint64_t op, const Answer &a)
+{
+    if (c.closed())
         return;
     Writer w;
     a.failed.encode(w);
@@ -522,7 +530,7 @@ void Engine::reply(const std::weak_ptr<Connection> &to, MsgType type, uint64_t o
         w.u32(r.first);
         w.bytes(r.second);
     }
-    c->send(type, op, w.data());
+    c.send(type, op, w.data());
 }
 
 void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view payload)
@@ -591,6 +599,7 @@ std::string xfer_head(const RangeSet &set, const Route &route, uint64_t origin, 
                       uint64_t offset, uint64_t total, size_t len)
 {
     Writer w;
+    w.reserve(4 + 8 * set.ranges().size() + 5 + 8 + 4 + event.size() + 8 + 8 + 4);
     set.encode(w);
     route.encode(w);
     w.u64(origin);
@@ -669,6 +678,15 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
             local.add_failure(RangeSet::single(cfg_.self), why);
         return;
     }
+    if (offset == 0 && data.size() == total && total > 0 && total <= cfg_.max_event_bytes) {
+        // The whole transfer in one chunk: nothing to assemble.
+        auto &ev = events_[event];
+        ev.first++;
+        ev.second.assign(data.data(), data.size());
+        if (signal_hook_)
+            signal_hook_(event, ev.first, ev.second);
+        return;
+    }
     auto key = std::make_pair(event, origin);
     auto it = incoming_.find(key);
     if (it == incoming_.end()) {
@@ -725,6 +743,11 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
     if (route.unanswered() && (offset != 0 || total != data.size()))
         throw net::FrameError("an unanswered transfer in pieces");
     apply_chunk(event, origin, offset, total, data, local);
+    if (set.size() == 1) { // a leaf: nothing to forward or wait for
+        if (!route.unanswered())
+            reply(c, MsgType::xfer_ack, op, local);
+        return;
+    }
     // Forward the received bytes themselves: no copy per child.
     net::DataRef chunk{c.current_payload(), data.data(), data.size()};
     if (route.unanswered()) {
@@ -776,12 +799,13 @@ void Engine::each_child(
     // A pure initiator, or a node initiating for a set it does not head,
     // sends the whole set to its first member; a node heading the set
     // sends the slices below itself.
-    std::vector<RangeSet> slices;
-    if (!whole && !set.empty() && set.nth(0) == cfg_.self)
-        slices = net::split_children(set, fanout);
-    else if (!set.empty())
-        slices.push_back(set);
-    std::vector<RangeSet> todo(slices.rbegin(), slices.rend());
+    std::vector<RangeSet> todo; // a stack: the next slice last
+    if (!whole && !set.empty() && set.nth(0) == cfg_.self) {
+        todo = net::split_children(set, fanout);
+        std::reverse(todo.begin(), todo.end());
+    } else if (!set.empty()) {
+        todo.push_back(set);
+    }
     while (!todo.empty()) {
         RangeSet slice = std::move(todo.back());
         todo.pop_back();
@@ -1124,7 +1148,21 @@ bool Engine::wait_event(const std::string &event, uint64_t seen, std::chrono::mi
 int64_t Engine::variable(const std::string &name) const
 {
     auto it = vars_.find(name);
-    return it == vars_.end() ? 0 : it->second;
+    if (it != vars_.end())
+        return it->second;
+    // An event's count and checksum, worked out when asked for: nothing
+    // is spent on them as transfers arrive.
+    auto derived = [&](std::string_view prefix) -> const std::pair<uint64_t, std::string> * {
+        if (name.compare(0, prefix.size(), prefix) != 0)
+            return nullptr;
+        auto ev = events_.find(name.substr(prefix.size()));
+        return ev == events_.end() ? nullptr : &ev->second;
+    };
+    if (auto *ev = derived("event:"))
+        return static_cast<int64_t>(ev->first);
+    if (auto *ev = derived("crc:"))
+        return static_cast<int64_t>(crc32c(ev->second));
+    return 0;
 }
 
 // ---- COMPARE-AND-WRITE -----------------------------------------------------

@@ -228,6 +228,12 @@ public:
         user_closed_ = std::move(closed);
     }
 
+    // A variable's value (0 if never set).  Besides those set (by
+    // set_variable or a COMPARE-AND-WRITE), every event this node was
+    // signalled has "event:<name>", the count test_event() gives, and
+    // "crc:<name>", the CRC-32C of its last data (checksum.hpp), unless a
+    // variable of that name was set: an initiator checks with one
+    // COMPARE-AND-WRITE that a whole set holds the data.
     int64_t variable(const std::string &name) const;
     // Forgets every variable whose name starts with `prefix`.
     void erase_variables(const std::string &prefix);
@@ -280,7 +286,7 @@ private:
     Route route(unsigned fanout, std::chrono::milliseconds timeout) const;
     // For xfer_mc, `data` stays here for repairs, which `repair` encodes.
     void forward(const RangeSet &set, Route route, net::MsgType type,
-                 const std::function<std::string(const RangeSet &)> &body, Answer local, Finish finish,
+                 std::function<std::string(const RangeSet &)> body, Answer local, Finish finish,
                  net::DataRef data = {}, std::function<std::string(const RangeSet &)> repair = {});
     // Calls send(slice, connection) for the root of each slice of `set`
     // below this node (the whole set, to its first member, when this node
@@ -359,6 +365,7 @@ private:
                    const std::string &wvar, int64_t wval);
 
     void reply(const std::weak_ptr<net::Connection> &to, net::MsgType type, uint64_t op, const Answer &a);
+    void reply(net::Connection &to, net::MsgType type, uint64_t op, const Answer &a);
     void sweep();
     event *sweep_ = nullptr;
 

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "lib/common/signals.hpp"
+#include "lib/prim/checksum.hpp"
 #include "lib/prim/engine.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
@@ -49,6 +50,18 @@ void test_xfer_small_and_large(void **)
     // The same event again: TEST-EVENT counts signals.
     assert_true(cl.xfer(RangeSet::range(0, 16), "small", "x").ok);
     assert_int_equal(cl.agents[9]->test_event("small"), 2);
+    // Every event's count and checksum, as variables COMPARE-AND-WRITE can
+    // test; a variable set by that name wins.
+    assert_int_equal(cl.agents[9]->variable("event:small"), 2);
+    assert_int_equal(cl.agents[9]->variable("crc:small"), crc32c("x"));
+    assert_int_equal(cl.agents[3]->variable("crc:big"), crc32c(big));
+    assert_int_equal(cl.agents[3]->variable("event:none"), 0);
+    assert_int_equal(cl.agents[3]->variable("crc:none"), 0);
+    assert_int_equal(cl.agents[3]->variable("event:"), 0);
+    auto r2 = cl.caw(RangeSet::range(0, 16), "crc:big", Relation::eq, crc32c(big), std::nullopt);
+    assert_true(r2.ok && r2.holds);
+    cl.agents[3]->set_variable("event:small", 40);
+    assert_int_equal(cl.agents[3]->variable("event:small"), 40);
     // An empty transfer still signals.
     assert_true(cl.xfer(RangeSet::range(0, 16), "empty", "").ok);
     assert_int_equal(cl.agents[15]->test_event("empty"), 1);
