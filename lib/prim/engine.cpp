@@ -1272,6 +1272,10 @@ void Engine::handle_caw(Connection &c, uint64_t op, std::string_view payload)
     }
     Answer local;
     local.holds = caw_local(phase, var, rel, value, wvar, wval);
+    if (set.size() == 1) { // a leaf
+        reply(c, MsgType::caw_ack, op, local);
+        return;
+    }
     forward(
         set, route, MsgType::caw,
         [=](const RangeSet &s) { return caw_body(s, route, phase, var, rel, value, wvar, wval, write); },
