@@ -24,7 +24,14 @@
 # measurement is taken REPS times, the four of a size in turn each time,
 # and the table shows the median of each (every run's figures go to
 # stderr as they come): on a machine whose timings wander, one run says
-# little.  A copy that differs (md5) makes the whole cell "corrupt"; a
+# little.  The order of the turn alternates: odd runs go stock first
+# (sbcast, storm-bcast, srun Storm, srun stock), even runs Storm first
+# (storm-bcast, sbcast, srun stock, srun Storm), so that neither side
+# always runs right after the other's: on a guest that hands freed memory
+# back to its host, a broadcast that follows another one writing 64
+# copies can take twice as long (measured by hand: storm-bcast of 12 MB to
+# 64 nodes 0.93-1.09 s right after an sbcast, 0.48-0.56 s right after
+# another storm-bcast).  A copy that differs (md5) makes the whole cell "corrupt"; a
 # failed run counts as the slowest.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -109,35 +116,43 @@ for n in $NODES; do
             f=$work/f$s
             all_st=() all_xt=() all_sx=() all_ss=()
             for ((rep = 1; rep <= REPS; rep++)); do
-                clean_dest
-                st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
-                [ "$st" = failed ] && sed 's/^/  sbcast: /' "$work/sbcast.out" | tail -n 3 >&2
-                clean_dest
-                t0=$(now)
-                if "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm > "$work/storm.out" 2>&1; then
-                    xt=$(secs "$t0" "$(now)")
-                    want=$(md5sum < "$f")
-                    for node in vn1 "$last"; do
-                        [ "$("$VC" exec "$node" sh -c 'md5sum < /tmp/bench.storm')" = "$want" ] ||
-                            { echo "bench-bcast: $node's copy differs ($n nodes, $s MB)" >&2; xt=corrupt; }
-                    done
-                else
-                    xt=failed
-                    sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
-                fi
-                clean_dest
-                ss=- sx=-
-                if [ "$s" = 12 ]; then
-                    # Storm's first: a stock srun that fails can leave its step
-                    # holding the nodes for a while.
-                    sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                    [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+                st=- xt=- ss=- sx=-
+                if ((rep % 2)); then order="sbcast storm srun_storm srun_stock"; else order="storm sbcast srun_stock srun_storm"; fi
+                for what in $order; do
                     clean_dest
-                    ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
-                        srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                    [ "$ss" = failed ] && end_steps "$jid"
-                    clean_dest
-                fi
+                    case $what in
+                    sbcast)
+                        st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
+                        [ "$st" = failed ] && sed 's/^/  sbcast: /' "$work/sbcast.out" | tail -n 3 >&2
+                        ;;
+                    storm)
+                        t0=$(now)
+                        if "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm > "$work/storm.out" 2>&1; then
+                            xt=$(secs "$t0" "$(now)")
+                            want=$(md5sum < "$f")
+                            for node in vn1 "$last"; do
+                                [ "$("$VC" exec "$node" sh -c 'md5sum < /tmp/bench.storm')" = "$want" ] ||
+                                    { echo "bench-bcast: $node's copy differs ($n nodes, $s MB)" >&2; xt=corrupt; }
+                            done
+                        else
+                            xt=failed
+                            sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
+                        fi
+                        ;;
+                    srun_storm)
+                        [ "$s" = 12 ] || continue
+                        sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                        [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+                        ;;
+                    srun_stock)
+                        [ "$s" = 12 ] || continue
+                        ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
+                            srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                        [ "$ss" = failed ] && end_steps "$jid"
+                        ;;
+                    esac
+                done
+                clean_dest
                 all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss")
                 [ "$REPS" = 1 ] || echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt srun stock $ss srun storm $sx" >&2
             done
