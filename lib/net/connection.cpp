@@ -356,6 +356,14 @@ void Connection::handle_input()
             close("malformed frame from " + name_ + ": " + e.what());
             return;
         }
+        // Before authentication only the hello exchange is taken: anything
+        // else is refused on its header, before its payload is waited for
+        // (or room made for it).
+        if (!ready_ && h.type != MsgType::hello && h.type != MsgType::hello_ok) {
+            close("bad " + std::string(msg_type_name(h.type)) + " frame from " + name_ + ": " +
+                  msg_type_name(h.type) + " frame before authentication");
+            return;
+        }
         if (avail < kHeaderSize + h.length) {
             in_need_ = kHeaderSize + h.length;
             return;

@@ -4,8 +4,9 @@
 // handler keeps (current_payload(), as the engine does with a chunk it
 // forwards) stays intact while later frames are read.  Also the send path:
 // frames of every size, from a header alone to several MiB, arrive intact.
-// A raw socket plays the client, with a credential of the fake
-// authenticator (prim_fixture.hpp).
+// A frame other than the hello exchange is refused on its header before
+// authentication.  A raw socket plays the client, with a credential of the
+// fake authenticator (prim_fixture.hpp).
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
@@ -50,7 +51,7 @@ struct Pair {
     std::vector<Received> got;
     std::string closed;
 
-    Pair()
+    explicit Pair(bool hello = true)
     {
         listener = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a = prim_fixture::loopback(0);
@@ -67,6 +68,8 @@ struct Pair {
             got.push_back({h.type, h.op, std::string(p), c.current_payload(), p});
         });
         server->on_close([this](net::Connection &, const std::string &why) { closed = why; });
+        if (!hello)
+            return;
         net::Writer w;
         w.bytes(auth.credential("storm:v1:0:4294967295:nonce"));
         write_all(frame(net::MsgType::hello, 0, w.data()));
@@ -229,6 +232,18 @@ void test_truncated_frame_then_eof(void **)
     assert_true(test_helpers::contains(p.closed, "closed by"));
 }
 
+void test_refused_on_its_header_before_authentication(void **)
+{
+    // The header of a 16 MiB transfer from a peer that never authenticated:
+    // refused at once, without waiting for (or making room for) its payload.
+    Pair p(false);
+    std::string f = Pair::frame(net::MsgType::xfer, 1, std::string(net::kMaxDataPayload, 'x'));
+    p.write_all(std::string_view(f).substr(0, net::kHeaderSize));
+    p.run_until([&] { return !p.closed.empty(); });
+    assert_true(p.got.empty());
+    assert_true(test_helpers::contains(p.closed, "xfer frame before authentication"));
+}
+
 } // namespace
 
 int main()
@@ -239,6 +254,7 @@ int main()
         cmocka_unit_test(test_many_frames_in_one_read),
         cmocka_unit_test(test_send_path),
         cmocka_unit_test(test_truncated_frame_then_eof),
+        cmocka_unit_test(test_refused_on_its_header_before_authentication),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
