@@ -24,15 +24,16 @@
 # measurement is taken REPS times, the four of a size in turn each time,
 # and the table shows the median of each (every run's figures go to
 # stderr as they come): on a machine whose timings wander, one run says
-# little.  The order of the turn alternates: odd runs go stock first
-# (sbcast, storm-bcast, srun Storm, srun stock), even runs Storm first
-# (storm-bcast, sbcast, srun stock, srun Storm), so that neither side
-# always runs right after the other's: on a guest that hands freed memory
+# little.  The order of the two broadcasts alternates: odd runs sbcast
+# first, even runs storm-bcast first, so that neither always runs right
+# after the other (the two srun launches follow, Storm's first: a stock
+# srun that fails can leave its step holding the nodes for minutes, and
+# the next step could not start): on a guest that hands freed memory
 # back to its host, a broadcast that follows another one writing 64
 # copies can take twice as long (measured by hand: storm-bcast of 12 MB to
 # 64 nodes 0.93-1.09 s right after an sbcast, 0.48-0.56 s right after
-# another storm-bcast).  A copy that differs (md5) makes the whole cell "corrupt"; a
-# failed run counts as the slowest.
+# another storm-bcast).  A copy that differs (md5) makes the whole cell
+# "corrupt"; a failed run counts as the slowest.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
@@ -117,7 +118,7 @@ for n in $NODES; do
             all_st=() all_xt=() all_sx=() all_ss=()
             for ((rep = 1; rep <= REPS; rep++)); do
                 st=- xt=- ss=- sx=-
-                if ((rep % 2)); then order="sbcast storm srun_storm srun_stock"; else order="storm sbcast srun_stock srun_storm"; fi
+                if ((rep % 2)); then order="sbcast storm srun_storm srun_stock"; else order="storm sbcast srun_storm srun_stock"; fi
                 for what in $order; do
                     clean_dest
                     case $what in
