@@ -380,9 +380,7 @@ void Connection::handle_input()
                 if (!client_ || ready_)
                     throw FrameError("unexpected hello_ok");
                 handle_hello_ok(payload);
-            } else if (!ready_) {
-                throw FrameError(std::string(msg_type_name(h.type)) + " frame before authentication");
-            } else if (frame_handler_) {
+            } else if (frame_handler_) { // ready: anything else was refused on its header
                 frame_handler_(*this, h, payload);
             }
         } catch (const AuthError &e) {
