@@ -41,6 +41,18 @@ struct Received {
     std::string_view view;            // the payload where it lies, read again at the end
 };
 
+// A listening loopback socket on a port the kernel picks; *a is its address.
+int listen_loopback(sockaddr_in *a)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    *a = prim_fixture::loopback(0);
+    socklen_t len = sizeof *a;
+    assert_int_equal(bind(s, reinterpret_cast<sockaddr *>(a), sizeof *a), 0);
+    assert_int_equal(listen(s, 1), 0);
+    assert_int_equal(getsockname(s, reinterpret_cast<sockaddr *>(a), &len), 0);
+    return s;
+}
+
 // A server Connection (agent index 0) on a loopback socket, and the raw
 // client socket connected to it.
 struct Pair {
@@ -53,12 +65,8 @@ struct Pair {
 
     explicit Pair(bool hello = true)
     {
-        listener = socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a = prim_fixture::loopback(0);
-        socklen_t len = sizeof a;
-        assert_int_equal(bind(listener, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
-        assert_int_equal(listen(listener, 1), 0);
-        assert_int_equal(getsockname(listener, reinterpret_cast<sockaddr *>(&a), &len), 0);
+        sockaddr_in a;
+        listener = listen_loopback(&a);
         client = socket(AF_INET, SOCK_STREAM, 0);
         assert_int_equal(connect(client, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
         int fd = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -170,12 +178,8 @@ void test_send_path(void **)
     // alone to several MiB, with data by reference.
     event_base *base = event_base_new();
     FakeAuth auth;
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a = prim_fixture::loopback(0);
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(listener, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
-    assert_int_equal(listen(listener, 1), 0);
-    assert_int_equal(getsockname(listener, reinterpret_cast<sockaddr *>(&a), &len), 0);
+    sockaddr_in a;
+    int listener = listen_loopback(&a);
     auto client = net::Connection::connect(base, a, 0, auth);
     std::shared_ptr<net::Connection> server;
     std::vector<std::string> got;
