@@ -32,8 +32,12 @@
 # back to its host, a broadcast that follows another one writing 64
 # copies can take twice as long (measured by hand: storm-bcast of 12 MB to
 # 64 nodes 0.93-1.09 s right after an sbcast, 0.48-0.56 s right after
-# another storm-bcast).  A copy that differs (md5) makes the whole cell
-# "corrupt"; a failed run counts as the slowest.
+# another storm-bcast).  Where the guest counts the memory it hands back
+# (/sys/module/page_reporting), each run's line on stderr says how many
+# MiB it handed back during each measurement, and during the copy limit's:
+# a measurement during which it handed back hundreds of MiB wrote into
+# pages the host had to fault in again.  A copy that differs (md5)
+# makes the whole cell "corrupt"; a failed run counts as the slowest.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
@@ -74,6 +78,17 @@ timed() {
     timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1
     rc=$?
     if [ $rc = 0 ]; then secs "$t0" "$(now)"; else echo failed; fi
+}
+# KiB of freed guest memory handed back to the host so far, where the
+# guest's page reporting counts it (empty elsewhere): a run during which
+# the host takes memory back writes its copies into pages the host must
+# fault in again, and can take twice as long
+host_took() { cat /sys/module/page_reporting/parameters/reported_kib 2> /dev/null; }
+# took_during NAME KIB-BEFORE: " NAME MiB" handed back since KIB-BEFORE, or nothing
+took_during() {
+    local now
+    now=$(host_took)
+    [ -n "$1" ] && [ -n "$2" ] && [ -n "$now" ] && printf ' %s %d' "$1" $(((now - $2) / 1024))
 }
 # between runs: no copies left, and no write-back of earlier runs under way
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
@@ -119,8 +134,10 @@ for n in $NODES; do
             for ((rep = 1; rep <= REPS; rep++)); do
                 st=- xt=- ss=- sx=-
                 if ((rep % 2)); then order="sbcast storm srun_storm srun_stock"; else order="storm sbcast srun_storm srun_stock"; fi
+                took=""
                 for what in $order; do
                     clean_dest
+                    k0=$(host_took)
                     case $what in
                     sbcast)
                         st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
@@ -152,14 +169,19 @@ for n in $NODES; do
                         [ "$ss" = failed ] && end_steps "$jid"
                         ;;
                     esac
+                    took+=$(took_during "$what" "$k0")
                 done
                 clean_dest
                 all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss")
-                [ "$REPS" = 1 ] || echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt srun stock $ss srun storm $sx" >&2
+                [ "$REPS" = 1 ] && [ -z "$took" ] ||
+                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt srun stock $ss srun storm $sx${took:+ (MiB the host took back during each:$took)}" >&2
             done
             st=$(median "${all_st[@]}") xt=$(median "${all_xt[@]}") sx=$(median "${all_sx[@]}") ss=$(median "${all_ss[@]}")
             link=$(awk -v s="$s" -v r="$RATE_MBIT" 'BEGIN { printf "%.2f", s * 8 / r }')
+            k0=$(host_took)
             copy=$(copy_limit "$n" "$f")
+            took=$(took_during copy "$k0")
+            [ -z "$took" ] || echo "  copy limit $copy s (MiB the host took back during it:$took)" >&2
             limit=$copy
             [ "$regime" = shaped ] && limit=$(awk -v a="$link" -v b="$copy" 'BEGIN { print (a > b) ? a : b }')
             rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %12s' "$n" "$regime" "$s" \
