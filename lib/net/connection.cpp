@@ -199,13 +199,12 @@ void Connection::send(MsgType type, uint64_t op, std::string_view payload)
 {
     if (closed_)
         return;
-    char header[kHeaderSize];
-    encode_header(header, type, op, payload.size());
     if (client_ && !ready_ && type != MsgType::hello) {
-        held_.append(header, kHeaderSize);
-        held_.append(payload.data(), payload.size());
+        encode_frame(held_, type, op, payload);
         return;
     }
+    char header[kHeaderSize];
+    encode_header(header, type, op, payload.size());
     write_now(header, payload, nullptr);
 }
 
