@@ -88,7 +88,7 @@ host_took() { cat /sys/module/page_reporting/parameters/reported_kib 2> /dev/nul
 took_during() {
     local now
     now=$(host_took)
-    [ -n "$1" ] && [ -n "$2" ] && [ -n "$now" ] && printf ' %s %d' "$1" $(((now - $2) / 1024))
+    [ -n "$2" ] && [ -n "$now" ] && printf ' %s %d' "$1" $(((now - $2) / 1024))
 }
 # between runs: no copies left, and no write-back of earlier runs under way
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
@@ -133,7 +133,8 @@ for n in $NODES; do
             all_st=() all_xt=() all_sx=() all_ss=()
             for ((rep = 1; rep <= REPS; rep++)); do
                 st=- xt=- ss=- sx=-
-                if ((rep % 2)); then order="sbcast storm srun_storm srun_stock"; else order="storm sbcast srun_storm srun_stock"; fi
+                if ((rep % 2)); then order="sbcast storm"; else order="storm sbcast"; fi
+                [ "$s" = 12 ] && order+=" srun_storm srun_stock"
                 took=""
                 for what in $order; do
                     clean_dest
@@ -158,12 +159,10 @@ for n in $NODES; do
                         fi
                         ;;
                     srun_storm)
-                        [ "$s" = 12 ] || continue
                         sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
                         [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
                         ;;
                     srun_stock)
-                        [ "$s" = 12 ] || continue
                         ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
                             srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
                         [ "$ss" = failed ] && end_steps "$jid"
