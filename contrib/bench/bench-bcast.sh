@@ -35,7 +35,10 @@
 # first, even runs storm-bcast first, so that neither always runs right
 # after the other (the two srun launches follow, Storm's first: a stock
 # srun that fails can leave its step holding the nodes for minutes, and
-# the next step could not start): on a guest that hands freed memory
+# the next step could not start; before each srun, any step left is
+# ended, and if one still holds the nodes after 3 min, that srun is not
+# run and shows as "held", left out of the median: at 256 nodes a failed
+# stock srun --bcast's step held every node for over 20 min): on a guest that hands freed memory
 # back to its host, a broadcast that follows another one writing 64
 # copies can take twice as long (measured by hand: storm-bcast of 12 MB to
 # 64 nodes 0.93-1.09 s right after an sbcast, 0.48-0.56 s right after
@@ -99,13 +102,15 @@ took_during() {
 }
 # between runs: no copies left, and no write-back of earlier runs under way
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
-# after an srun that failed or was stopped: end its step, so the next one
-# does not wait for the nodes (hundreds of nodes take a while: up to 3 min)
+# after an srun that failed or was stopped, and before each srun: end any
+# step left, so the next one does not wait for the nodes (hundreds of
+# nodes take a while: up to 3 min); false if one still holds them then
 end_steps() {
     local s
     for s in $(squeue -h -s -j "$1" -o %i 2>/dev/null | grep -v -e batch -e extern); do scancel "$s" 2>/dev/null; done
     for _ in $(seq 1 900); do squeue -h -s -j "$1" -o %i 2>/dev/null | grep -q -v -e batch -e extern || return 0; sleep 0.2; done
-    echo "bench-bcast: a step of job $1 still holds nodes after 3 min" >&2
+    echo "bench-bcast: a step of job $1 still holds nodes after 3 min: the next srun is not run (held)" >&2
+    return 1
 }
 # copy limit: N copies of FILE written by two writers at once
 copy_limit() {
@@ -181,13 +186,21 @@ for n in $NODES; do
                         fi
                         ;;
                     srun_storm)
-                        sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                        [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+                        if ! end_steps "$jid"; then
+                            sx=held
+                        else
+                            sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                            [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+                        fi
                         ;;
                     srun_stock)
-                        ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
-                            srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                        [ "$ss" = failed ] && end_steps "$jid"
+                        if ! end_steps "$jid"; then
+                            ss=held
+                        else
+                            ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
+                                srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
+                            [ "$ss" = failed ] && end_steps "$jid"
+                        fi
                         ;;
                     esac
                     took+=$(took_during "$what" "$k0")
@@ -229,7 +242,7 @@ echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP
 echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine,"
 echo "right after the previous ones were removed; cold = the same once the host has taken the freed memory back, where the"
 echo "guest hands it back (- elsewhere); storm/limit and /cold: storm over the higher of link and copy, of link and cold)"
-[ "$REPS" = 1 ] || echo "sbcast, storm and srun: the median of $REPS runs each"
+[ "$REPS" = 1 ] || echo "sbcast, storm and srun: the median of $REPS runs each (of those run: \"held\", an srun not run because a failed one's step still held the nodes)"
 printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s\n' nodes regime MB sbcast storm ratio "srun stock" \
     "srun storm" ratio link copy cold storm/limit /cold
 for r in "${rows[@]}"; do echo "$r"; done

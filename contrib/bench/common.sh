@@ -1,10 +1,14 @@
 # shellcheck shell=bash
 # Shell helpers the benchmarks share (sourced, not run).
 
-# median VALUE...: "failed" counts as the slowest; any "corrupt" wins; "-" stays "-"
+# median VALUE...: "failed" counts as the slowest; any "corrupt" wins; "-" stays "-";
+# "held" (not measured) is left out, and is the answer only if all are
 median() {
     case " $* " in *" corrupt "*) echo corrupt; return ;; *" - "*) echo -; return ;; esac
-    printf '%s\n' "$@" | sed 's/^failed$/1e18/' | sort -g |
+    local v=() x
+    for x in "$@"; do [ "$x" = held ] || v+=("$x"); done
+    [ ${#v[@]} -gt 0 ] || { echo held; return; }
+    printf '%s\n' "${v[@]}" | sed 's/^failed$/1e18/' | sort -g |
         awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; if (m + 0 >= 1e18) print "failed"; else print m }'
 }
 
