@@ -104,12 +104,22 @@ took_during() {
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
 # after an srun that failed or was stopped, and before each srun: end any
 # step left, so the next one does not wait for the nodes (hundreds of
-# nodes take a while: up to 3 min); false if one still holds them then
+# nodes take a while: up to 3 min); false if one still holds them then.
+# Steps that outlasted the wait once are not waited for again (held).
+held=""
+steps_left() { squeue -h -s -j "$1" -o %i 2>/dev/null | grep -v -e batch -e extern | sort | tr '\n' ' '; }
 end_steps() {
-    local s
-    for s in $(squeue -h -s -j "$1" -o %i 2>/dev/null | grep -v -e batch -e extern); do scancel "$s" 2>/dev/null; done
-    for _ in $(seq 1 900); do squeue -h -s -j "$1" -o %i 2>/dev/null | grep -q -v -e batch -e extern || return 0; sleep 0.2; done
-    echo "bench-bcast: a step of job $1 still holds nodes after 3 min: the next srun is not run (held)" >&2
+    local s left
+    left=$(steps_left "$1")
+    [ -n "$left" ] || return 0
+    [ "$left" = "$held" ] && return 1
+    for s in $left; do scancel "$s" 2>/dev/null; done
+    for _ in $(seq 1 900); do
+        [ -n "$(steps_left "$1")" ] || return 0
+        sleep 0.2
+    done
+    held=$(steps_left "$1")
+    echo "bench-bcast: step(s) ${held% } of job $1 still hold nodes after 3 min: sruns are not run (held) while they do" >&2
     return 1
 }
 # copy limit: N copies of FILE written by two writers at once
