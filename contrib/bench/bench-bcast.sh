@@ -38,11 +38,11 @@
 # the next step could not start; before each srun, any step left is
 # ended, and if one still holds the nodes after 3 min, that srun is not
 # run and shows as "held", left out of the median: at 256 nodes a failed
-# stock srun --bcast's step held every node for over 20 min): on a guest that hands freed memory
-# back to its host, a broadcast that follows another one writing 64
-# copies can take twice as long (measured by hand: storm-bcast of 12 MB to
-# 64 nodes 0.93-1.09 s right after an sbcast, 0.48-0.56 s right after
-# another storm-bcast).  Where the guest counts the memory it hands back
+# stock srun --bcast's step held every node for over 20 min): on a guest
+# that hands freed memory back to its host, a broadcast that follows
+# another one writing 64 copies can take twice as long (measured by hand:
+# storm-bcast of 12 MB to 64 nodes 0.93-1.09 s right after an sbcast,
+# 0.48-0.56 s right after another storm-bcast).  Where the guest counts the memory it hands back
 # (/sys/module/page_reporting), each run's line on stderr says how many
 # MiB it handed back during each measurement, and during the copy limit's:
 # a measurement during which it handed back hundreds of MiB wrote into
@@ -252,7 +252,7 @@ echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP
 echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine,"
 echo "right after the previous ones were removed; cold = the same once the host has taken the freed memory back, where the"
 echo "guest hands it back (- elsewhere); storm/limit and /cold: storm over the higher of link and copy, of link and cold)"
-[ "$REPS" = 1 ] || echo "sbcast, storm and srun: the median of $REPS runs each (of those run: \"held\", an srun not run because a failed one's step still held the nodes)"
+[ "$REPS" = 1 ] || echo "sbcast, storm and srun: the median of $REPS runs each (\"held\" runs, sruns not run while a failed one's step held the nodes, left out)"
 printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s\n' nodes regime MB sbcast storm ratio "srun stock" \
     "srun storm" ratio link copy cold storm/limit /cold
 for r in "${rows[@]}"; do echo "$r"; done
