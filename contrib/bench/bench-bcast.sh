@@ -42,12 +42,13 @@
 # that hands freed memory back to its host, a broadcast that follows
 # another one writing 64 copies can take twice as long (measured by hand:
 # storm-bcast of 12 MB to 64 nodes 0.93-1.09 s right after an sbcast,
-# 0.48-0.56 s right after another storm-bcast).  Where the guest counts the memory it hands back
-# (/sys/module/page_reporting), each run's line on stderr says how many
-# MiB it handed back during each measurement, and during the copy limit's:
-# a measurement during which it handed back hundreds of MiB wrote into
-# pages the host had to fault in again.  A copy that differs (md5)
-# makes the whole cell "corrupt"; a failed run counts as the slowest.
+# 0.48-0.56 s right after another storm-bcast).  Where the guest counts
+# the memory it hands back (/sys/module/page_reporting), each run's line
+# on stderr says how many MiB it handed back during each measurement, and
+# during the copy limit's: a measurement during which it handed back
+# hundreds of MiB wrote into pages the host had to fault in again.  A copy
+# that differs (md5) makes the whole cell "corrupt"; a failed run counts
+# as the slowest.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
@@ -80,6 +81,7 @@ cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && ch
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 ratio() { awk -v s="$1" -v x="$2" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }'; }
+higher() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 # timed OUTFILE CMD...: prints seconds, or "failed"
 timed() {
     local out=$1 t0 rc
@@ -234,8 +236,8 @@ for n in $NODES; do
             fi
             limit=$copy limit_cold=$cold
             if [ "$regime" = shaped ]; then
-                limit=$(awk -v a="$link" -v b="$copy" 'BEGIN { print (a > b) ? a : b }')
-                [ "$cold" = - ] || limit_cold=$(awk -v a="$link" -v b="$cold" 'BEGIN { print (a > b) ? a : b }')
+                limit=$(higher "$link" "$copy")
+                [ "$cold" = - ] || limit_cold=$(higher "$link" "$cold")
             fi
             rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s' "$n" "$regime" "$s" \
                 "$st" "$xt" "$(ratio "$st" "$xt")" "$ss" "$sx" "$(ratio "$ss" "$sx")" \
