@@ -14,7 +14,13 @@
 # round trip, measured on the same nodes in the same run: contrib/bench/
 # floor_tree, plain C over a TCP tree of the same fanout (8), with no
 # framing, authentication or event library.
-# Environment: REPS (default 200; sbcast runs REPS/10 times), BUILD (the
+# Storm and the floor are measured in turns, ROUNDS times each, every
+# measurement once the machine is quiet (the cluster's start and the job's
+# launch done), and the table gives the median of the rounds' p50 and p99:
+# a measurement taken while the daemons still start, or while the host
+# runs slower for a while, would otherwise weigh on one side only.
+# Environment: REPS (default 200; sbcast runs REPS/10 times), ROUNDS
+# (default 3), BUILD (the
 # build tree with tools/storm-prim, default: this source tree), MCAST (the
 # agents' multicast group, SwitchParameters storm_mcast, default
 # 239.255.77.1:6831, or "off": transfers use the tree of TCP connections
@@ -27,6 +33,7 @@ FLOOR=$BUILD/contrib/bench/floor_tree
 FLOOR_PORT=${FLOOR_PORT:-17779}
 VC=$top/contrib/vcluster/storm-vcluster
 REPS=${REPS:-200}
+ROUNDS=${ROUNDS:-3}
 MCAST=${MCAST:-239.255.77.1:6831}
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(8 64 256)
 work=/var/tmp/storm-bench-prim
@@ -41,6 +48,24 @@ head -c 12582912 /dev/urandom > "$work/f12m"
 # pct FILE P: the P-th percentile (0-100) of the numbers in FILE, in ms.
 pct() { sort -g "$1" | awk -v p="$2" '{ v[NR] = $1 } END { i = int(NR * p / 100); if (i < 1) i = 1; if (i > NR) i = NR; printf "%.2f", v[i] }'; }
 now() { date +%s.%N; }
+# med V...: the median of the numbers given (the lower middle one of an
+# even count); "failed" if none is a number.
+med() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "failed" }'; }
+# quiet: until this machine's CPUs were at least 90% idle over a second, at
+# most 30 s (then it says so and the measurement goes ahead).
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 }' /proc/stat; }
+quiet() {
+    local a b
+    for _ in $(seq 1 30); do
+        read -ra a <<<"$(cpu_ticks)"
+        sleep 1
+        read -ra b <<<"$(cpu_ticks)"
+        [ $(((b[1] - a[1]) - 9 * (b[0] - a[0]))) -ge 0 ] && return 0
+    done
+    echo "bench-primitives: the machine was not quiet within 30 s; measuring anyway" >&2
+}
+# ratio A B: A / B as "1.2x", or "-" unless both are positive numbers.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1fx", a / b; else printf "-" }'; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) * 1000 }'; }
 sbcast_times() { # JOBID FILE COUNT OUT: one sbcast per line, ms; a failed one is "failed"
     : > "$4"
@@ -83,14 +108,20 @@ run_case() { # N SHAPE
     local jid
     jid=$(sbatch --parsable -N "$n" -o /dev/null --wrap "sleep 3600")
     for _ in $(seq 1 100); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
-    # Storm: one warm-up op inside bench; latencies of REPS ops.
-    local x c
-    x=$("$PRIM" bench xfer "$REPS" 64); c=$("$PRIM" bench caw "$REPS" 0)
-    local x50 x99 c50 c99
-    x50=$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$x"); x99=$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$x")
-    c50=$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$c"); c99=$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$c")
-    local f50
-    f50=$(floor "$n")
+    # Storm (bench warms up for 10 ops and 200 ms, then measures REPS ops)
+    # and the floor (10 ops to warm up), in turns.
+    local r x c xs50=() xs99=() cs50=() cs99=() fs50=()
+    for ((r = 1; r <= ROUNDS; r++)); do
+        quiet
+        x=$("$PRIM" bench xfer "$REPS" 64); c=$("$PRIM" bench caw "$REPS" 0)
+        xs50+=("$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$x")") xs99+=("$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$x")")
+        cs50+=("$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$c")") cs99+=("$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$c")")
+        quiet
+        fs50+=("$(floor "$n")")
+        echo "  round $r of $ROUNDS at $label: xfer64 p50 ${xs50[-1]:-failed} p99 ${xs99[-1]:-failed}, floor p50 ${fs50[-1]}, caw p50 ${cs50[-1]:-failed} p99 ${cs99[-1]:-failed} ms" >&2
+    done
+    local x50 x99 c50 c99 f50
+    x50=$(med "${xs50[@]}") x99=$(med "${xs99[@]}") c50=$(med "${cs50[@]}") c99=$(med "${cs99[@]}") f50=$(med "${fs50[@]}")
     sbcast_times "$jid" "$work/f64" $((REPS / 10)) "$work/s64"
     local s50 s99 sfail
     sfail=$(grep -c failed "$work/s64")
@@ -115,17 +146,18 @@ run_case() { # N SHAPE
     scancel "$jid"
     local link=""
     [ -n "$shape" ] && link=$(awk -v r="${shape%mbit}" 'BEGIN { printf "%.0f", 12582912 * 8 / (r * 1e6) * 1000 }')
-    rows+=("$(printf '%-22s %9s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s' "$label" \
-        "$x50" "$x99" "$f50" "$c50" "$c99" "$s50" "$s99" \
-        "$(awk -v s="$s50" -v x="$x50" 'BEGIN { printf "%.1fx", s / x }')" \
-        "$best_x" "$best_s" "$(awk -v s="$best_s" -v x="$best_x" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }')" "${link:--}")")
+    rows+=("$(printf '%-22s %9s %9s %9s %7s %9s %9s %11s %11s %8s %11s %11s %8s %9s' "$label" \
+        "$x50" "$x99" "$f50" "$(ratio "$x50" "$f50")" "$c50" "$c99" "$s50" "$s99" "$(ratio "$s50" "$x50")" \
+        "$best_x" "$best_s" "$(ratio "$best_s" "$best_x")" "${link:--}")")
 }
 for n in "${sizes[@]}"; do run_case "$n" ""; done
 for n in "${sizes[@]}"; do [ "$n" = 64 ] && run_case 64 100mbit; done
 echo
 echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs; multicast: $MCAST)"
-printf '%-22s %9s %9s %9s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
-    "floor p50" "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
+printf '%-22s %9s %9s %9s %7s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
+    "floor p50" "/floor" "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
 for r in "${rows[@]}"; do echo "$r"; done
+echo "xfer64, floor and caw: the median of $ROUNDS rounds' p50 and p99, Storm and the floor measured in turns on a quiet machine."
 echo "floor p50: the same 64-byte round trip to every node in plain C over a TCP tree of fanout 8"
-echo "(contrib/bench/floor_tree), on the same virtual nodes in the same run: what the kernel alone costs here."
+echo "(contrib/bench/floor_tree), on the same virtual nodes in the same run: what the kernel alone costs here;"
+echo "/floor: Storm's xfer64 p50 over it."
