@@ -34,7 +34,15 @@ t_check "status with nothing up exits 1 (rc $rc)" [ "$rc" = 1 ]
 
 # --- up, a second up, private /tmp and hostnames ------------------------------
 gc3_before=$(sysctl -n net.ipv4.neigh.default.gc_thresh3)
-vc_up 4 --stock
+vc_up 4 --stock --conf MessageTimeout=20 --conf 'PartitionName=extra Nodes=ALL'
+# --conf: a parameter the tool sets already is set once, to the new value
+# (slurmctld logs an error for one set twice); a partition is added
+t_check "--conf replaced the generated MessageTimeout line" \
+    bash -c "[ \"\$(grep -ci '^ *MessageTimeout *=' '$STATE/etc/slurm.conf')\" = 1 ] && grep -qx 'MessageTimeout=20' '$STATE/etc/slurm.conf'"
+t_check "... which Slurm uses" bash -c "scontrol show config | grep -q '^MessageTimeout *= 20 sec'"
+t_check "... without an error for a parameter set twice" \
+    bash -c "! grep -q 'specified more than once' '$STATE/log/slurmctld.log'"
+t_check "--conf added a partition beside the generated one" bash -c "[ \"\$(sinfo -h -o %P | sort | tr '\n' ' ')\" = 'debug* extra ' ]"
 "$VC" status > /dev/null 2>&1; rc=$?
 t_check "status of a healthy cluster exits 0 (rc $rc)" [ "$rc" = 0 ]
 refused_up() { "$VC" up 4 --stock > "$T_WORK/out" 2>&1; }
