@@ -80,7 +80,6 @@ cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && ch
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-ratio() { awk -v s="$1" -v x="$2" 'BEGIN { if (s + 0 > 0 && x + 0 > 0) printf "%.1fx", s / x; else printf "-" }'; }
 higher() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 # timed OUTFILE CMD...: prints seconds, or "failed"
 timed() {

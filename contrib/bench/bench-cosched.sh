@@ -94,7 +94,6 @@ run_jobs() {
         END { for (i in e) { r += e[i] - t0; if (e[i] > m) m = e[i] }
               printf "%.2f %.2f", r / length(e) / 1e9, (m - t0) / 1e9 }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
 row() { printf "  %-9s %4s  %-28s %10s %10s %10s %12s\n" "$@"; }
 cosched_stats() { # the local schedulers' switch counts, summed over vn1 and vn2
     cat "$STATE"/nodes/vn[12]/spool/storm-cosched.stats 2> /dev/null |
@@ -130,8 +129,8 @@ mixes)
         ideal=$(awk -v s="${solo[$mix]}" -v k="$k" 'BEGIN { if (s + 0 > 0) printf "%.2f", s * (k + 1) / 2; else print "-" }')
         u=${resp[$mix,$k,unc]}
         row "$mix" "$k" "stock uncoordinated" "$u" "${span[$mix,$k,unc]:--}" "$ideal" "1.00"
-        row "$mix" "$k" "storm gang 50 ms" "${resp[$mix,$k,gang]}" "${span[$mix,$k,gang]:--}" "$ideal" "$(ratio "${resp[$mix,$k,gang]}" "$u")"
-        row "$mix" "$k" "storm cosched $CS" "${resp[$mix,$k,cos]}" "${span[$mix,$k,cos]:--}" "$ideal" "$(ratio "${resp[$mix,$k,cos]}" "$u")"
+        row "$mix" "$k" "storm gang 50 ms" "${resp[$mix,$k,gang]}" "${span[$mix,$k,gang]:--}" "$ideal" "$(ratio "${resp[$mix,$k,gang]}" "$u" %.2f)"
+        row "$mix" "$k" "storm cosched $CS" "${resp[$mix,$k,cos]}" "${span[$mix,$k,cos]:--}" "$ideal" "$(ratio "${resp[$mix,$k,cos]}" "$u" %.2f)"
     done; done
     echo "  local schedulers during the cosched runs (cumulative over the cluster's life, vn1 + vn2):"
     sed 's/^/  /' "$work/cosched-stats"
@@ -142,13 +141,13 @@ sweep)
     row mix K configuration "mean(s)" "span(s)" "" "vs uncoord"
     if [ -z "${resp[heavy,2,unc]:-}" ]; then
         up stock "$(PART FORCE:4)"
-        read -r resp[heavy,2,unc] span[heavy,2,unc] <<< "$(run_jobs 2 heavy)"
+        read -r "resp[heavy,2,unc]" "span[heavy,2,unc]" <<< "$(run_jobs 2 heavy)"
     fi
     row heavy 2 "stock uncoordinated" "${resp[heavy,2,unc]}" "${span[heavy,2,unc]:--}" "" "1.00"
     for sg in 100ms:20ms 500ms:20ms 500ms:100ms 2s:100ms 2s:500ms 5s:1s; do
         up storm "$(PART YES:4)" "$(COSCHED "${sg%%:*}" "${sg##*:}")"
         read -r r s <<< "$(run_jobs 2 heavy --oversubscribe --storm-cosched)"
-        row heavy 2 "cosched slice ${sg%%:*} GMET ${sg##*:}" "$r" "${s:--}" "" "$(ratio "$r" "${resp[heavy,2,unc]}")"
+        row heavy 2 "cosched slice ${sg%%:*} GMET ${sg##*:}" "$r" "${s:--}" "" "$(ratio "$r" "${resp[heavy,2,unc]}" %.2f)"
         echo "    $(cosched_stats)"
     done
     ;;

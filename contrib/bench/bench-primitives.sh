@@ -28,6 +28,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
+. "$top/contrib/bench/common.sh"
 PRIM=$BUILD/tools/storm-prim
 FLOOR=$BUILD/contrib/bench/floor_tree
 FLOOR_PORT=${FLOOR_PORT:-17779}
@@ -48,11 +49,10 @@ head -c 12582912 /dev/urandom > "$work/f12m"
 # pct FILE P: the P-th percentile (0-100) of the numbers in FILE, in ms.
 pct() { sort -g "$1" | awk -v p="$2" '{ v[NR] = $1 } END { i = int(NR * p / 100); if (i < 1) i = 1; if (i > NR) i = NR; printf "%.2f", v[i] }'; }
 now() { date +%s.%N; }
-# med V...: the median of the numbers given (the lower middle one of an
-# even count); "failed" if none is a number.
-med() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "failed" }'; }
 # quiet: until this machine's CPUs were at least 90% idle over a second, at
 # most 30 s (then it says so and the measurement goes ahead).
+# pick p50|p99 OUTPUT: that figure of storm-prim bench's OUTPUT, or "failed".
+pick() { local v; v=$(sed -n "s/.*$1 \([0-9.]*\) ms.*/\1/p" <<<"$2"); echo "${v:-failed}"; }
 cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 }' /proc/stat; }
 quiet() {
     local a b
@@ -64,8 +64,6 @@ quiet() {
     done
     echo "bench-primitives: the machine was not quiet within 30 s; measuring anyway" >&2
 }
-# ratio A B: A / B as "1.2x", or "-" unless both are positive numbers.
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.1fx", a / b; else printf "-" }'; }
 ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) * 1000 }'; }
 sbcast_times() { # JOBID FILE COUNT OUT: one sbcast per line, ms; a failed one is "failed"
     : > "$4"
@@ -114,14 +112,13 @@ run_case() { # N SHAPE
     for ((r = 1; r <= ROUNDS; r++)); do
         quiet
         x=$("$PRIM" bench xfer "$REPS" 64); c=$("$PRIM" bench caw "$REPS" 0)
-        xs50+=("$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$x")") xs99+=("$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$x")")
-        cs50+=("$(sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p' <<<"$c")") cs99+=("$(sed -n 's/.*p99 \([0-9.]*\) ms.*/\1/p' <<<"$c")")
+        xs50+=("$(pick p50 "$x")") xs99+=("$(pick p99 "$x")") cs50+=("$(pick p50 "$c")") cs99+=("$(pick p99 "$c")")
         quiet
         fs50+=("$(floor "$n")")
-        echo "  round $r of $ROUNDS at $label: xfer64 p50 ${xs50[-1]:-failed} p99 ${xs99[-1]:-failed}, floor p50 ${fs50[-1]}, caw p50 ${cs50[-1]:-failed} p99 ${cs99[-1]:-failed} ms" >&2
+        echo "  round $r of $ROUNDS at $label: xfer64 p50 ${xs50[-1]} p99 ${xs99[-1]}, floor p50 ${fs50[-1]}, caw p50 ${cs50[-1]} p99 ${cs99[-1]} ms" >&2
     done
-    local x50 x99 c50 c99 f50
-    x50=$(med "${xs50[@]}") x99=$(med "${xs99[@]}") c50=$(med "${cs50[@]}") c99=$(med "${cs99[@]}") f50=$(med "${fs50[@]}")
+    local x50 x99 c50 c99 f50 # a failed round counts as the slowest (common.sh)
+    x50=$(median "${xs50[@]}") x99=$(median "${xs99[@]}") c50=$(median "${cs50[@]}") c99=$(median "${cs99[@]}") f50=$(median "${fs50[@]}")
     sbcast_times "$jid" "$work/f64" $((REPS / 10)) "$work/s64"
     local s50 s99 sfail
     sfail=$(grep -c failed "$work/s64")

@@ -82,7 +82,6 @@ bw_jobs() {
     [ "$n" = "$k" ] || { echo failed; return; }
     cat "$work"/bw.* | awk '/^[0-9]+ [0-9.]+$/ { s += $2 } END { printf "%.1f", s }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
 
 for part in $PARTS; do
 case $part in
@@ -106,7 +105,7 @@ divided)
     for s in $SIZES; do
         v() { awk -v s="$s" '$1 == s { print $2 }' "$1" 2> /dev/null; }
         a=$(v "$work/div.stock"); b=$(v "$work/div.1"); c=$(v "$work/div.2"); d=$(v "$work/div.4"); e=$(v "$work/div.8")
-        printf "  %8s %12s %10s %10s %10s %10s %12s\n" "$s" "${a:--}" "${b:--}" "${c:--}" "${d:--}" "${e:--}" "$(ratio "${e:-0}" "${b:-0}")"
+        printf "  %8s %12s %10s %10s %10s %10s %12s\n" "$s" "${a:--}" "${b:--}" "${c:--}" "${d:--}" "${e:--}" "$(ratio "${e:-0}" "${b:-0}" %.2f)"
     done
     ;;
 swapped)
@@ -125,7 +124,7 @@ swapped)
     printf "  %4s %16s %18s %18s %14s %14s\n" jobs "stock MPI uncoord" "storm divided n=8" "storm swapped" "swapped/1 job" "swapped/divided"
     for k in 1 2 4 8; do
         printf "  %4s %16s %18s %18s %14s %14s\n" "$k" "${tot[stock.$k]}" "${tot[div.$k]}" "${tot[swap.$k]}" \
-            "$(ratio "${tot[swap.$k]}" "${tot[swap.1]}")" "$(ratio "${tot[swap.$k]}" "${tot[div.$k]}")"
+            "$(ratio "${tot[swap.$k]}" "${tot[swap.1]}" %.2f)" "$(ratio "${tot[swap.$k]}" "${tot[div.$k]}" %.2f)"
     done
     ;;
 quanta)
@@ -140,7 +139,7 @@ quanta)
         vc_up storm 2 "$gp" "SchedulerParameters=storm_gang_quantum=${q}ms"
         t=$(bw_jobs 2 "srun $work/msg_bw -n $((COUNT * 10)) 65536" g)
         st() { awk -v k="$1" '$1 == k { print $2 }' "$STATE/nodes/vn1/spool/storm-pool.stats"; }
-        printf "  %10s %14s %10s %10s %12s\n" "${q} ms" "$t" "$(st switches)" "$(st swaps)" "$(ratio "$t" "$stock")"
+        printf "  %10s %14s %10s %10s %12s\n" "${q} ms" "$t" "$(st switches)" "$(st swaps)" "$(ratio "$t" "$stock" %.2f)"
     done
     ;;
 stages)

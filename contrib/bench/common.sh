@@ -12,6 +12,10 @@ median() {
         awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; if (m + 0 >= 1e18) print "failed"; else print m }'
 }
 
+# ratio A B [FORMAT]: A / B printed with FORMAT (default "%.1fx": "1.2x"),
+# or "-" unless both are positive numbers
+ratio() { awk -v a="$1" -v b="$2" -v f="${3:-%.1fx}" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf f, a / b; else printf "-" }'; }
+
 # check_reps NAME VALUE: exits 2 unless VALUE is a positive whole number
 check_reps() {
     [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "$1: -k REPS must be a positive whole number, not \"$2\"" >&2; exit 2; }
