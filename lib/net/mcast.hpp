@@ -76,6 +76,17 @@ ChunkSeal seal_chunk(const char *data, size_t len, char *out);
 // match the tag: forged, corrupt, or sealed under another key.
 bool open_chunk(const ChunkSeal &seal, char *data, size_t len);
 
+// Who computes AES-128-GCM in this process: Intel's multi-buffer crypto
+// library where it was built in, libIPSec_MB.so.1 loads and the CPU has
+// VAES and VPCLMULQDQ (AVX-512), else OpenSSL.  The output is the same
+// either way.  cipher_description names it for logs.
+enum class Cipher { openssl, ipsec_mb };
+Cipher cipher();
+std::string cipher_description();
+// Tests: makes this process use `c`; false (nothing changed) where `c`
+// cannot be used.
+bool select_cipher(Cipher c);
+
 // Short datagrams under a key the members share over the tree (gang
 // strobes): AES-128-GCM with a 64-bit nonce the sender never repeats under
 // one key (a counter), the clear header authenticated too:

@@ -399,6 +399,62 @@ void test_seal(void **)
     }
 }
 
+// Both AES-GCM implementations compute the same: what one seals the other
+// opens, in place, chunks (empty, one segment, odd sizes) and datagrams
+// alike, and each refuses a changed byte or tag.  Where the build has
+// Intel's library and the CPU has its VAES code, that library is chosen.
+void test_cipher_implementations(void **)
+{
+    const net::Cipher chosen = net::cipher();
+#ifdef STORM_WITH_IPSEC_MB
+    if (__builtin_cpu_supports("vaes") && __builtin_cpu_supports("vpclmulqdq") &&
+        __builtin_cpu_supports("avx512f"))
+        assert_int_equal(static_cast<int>(chosen), static_cast<int>(net::Cipher::ipsec_mb));
+#endif
+    std::vector<net::Cipher> have{net::Cipher::openssl};
+    if (net::select_cipher(net::Cipher::ipsec_mb))
+        have.push_back(net::Cipher::ipsec_mb);
+    else
+        assert_int_equal(static_cast<int>(chosen), static_cast<int>(net::Cipher::openssl));
+    print_message("AES-GCM here: %zu implementation(s), in use: %s\n", have.size(),
+                  (net::select_cipher(chosen), net::cipher_description().c_str()));
+    unsigned char key[net::kMcastKey];
+    for (size_t i = 0; i < sizeof key; ++i)
+        key[i] = static_cast<unsigned char>(i * 13 + 5);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1440}, size_t{100003}, size_t{262144}}) {
+        std::string data = pattern(n, 3);
+        for (net::Cipher by : have) {
+            for (net::Cipher to : have) {
+                assert_true(net::select_cipher(by));
+                std::string wire(n, '\0');
+                net::ChunkSeal seal = net::seal_chunk(data.data(), n, wire.data());
+                std::string d = net::seal_datagram(key, n + 1, "HDR", data.substr(0, 1000));
+                assert_true(net::select_cipher(to));
+                std::string copy = wire;
+                assert_true(net::open_chunk(seal, copy.data(), n));
+                assert_true(copy == data);
+                if (n > 0) {
+                    copy = wire;
+                    copy[n / 2] ^= 0x40;
+                    assert_false(net::open_chunk(seal, copy.data(), n));
+                }
+                net::ChunkSeal bad = seal;
+                bad.tag[15] ^= 1;
+                copy = wire;
+                assert_false(net::open_chunk(bad, copy.data(), n));
+                uint64_t nonce = 0;
+                std::string body;
+                assert_true(net::open_datagram(key, d, 3, nonce, body));
+                assert_int_equal(nonce, n + 1);
+                assert_true(body == data.substr(0, 1000));
+                d[1] ^= 1; // the clear header is authenticated too
+                assert_false(net::open_datagram(key, d, 3, nonce, body));
+            }
+        }
+    }
+    assert_true(net::select_cipher(chosen));
+}
+
 // Short datagrams under a shared key: the clear header and the body are
 // both authenticated; another key, a changed byte or a cut datagram fail.
 // A GroupSocket member receives what another sends to the group.
@@ -476,6 +532,7 @@ int main()
     }
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_seal),
+        cmocka_unit_test(test_cipher_implementations),
         cmocka_unit_test(test_datagrams),
         cmocka_unit_test(test_data_by_multicast),
         cmocka_unit_test(test_lost_segments_repaired_in_order),
