@@ -73,6 +73,7 @@ work=/var/tmp/storm-bench-bcast
 [ -x "$BCAST" ] || { echo "bench-bcast: $BCAST not built (run contrib/storm-setup)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-bcast: must run as root" >&2; exit 2; }
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+cipher= # the AES-GCM implementation of the agents' multicast, once a cluster is up
 trap '"$VC" down > /dev/null 2>&1' EXIT
 rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
 for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
@@ -158,6 +159,8 @@ for n in $NODES; do
     "$VC" up "$n" --conf "MessageTimeout=10" "${mc[@]}" > "$work/up.out" 2>&1 ||
         { cat "$work/up.out"; echo "bench-bcast: cannot start $n nodes" >&2; continue; }
     eval "$("$VC" env)"
+    # The AES-GCM implementation the agents chose (their start-up line).
+    [ "$MCAST" = off ] || cipher=$(agents_cipher "$STATE")
     # srun with stock Slurm's launcher: the same cluster, a client config
     # that differs only in LaunchType.
     sed 's|^LaunchType=.*|LaunchType=launch/slurm|' "$SLURM_CONF" > "$STATE/etc/slurm-stock-launch.conf"
@@ -249,7 +252,7 @@ for n in $NODES; do
     scancel "$jid"
 done
 echo
-echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP connections" || echo "multicast on $MCAST")), seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
+echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP connections" || echo "multicast on $MCAST, AES-GCM by ${cipher:-?}")), seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
 echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine,"
 echo "right after the previous ones were removed; cold = the same once the host has taken the freed memory back, where the"
 echo "guest hands it back (- elsewhere); storm/limit and /cold: storm over the higher of link and copy, of link and cold)"

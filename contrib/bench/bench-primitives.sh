@@ -36,6 +36,8 @@ VC=$top/contrib/vcluster/storm-vcluster
 REPS=${REPS:-200}
 ROUNDS=${ROUNDS:-3}
 MCAST=${MCAST:-239.255.77.1:6831}
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+cipher= # the AES-GCM implementation of the agents' multicast, once a cluster is up
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(8 64 256)
 work=/var/tmp/storm-bench-prim
 [ -x "$PRIM" ] || { echo "bench-primitives: $PRIM not built (run contrib/storm-setup)" >&2; exit 2; }
@@ -103,6 +105,7 @@ run_case() { # N SHAPE
     "$VC" up "$n" ${shape:+--rate "$shape"} --conf "MessageTimeout=10" "${mc[@]}" > "$work/up.out" 2>&1 ||
         { cat "$work/up.out"; echo "bench-primitives: cannot start $n nodes" >&2; return 1; }
     eval "$("$VC" env)"
+    [ "$MCAST" = off ] || cipher=$(agents_cipher "$STATE")
     local jid
     jid=$(sbatch --parsable -N "$n" -o /dev/null --wrap "sleep 3600")
     for _ in $(seq 1 100); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
@@ -150,7 +153,7 @@ run_case() { # N SHAPE
 for n in "${sizes[@]}"; do run_case "$n" ""; done
 for n in "${sizes[@]}"; do [ "$n" = 64 ] && run_case 64 100mbit; done
 echo
-echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs; multicast: $MCAST)"
+echo "STORM primitives vs stock Slurm (times in ms; ratio = stock / Storm; REPS=$REPS, sbcast $((REPS / 10)) runs; multicast: $MCAST${cipher:+, AES-GCM by $cipher})"
 printf '%-22s %9s %9s %9s %7s %9s %9s %11s %11s %8s %11s %11s %8s %9s\n' "cluster" "xfer64p50" "xfer64p99" \
     "floor p50" "/floor" "caw p50" "caw p99" "sbcast64p50" "sbcast64p99" "ratio" "xfer 12MB" "sbcast12MB" "ratio" "link12MB"
 for r in "${rows[@]}"; do echo "$r"; done

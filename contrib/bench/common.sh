@@ -36,3 +36,9 @@ vc_up() {
     "$VC" up "$n" "${args[@]}" > "$work/up.out" 2>&1 || { cat "$work/up.out" >&2; exit 1; }
     eval "$("$VC" env)"
 }
+
+# agents_cipher STATE: the AES-GCM implementation the running cluster's
+# agents chose for multicast, from vn1's start-up line ("" if none logged)
+agents_cipher() {
+    sed -n 's/.*multicast data path on group .*, AES-GCM by //p' "$1/log/slurmd-vn1.log" 2>/dev/null | tail -n 1
+}

@@ -264,8 +264,8 @@ void Engine::listen()
                 throw std::runtime_error("cannot make its repair timer");
             char group[INET_ADDRSTRLEN] = "?";
             inet_ntop(AF_INET, &mc.group, group, sizeof group);
-            log_.verbose("multicast data path on group %s:%u, AES-GCM by %s", group, mc.port,
-                         net::cipher_description().c_str());
+            log_.info("multicast data path on group %s:%u, AES-GCM by %s", group, mc.port,
+                      net::cipher_description().c_str());
         } catch (const std::exception &e) {
             mcast_.reset();
             log_.error("multicast is off on this node, transfers use the tree alone: %s", e.what());
