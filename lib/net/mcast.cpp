@@ -286,17 +286,21 @@ bool gcm_ipsec_mb(bool enc, const unsigned char *key, const unsigned char iv[12]
 }
 #endif
 
-// The implementation in use: Intel's library where it has its VAES code,
-// else OpenSSL (tests may choose; see select_cipher).
+// Whether Intel's library is built in, loads, and has its VAES code here.
+bool ipsec_mb_usable()
+{
+#ifdef STORM_WITH_IPSEC_MB
+    return imb().vaes_avx512;
+#else
+    return false;
+#endif
+}
+
+// The implementation in use: Intel's library where it is usable, else
+// OpenSSL (tests may choose; see select_cipher).
 std::atomic<Cipher> &cipher_in_use()
 {
-    static std::atomic<Cipher> c = [] {
-#ifdef STORM_WITH_IPSEC_MB
-        if (imb().vaes_avx512)
-            return Cipher::ipsec_mb;
-#endif
-        return Cipher::openssl;
-    }();
+    static std::atomic<Cipher> c{ipsec_mb_usable() ? Cipher::ipsec_mb : Cipher::openssl};
     return c;
 }
 
@@ -389,13 +393,8 @@ std::string cipher_description()
 
 bool select_cipher(Cipher c)
 {
-#ifdef STORM_WITH_IPSEC_MB
-    if (c == Cipher::ipsec_mb && !imb().vaes_avx512)
+    if (c == Cipher::ipsec_mb && !ipsec_mb_usable())
         return false;
-#else
-    if (c == Cipher::ipsec_mb)
-        return false;
-#endif
     cipher_in_use().store(c);
     return true;
 }
