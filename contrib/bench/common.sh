@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 # Shell helpers the benchmarks share (sourced, not run).
 
-# median VALUE...: "failed" counts as the slowest; any "corrupt" wins; "-" stays "-";
+# median VALUE...: the middle value, or of an even count the mean of the two
+# middle ones (to as many decimals as they have); "failed" counts as the
+# slowest (a mean with it is "failed"); any "corrupt" wins; "-" stays "-";
 # "held" (not measured) is left out, and is the answer only if all are
 median() {
     case " $* " in *" corrupt "*) echo corrupt; return ;; *" - "*) echo -; return ;; esac
@@ -9,7 +11,11 @@ median() {
     for x in "$@"; do [ "$x" = held ] || v+=("$x"); done
     [ ${#v[@]} -gt 0 ] || { echo held; return; }
     printf '%s\n' "${v[@]}" | sed 's/^failed$/1e18/' | sort -g |
-        awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; if (m + 0 >= 1e18) print "failed"; else print m }'
+        awk '{ v[NR] = $1 } END {
+            lo = v[int((NR + 1) / 2)]; hi = v[int(NR / 2) + 1]
+            if (hi + 0 >= 1e18) print "failed"; else if (lo == hi) print lo; else printf "%." dec(lo, hi) "f\n", (lo + hi) / 2 }
+            function dec(a, b,  da, db) { da = index(a, ".") ? length(a) - index(a, ".") : 0
+                db = index(b, ".") ? length(b) - index(b, ".") : 0; return da > db ? da : db }'
 }
 
 # ratio A B [FORMAT]: A / B printed with FORMAT (default "%.1fx": "1.2x"),
