@@ -68,8 +68,10 @@ public:
 
     // Removes what the sessions listed in the journal left (run at start).
     void recover();
-    // The sink: returns "" or why this node cannot take the chunk.
-    std::string on_chunk(const std::string &event, uint64_t sid, std::string_view data);
+    // The sink: returns "" or why this node cannot take the chunk.  Each data
+    // chunk carries the CRC-32C of its bytes, checked here unless `sealed`
+    // (Engine::ChunkSink): the seal proved them the sender's, which checked it.
+    std::string on_chunk(const std::string &event, uint64_t sid, std::string_view data, bool sealed = false);
     // Aborts the sessions that stalled; run every second by a timer.
     void sweep();
     size_t sessions() const noexcept { return sessions_.size(); }
@@ -78,7 +80,7 @@ private:
     struct File;
     struct Session;
     std::string open(uint64_t sid, std::string_view payload);
-    std::string data(uint64_t sid, std::string_view payload);
+    std::string data(uint64_t sid, std::string_view payload, bool sealed);
     std::string commit(uint64_t sid);
     std::string finish(uint64_t sid);
     // The open session `sid`, or nullptr with `why` saying so.

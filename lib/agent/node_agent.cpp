@@ -66,7 +66,7 @@ void NodeAgent::start()
                     std::make_unique<gang::Switcher>(base_, *engine_, network_->step_lister, sc, log_);
                 switcher_->recover();
                 engine_->add_sink("gang:", [this](const std::string &ev, uint64_t origin, uint64_t offset,
-                                                  uint64_t total, std::string_view data) {
+                                                  uint64_t total, std::string_view data, bool) {
                     return switcher_->on_chunk(ev, origin, offset, total, data);
                 });
             }
@@ -130,8 +130,8 @@ void NodeAgent::start()
                     *engine_, *network_->authorizer,
                     bcast::ServiceConfig{self, network_->names, config_.fanout}, log_);
                 engine_->add_sink("bcast:", [this](const std::string &ev, uint64_t origin, uint64_t, uint64_t,
-                                                   std::string_view data) {
-                    return bcast_receiver_->on_chunk(ev, origin, data);
+                                                   std::string_view data, bool sealed) {
+                    return bcast_receiver_->on_chunk(ev, origin, data, sealed);
                 });
                 engine_->on_user_frames([this](net::Connection &c, const net::FrameHeader &h,
                                                std::string_view p) { bcast_service_->on_frame(c, h, p); },

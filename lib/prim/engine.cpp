@@ -664,14 +664,14 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
 }
 
 void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
-                         std::string_view data, Answer &local)
+                         std::string_view data, Answer &local, bool sealed)
 {
     for (const auto &sink : sinks_) {
         if (event.compare(0, sink.first.size(), sink.first) != 0)
             continue;
         std::string why;
         try {
-            why = sink.second(event, origin, offset, total, data);
+            why = sink.second(event, origin, offset, total, data, sealed);
         } catch (const std::exception &e) {
             why = e.what();
         }
@@ -1021,9 +1021,11 @@ void Engine::mc_pump(uint64_t origin)
             continue;
         }
         net::DataRef d = w.data;
+        bool sealed = false; // the bytes passed their origin's seal here
         if (!d.len && mcast_) {
             if (auto buf = mcast_->take(k.origin, k.offset, k.len, k.seal)) {
                 d = net::DataRef{buf, buf.get(), k.len};
+                sealed = true;
                 mc_count(&McastCounters::received);
             } else if (!drained) {
                 drained = true; // the bytes may be queued on the socket, unread
@@ -1047,7 +1049,7 @@ void Engine::mc_pump(uint64_t origin)
         Answer local;
         try {
             apply_chunk(x.chunk.event, x.chunk.origin, x.chunk.offset, x.chunk.total,
-                        std::string_view(d.ptr, d.len), local);
+                        std::string_view(d.ptr, d.len), local, sealed);
         } catch (const std::exception &e) {
             local.add_failure(RangeSet::single(cfg_.self), e.what());
         }

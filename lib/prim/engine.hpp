@@ -209,9 +209,16 @@ public:
     // memory (files being broadcast).  It returns "" if it took the chunk,
     // else why not: this node then counts as failed for that chunk, and the
     // reason travels to the initiator.  Chunks of one transfer arrive in
-    // order of offset.  No event is counted for sunk transfers.
+    // order of offset.  No event is counted for sunk transfers.  `sealed`:
+    // the bytes came by multicast under the AES-GCM seal of the node that
+    // sent them, which this node checked, so they are that node's byte for
+    // byte; and that node had given them to its own sink (unsealed) before
+    // it sealed them.  A sink may then skip its own checksum of them: the
+    // sender's sink checked it, and failed the transfer if it did not match.
+    // False for bytes that came over a connection (TCP's checksum alone) or
+    // from this node itself.
     using ChunkSink = std::function<std::string(const std::string &event, uint64_t origin, uint64_t offset,
-                                                uint64_t total, std::string_view data)>;
+                                                uint64_t total, std::string_view data, bool sealed)>;
     void add_sink(const std::string &prefix, ChunkSink sink) { sinks_.emplace_back(prefix, std::move(sink)); }
 
     // Frames of users' broadcasts (MsgType::bcast_*) arriving on accepted
@@ -357,7 +364,7 @@ private:
     McastCounters mc_;
     void handle_xfer(net::Connection &c, uint64_t op, std::string_view payload);
     void apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
-                     std::string_view data, Answer &local);
+                     std::string_view data, Answer &local, bool sealed = false); // sealed: see ChunkSink
     // CAW pieces
     void handle_caw(net::Connection &c, uint64_t op, std::string_view payload);
     void caw_next();

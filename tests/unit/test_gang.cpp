@@ -1167,9 +1167,9 @@ void test_manager_end_to_end(void **)
         sw.push_back(std::make_unique<Switcher>(cl.base, *cl.agents[i], l,
                                                 SwitcherConfig{i, "", 20ms, 0, {}, {}, false},
                                                 Logger("gang" + std::to_string(i))));
-        cl.agents[i]->add_sink("gang:",
-                               [&sw, i](const std::string &ev, uint64_t o, uint64_t off, uint64_t t,
-                                        std::string_view d) { return sw[i]->on_chunk(ev, o, off, t, d); });
+        cl.agents[i]->add_sink("gang:", [&sw, i](const std::string &ev, uint64_t o, uint64_t off, uint64_t t,
+                                                 std::string_view d,
+                                                 bool) { return sw[i]->on_chunk(ev, o, off, t, d); });
     }
     TestManager tm(cl, {20000us, 300ms, 2});
     auto &mm = tm.mm;

@@ -133,15 +133,18 @@ void test_lost_segments_repaired_in_order(void **)
     };
     cl.agents[6]->mcast()->drop_filter = [](uint64_t, uint64_t, uint32_t) { return true; };
     // Agent 3 takes the transfer through a sink, which must see the chunks
-    // in order of offset although the odd ones came first.
+    // in order of offset although the odd ones came first (sealed, by
+    // multicast; the even ones over the tree).
     std::vector<uint64_t> offsets;
+    std::vector<bool> sealed;
     std::string sunk;
-    cl.agents[3]->add_sink(
-        "ordered:", [&](const std::string &, uint64_t, uint64_t offset, uint64_t, std::string_view data) {
-            offsets.push_back(offset);
-            sunk.append(data);
-            return std::string();
-        });
+    cl.agents[3]->add_sink("ordered:", [&](const std::string &, uint64_t, uint64_t offset, uint64_t,
+                                           std::string_view data, bool s) {
+        offsets.push_back(offset);
+        sealed.push_back(s);
+        sunk.append(data);
+        return std::string();
+    });
     std::string big = pattern(1 << 20, 2);
     auto r = cl.xfer(RangeSet::range(0, 8), "ordered:x", big);
     assert_true(r.ok);
@@ -149,6 +152,8 @@ void test_lost_segments_repaired_in_order(void **)
     assert_int_equal(offsets.size(), 16);
     for (size_t i = 1; i < offsets.size(); ++i)
         assert_true(offsets[i] > offsets[i - 1]);
+    for (size_t i = 0; i < offsets.size(); ++i)
+        assert_true(sealed[i] == ((offsets[i] / (64 << 10)) % 2 == 1));
     std::string d;
     assert_int_equal(cl.agents[6]->test_event("ordered:x", &d), 1);
     assert_true(d == big);
@@ -198,12 +203,14 @@ void test_streamed_chunks(void **)
     Cluster cl(6, 2, 2000ms, mcast_config());
     cl.agents[4]->mcast()->drop_filter = [](uint64_t, uint64_t seq, uint32_t) { return seq == 1; };
     std::vector<std::vector<uint64_t>> seqs(6);
+    std::vector<std::vector<bool>> sealed(6);
     std::vector<std::string> got(6);
     for (unsigned i = 0; i < 6; ++i)
         cl.agents[i]->add_sink("stream:", [&, i](const std::string &, uint64_t, uint64_t seq, uint64_t total,
-                                                 std::string_view data) {
+                                                 std::string_view data, bool s) {
             assert_int_equal(total, 0);
             seqs[i].push_back(seq);
+            sealed[i].push_back(s);
             got[i].append(data);
             return std::string();
         });
@@ -224,6 +231,10 @@ void test_streamed_chunks(void **)
         assert_int_equal(seqs[i].size(), 4);
         for (uint64_t k = 0; k < 4; ++k)
             assert_int_equal(seqs[i][k], k);
+        // Sealed: what came by multicast; not the sender's own, nor what
+        // agent 4 lost and got over the tree.
+        for (uint64_t k = 0; k < 4; ++k)
+            assert_true(sealed[i][k] == (i != 0 && !(i == 4 && k == 1)));
         assert_true(got[i] == whole);
     }
     assert_int_equal(cl.agents[4]->mcast_counters().repaired, 1);
