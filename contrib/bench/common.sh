@@ -11,11 +11,14 @@ median() {
     for x in "$@"; do [ "$x" = held ] || v+=("$x"); done
     [ ${#v[@]} -gt 0 ] || { echo held; return; }
     printf '%s\n' "${v[@]}" | sed 's/^failed$/1e18/' | sort -g |
-        awk '{ v[NR] = $1 } END {
-            lo = v[int((NR + 1) / 2)]; hi = v[int(NR / 2) + 1]
-            if (hi + 0 >= 1e18) print "failed"; else if (lo == hi) print lo; else printf "%." dec(lo, hi) "f\n", (lo + hi) / 2 }
-            function dec(a, b,  da, db) { da = index(a, ".") ? length(a) - index(a, ".") : 0
-                db = index(b, ".") ? length(b) - index(b, ".") : 0; return da > db ? da : db }'
+        awk 'function decimals(x) { return index(x, ".") ? length(x) - index(x, ".") : 0 }
+            { v[NR] = $1 }
+            END {
+                lo = v[int((NR + 1) / 2)]; hi = v[int(NR / 2) + 1]
+                if (hi + 0 >= 1e18) print "failed"
+                else if (lo == hi) print lo
+                else printf "%." (decimals(lo) > decimals(hi) ? decimals(lo) : decimals(hi)) "f\n", (lo + hi) / 2
+            }'
 }
 
 # ratio A B [FORMAT]: A / B printed with FORMAT (default "%.1fx": "1.2x"),
