@@ -1021,7 +1021,7 @@ void Engine::mc_pump(uint64_t origin)
             continue;
         }
         net::DataRef d = w.data;
-        bool sealed = false; // the bytes passed their origin's seal here
+        bool sealed = false; // the bytes passed their sender's seal here (see ChunkSink)
         if (!d.len && mcast_) {
             if (auto buf = mcast_->take(k.origin, k.offset, k.len, k.seal)) {
                 d = net::DataRef{buf, buf.get(), k.len};
