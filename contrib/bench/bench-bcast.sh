@@ -22,7 +22,15 @@
 # hand at 256 nodes, 0.66-0.92 s warm against 4.42-5.34 s cold).  Ratios
 # are stock / Storm (higher is better for Storm); "storm/limit" divides
 # Storm's time by the higher of the link and the copy limit, "/cold" by
-# the higher of the link and the cold copy limit.  A stock run that
+# the higher of the link and the cold copy limit.  Where the agents
+# multicast, each run also measures this machine's floor for the same
+# broadcast (contrib/bench/floor_mcast, group 239.255.77.9:6839): plain C,
+# the file multicast from vn1 to the other nodes, each writing its copy,
+# with no encryption, checks, announcements, repairs or flow control; the
+# time from its first send to the last copy written.  It is what the
+# kernel alone costs here to deliver the datagrams through the bridge and
+# write every copy, and "storm/floor" divides Storm's time by it.  A floor
+# run that lost a datagram (it has no repairs) prints as failed.  A stock run that
 # fails, or outlasts -t SECONDS (default 300), prints as failed.  Every
 # Storm copy is checked (md5) on the first and last node.  Storm's
 # agents carry the data by multicast on -m GROUP:PORT (default
@@ -48,12 +56,15 @@
 # during the copy limit's: a measurement during which it handed back
 # hundreds of MiB wrote into pages the host had to fault in again.  A copy
 # that differs (md5) makes the whole cell "corrupt"; a failed run counts
-# as the slowest.
+# as the slowest.  The floor runs before Storm in even runs, after it in
+# odd ones.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
 . "$top/contrib/bench/common.sh"
 BCAST=$BUILD/tools/storm-bcast
+FLOORM=$BUILD/contrib/bench/floor_mcast
+FLOOR_GROUP=239.255.77.9 FLOOR_PORT=6839
 VC=$top/contrib/vcluster/storm-vcluster
 NODES="8 16 64 256" SIZES="4 12 100" REGIMES="unshaped shaped" STOCK_TIMEOUT=300 MCAST=239.255.77.1:6831 REPS=1
 while getopts n:s:r:t:m:k: o; do
@@ -71,10 +82,12 @@ check_reps bench-bcast "$REPS"
 RATE_MBIT=100
 work=/var/tmp/storm-bench-bcast
 [ -x "$BCAST" ] || { echo "bench-bcast: $BCAST not built (run contrib/storm-setup)" >&2; exit 2; }
+[ "$MCAST" = off ] || [ -x "$FLOORM" ] || { echo "bench-bcast: $FLOORM not built (run make)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-bcast: must run as root" >&2; exit 2; }
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 cipher= # the AES-GCM implementation of the agents' multicast, once a cluster is up
-trap '"$VC" down > /dev/null 2>&1' EXIT
+floor_pids=()
+trap 'kill "${floor_pids[@]}" 2> /dev/null; "$VC" down > /dev/null 2>&1' EXIT
 rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
 for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
 cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && chmod 755 "$work/prog"
@@ -124,6 +137,41 @@ end_steps() {
     echo "bench-bcast: step(s) ${held% } of job $1 still hold nodes after 3 min: sruns are not run (held) while they do" >&2
     return 1
 }
+# floor N FILE: seconds of floor_mcast from vn1 to vn2..vnN (the node
+# addresses in $addrs); "lost" if a node lost a datagram (the floor has no
+# repairs: such a run is left out of the median), "failed" otherwise
+floor() {
+    local n=$1 f=$2 size i t0 t1 done_n
+    size=$(stat -c %s "$f")
+    rm -rf "$work/floor" && mkdir -p "$work/floor"
+    floor_pids=()
+    for ((i = 2; i <= n; i++)); do
+        "$VC" exec "vn$i" "$FLOORM" recv "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[i]}" /tmp/bench.floor "$size" \
+            "$mtu" > "$work/floor/$i.out" 2>&1 &
+        floor_pids+=($!)
+    done
+    for _ in $(seq 1 600); do # until every receiver joined the group
+        [ "$(cat "$work"/floor/*.out 2> /dev/null | grep -c '^ready$')" -ge $((n - 1)) ] && break
+        sleep 0.1
+    done
+    "$VC" exec vn1 "$FLOORM" send "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[1]}" "$f" /tmp/bench.floor "$mtu" \
+        > "$work/floor/1.out" 2>&1
+    for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done # a receiver that lost one gives up at once or in 30 s
+    floor_pids=()
+    t0=$(sed -n 's/^start //p' "$work/floor/1.out")
+    t1=$(cat "$work"/floor/*.out | sed -n 's/^\(done\|sent\) //p' | sort -n | tail -n 1)
+    done_n=$(cat "$work"/floor/*.out | grep -c '^done ')
+    if [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
+        echo failed
+        sed 's/^/  floor: /' "$work/floor/1.out" | tail -n 3 >&2
+    elif [ "$done_n" != $((n - 1)) ]; then
+        echo lost
+        echo "  floor: $((n - 1 - done_n)) of $((n - 1)) nodes did not get the whole file:" \
+            "$(cat "$work"/floor/*.out | grep -m 1 floor_mcast)" >&2
+    else
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
+    fi
+}
 # copy limit: N copies of FILE written by two writers at once
 copy_limit() {
     local n=$1 f=$2 t0 i
@@ -161,6 +209,11 @@ for n in $NODES; do
     eval "$("$VC" env)"
     # The AES-GCM implementation the agents chose (their start-up line).
     [ "$MCAST" = off ] || cipher=$(agents_cipher "$STATE")
+    # the nodes' addresses (floor_mcast's interfaces) and their links' MTU
+    addrs=()
+    while read -r i a; do addrs[i]=$a; done < <(scontrol -o show node |
+        sed -n 's/^NodeName=vn\([0-9]*\) .*NodeAddr=\([^ ]*\) .*/\1 \2/p')
+    mtu=$("$VC" exec vn1 cat /sys/class/net/eth0/mtu)
     # srun with stock Slurm's launcher: the same cluster, a client config
     # that differs only in LaunchType.
     sed 's|^LaunchType=.*|LaunchType=launch/slurm|' "$SLURM_CONF" > "$STATE/etc/slurm-stock-launch.conf"
@@ -171,10 +224,13 @@ for n in $NODES; do
         if [ "$regime" = shaped ]; then "$VC" shape ${RATE_MBIT}mbit > /dev/null; else "$VC" shape off > /dev/null; fi
         for s in $SIZES; do
             f=$work/f$s
-            all_st=() all_xt=() all_sx=() all_ss=()
+            all_st=() all_xt=() all_sx=() all_ss=() all_fl=()
             for ((rep = 1; rep <= REPS; rep++)); do
-                st=- xt=- ss=- sx=-
+                st=- xt=- ss=- sx=- fl=-
                 if ((rep % 2)); then order="sbcast storm"; else order="storm sbcast"; fi
+                if [ "$MCAST" != off ]; then
+                    if ((rep % 2)); then order+=" floor"; else order="floor $order"; fi
+                fi
                 [ "$s" = 12 ] && order+=" srun_storm srun_stock"
                 took=""
                 for what in $order; do
@@ -199,6 +255,7 @@ for n in $NODES; do
                             sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
                         fi
                         ;;
+                    floor) fl=$(floor "$n" "$f") ;;
                     srun_storm)
                         if ! end_steps "$jid"; then
                             sx=held
@@ -220,11 +277,13 @@ for n in $NODES; do
                     took+=$(took_during "$what" "$k0")
                 done
                 clean_dest
-                all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss")
+                all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss") all_fl+=("$fl")
                 [ "$REPS" = 1 ] && [ -z "$took" ] ||
-                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt srun stock $ss srun storm $sx${took:+ (MiB the host took back during each:$took)}" >&2
+                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt floor $fl srun stock $ss srun storm $sx${took:+ (MiB the host took back during each:$took)}" >&2
             done
             st=$(median "${all_st[@]}") xt=$(median "${all_xt[@]}") sx=$(median "${all_sx[@]}") ss=$(median "${all_ss[@]}")
+            fl=$(median "${all_fl[@]/#lost/held}")
+            [ "$fl" = held ] && fl=lost
             link=$(awk -v s="$s" -v r="$RATE_MBIT" 'BEGIN { printf "%.2f", s * 8 / r }')
             k0=$(host_took)
             copy=$(copy_limit "$n" "$f")
@@ -241,10 +300,10 @@ for n in $NODES; do
                 limit=$(higher "$link" "$copy")
                 [ "$cold" = - ] || limit_cold=$(higher "$link" "$cold")
             fi
-            rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s' "$n" "$regime" "$s" \
+            rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s %6s %11s' "$n" "$regime" "$s" \
                 "$st" "$xt" "$(ratio "$st" "$xt")" "$ss" "$sx" "$(ratio "$ss" "$sx")" \
                 "$([ "$regime" = shaped ] && echo "$link" || echo -)" "$copy" "$cold" "$(ratio "$xt" "$limit")" \
-                "$(ratio "$xt" "$limit_cold")")")
+                "$(ratio "$xt" "$limit_cold")" "$fl" "$(ratio "$xt" "$fl")")")
             echo "${rows[-1]}" >&2
         done
     done
@@ -255,8 +314,10 @@ echo
 echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP connections" || echo "multicast on $MCAST, AES-GCM by ${cipher:-?}")), seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
 echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file; copy = N copies on this machine,"
 echo "right after the previous ones were removed; cold = the same once the host has taken the freed memory back, where the"
-echo "guest hands it back (- elsewhere); storm/limit and /cold: storm over the higher of link and copy, of link and cold)"
-[ "$REPS" = 1 ] || echo "sbcast, storm and srun: the median of $REPS runs each (\"held\" runs, sruns not run while a failed one's step held the nodes, left out)"
-printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s\n' nodes regime MB sbcast storm ratio "srun stock" \
-    "srun storm" ratio link copy cold storm/limit /cold
+echo "guest hands it back (- elsewhere); storm/limit and /cold: storm over the higher of link and copy, of link and cold;"
+echo "floor = plain C multicast of the file from vn1 to every other node, each writing its copy, nothing of Storm in it;"
+echo "storm/floor = storm over floor; - where the agents do not multicast, lost where the floor lost datagrams in every run)"
+[ "$REPS" = 1 ] || echo "sbcast, storm, floor and srun: the median of $REPS runs each (\"held\" runs, sruns not run while a failed one's step held the nodes, and floor runs that lost datagrams, left out)"
+printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s %6s %11s\n' nodes regime MB sbcast storm ratio \
+    "srun stock" "srun storm" ratio link copy cold storm/limit /cold floor storm/floor
 for r in "${rows[@]}"; do echo "$r"; done
