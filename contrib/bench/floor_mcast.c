@@ -205,27 +205,30 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
         die("memory");
     printf("start %llu\n", now_ns());
     fflush(stdout);
+    /* Batches of full segments across the whole file (only the file's last
+     * segment is short), the file read and copied a piece ahead of them. */
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = group};
+    size_t have = 0, take = gsok ? per : 1;
     for (size_t off = 0; off < size;) {
-        ssize_t r = pread(in, file + off, size - off < PIECE ? size - off : PIECE, (off_t)off);
-        if (r <= 0)
-            die(source);
-        write_all(out, file + off, (size_t)r, (off_t)off);
-        size_t end = off + (size_t)r;
-        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = group};
-        while (off < end) {
-            size_t n = 0, take = gsok ? per : 1;
-            for (size_t i = 0; i < take && off < end; i++) {
-                size_t d = end - off < data ? end - off : data;
-                uint64_t h = off;
-                memcpy(batch + n, &h, HDR);
-                memcpy(batch + n + HDR, file + off, d);
-                n += HDR + d;
-                off += d;
-            }
-            while (sendto(fd, batch, n, 0, (struct sockaddr *)&to, sizeof to) < 0)
-                if (errno != EINTR && errno != ENOBUFS)
-                    die("send");
+        while (have < size && have < off + take * data) {
+            ssize_t r = pread(in, file + have, size - have < PIECE ? size - have : PIECE, (off_t)have);
+            if (r <= 0)
+                die(source);
+            write_all(out, file + have, (size_t)r, (off_t)have);
+            have += (size_t)r;
         }
+        size_t n = 0;
+        for (size_t i = 0; i < take && off < size; i++) {
+            size_t d = size - off < data ? size - off : data;
+            uint64_t h = off;
+            memcpy(batch + n, &h, HDR);
+            memcpy(batch + n + HDR, file + off, d);
+            n += HDR + d;
+            off += d;
+        }
+        while (sendto(fd, batch, n, 0, (struct sockaddr *)&to, sizeof to) < 0)
+            if (errno != EINTR && errno != ENOBUFS)
+                die("send");
     }
     if (close(out) < 0)
         die("close");
