@@ -553,6 +553,8 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
         gso_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &gso, sizeof gso) == 0;
         setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one); // best effort
         rbuf_.resize(kMaxDatagram + 1);
+        scratch_.resize(kMaxDatagram + 1);
+        hdrs_.resize(kMaxGsoSegments * kHeader);
         rev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_readable, this);
         wev_ = event_new(base_, fd_, EV_WRITE, on_writable, this);
         if (!rev_ || !wev_ || event_add(rev_, nullptr) < 0)
@@ -664,18 +666,65 @@ bool Mcast::send_batch(Outgoing &o)
 
 void Mcast::on_readable(int, short, void *arg) { static_cast<Mcast *>(arg)->drain(); }
 
+namespace {
+// Copies bytes [at, at + len) of what recvmsg() spread over `iov`.
+void gather(const iovec *iov, size_t niov, size_t at, size_t len, char *to)
+{
+    size_t pos = 0;
+    for (size_t i = 0; i < niov && len > 0; pos += iov[i].iov_len, i++) {
+        if (at >= pos + iov[i].iov_len)
+            continue;
+        size_t from = at - pos, k = std::min(iov[i].iov_len - from, len);
+        std::memcpy(to, static_cast<const char *>(iov[i].iov_base) + from, k);
+        to += k, at += k, len -= k;
+    }
+}
+} // namespace
+
 void Mcast::drain()
 {
     for (int round = 0; round < 256; round++) { // then let other events run
-        iovec iov{rbuf_.data(), rbuf_.size()};
+        // The segments expected next (guess_) are received straight into
+        // their chunk: for each, a slot for its header (hdrs_) and one for
+        // its data, where it belongs; rbuf_ takes whatever comes beyond.
+        // Only segments that lie exactly in their slots and whose header is
+        // the one expected stay there; any other is stored from rbuf_ if it
+        // lies there whole, or else copied whole into scratch_ before
+        // anything is stored, and stored from there.
+        iovec iov[2 * kMaxGsoSegments + 1];
+        size_t nslots = 0;
+        std::shared_ptr<char[]> held; // the guessed chunk's buffer, alive through the batch
+        const Pending *gp = nullptr;
+        if (guess_) {
+            auto it = pending_.find(guess_key_);
+            if (it != pending_.end() && it->second.missing > 0)
+                gp = &it->second;
+        }
+        if (gp) {
+            held = gp->buf;
+            uint32_t nsegs = segments(gp->len, gp->seg_bytes);
+            size_t total = 0;
+            for (uint32_t s = guess_seg_; s < nsegs && nslots < kMaxGsoSegments && !gp->have[s]; s++) {
+                size_t from = static_cast<size_t>(s) * gp->seg_bytes;
+                size_t want = std::min<size_t>(gp->seg_bytes, gp->len - std::min(from, gp->len));
+                if (total + kHeader + want > kMaxDatagram)
+                    break;
+                iov[2 * nslots] = {hdrs_.data() + nslots * kHeader, kHeader};
+                iov[2 * nslots + 1] = {held.get() + from, want};
+                total += kHeader + want;
+                nslots++;
+            }
+        }
+        const size_t niov = 2 * nslots + 1;
+        iov[2 * nslots] = {rbuf_.data(), rbuf_.size()};
         alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
         msghdr m{};
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
+        m.msg_iov = iov;
+        m.msg_iovlen = niov;
         m.msg_control = control;
         m.msg_controllen = sizeof control;
-        ssize_t n = recvmsg(fd_, &m, MSG_DONTWAIT);
-        if (n < 0) {
+        ssize_t got = recvmsg(fd_, &m, MSG_DONTWAIT);
+        if (got < 0) {
             if (errno == EINTR)
                 continue;
             return; // EAGAIN, or an error queued on the socket: nothing more now
@@ -684,7 +733,8 @@ void Mcast::drain()
             stats_.datagrams_rejected++;
             continue;
         }
-        size_t seg = static_cast<size_t>(n);
+        const size_t n = static_cast<size_t>(got);
+        size_t seg = n;
         for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
             if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
                 int g;
@@ -692,8 +742,75 @@ void Mcast::drain()
                 if (g > 0)
                     seg = static_cast<size_t>(g);
             }
-        for (size_t at = 0; at < static_cast<size_t>(n); at += seg)
-            segment(rbuf_.data() + at, std::min(seg, static_cast<size_t>(n) - at));
+        if (seg == 0)
+            continue; // an empty datagram: no header
+        // Pass 1: which segments stay in place, and where the others are.
+        const size_t count = (n + seg - 1) / seg;
+        size_t tail = 0; // where rbuf_ starts in what was received
+        for (size_t i = 0; i + 1 < niov; i++)
+            tail += iov[i].iov_len;
+        from_.assign(count, nullptr);
+        for (size_t j = 0, slot_at = 0; j < count; j++) {
+            size_t at = j * seg, len = std::min(seg, n - at);
+            bool in_place = false;
+            if (j < nslots && slot_at == at && len == kHeader + iov[2 * j + 1].iov_len) {
+                SegHeader h;
+                in_place = get_header(hdrs_.data() + j * kHeader, kHeader, h) && h.sender != self_ &&
+                           std::make_pair(h.origin, h.offset) == guess_key_ && h.chunk_len == gp->len &&
+                           h.seg_bytes == gp->seg_bytes && h.seg == guess_seg_ + j;
+            }
+            if (j < nslots)
+                slot_at += kHeader + iov[2 * j + 1].iov_len;
+            if (in_place)
+                continue;
+            if (at >= tail) {
+                from_[j] = rbuf_.data() + (at - tail);
+            } else {
+                gather(iov, niov, at, len, scratch_.data() + at);
+                from_[j] = scratch_.data() + at;
+            }
+        }
+        // Pass 2: store them in order.  What is stored may end chunks and
+        // start others (and drop old ones), so the guessed chunk is looked
+        // up again for each segment kept in place.
+        const auto key = guess_key_;
+        const uint32_t first = guess_seg_;
+        for (size_t j = 0; j < count; j++) {
+            size_t at = j * seg, len = std::min(seg, n - at);
+            if (from_[j]) {
+                segment(from_[j], len);
+                continue;
+            }
+            uint16_t s = static_cast<uint16_t>(first + j);
+            auto it = pending_.find(key);
+            if (it == pending_.end() || it->second.buf != held) { // that chunk is gone: as if copied
+                std::memcpy(scratch_.data() + at, hdrs_.data() + j * kHeader, kHeader);
+                std::memcpy(scratch_.data() + at + kHeader, iov[2 * j + 1].iov_base, len - kHeader);
+                segment(scratch_.data() + at, len);
+                continue;
+            }
+            if (drop_filter && drop_filter(key.first, key.second, s))
+                continue;
+            Pending &pd = it->second;
+            if (pd.missing == 0 || pd.have[s])
+                continue; // duplicate
+            stats_.segments_in_place++;
+            stored(key, pd, s, segments(pd.len, pd.seg_bytes));
+        }
+    }
+}
+
+void Mcast::stored(const std::pair<uint64_t, uint64_t> &key, Pending &pd, uint16_t seg, uint32_t nsegs)
+{
+    pd.have[seg] = true;
+    guess_ = seg + 1u < nsegs;
+    guess_key_ = key;
+    guess_seg_ = seg + 1u;
+    if (--pd.missing == 0) {
+        guess_ = false;
+        stats_.chunks_received++;
+        if (complete_)
+            complete_(key.first, key.second);
     }
 }
 
@@ -752,12 +869,7 @@ void Mcast::segment(const char *p, size_t n)
     if (pd.missing == 0 || pd.have[h.seg])
         return; // duplicate
     std::memcpy(pd.buf.get() + from, p + kHeader, want);
-    pd.have[h.seg] = true;
-    if (--pd.missing == 0) {
-        stats_.chunks_received++;
-        if (complete_)
-            complete_(h.origin, h.offset);
-    }
+    stored(key, pd, h.seg, nsegs);
 }
 
 std::shared_ptr<char[]> Mcast::take(uint64_t origin, uint64_t offset, size_t len, const ChunkSeal &seal)

@@ -15,7 +15,10 @@
 // (IPv4 and UDP headers), each a 32-byte header (McastHeader) and up to
 // `mtu - 60` bytes of data.  Where the kernel supports it, segments leave in
 // batches of up to 64 KiB per system call (UDP GSO) and arrive coalesced
-// (UDP GRO); otherwise one datagram per system call.
+// (UDP GRO); otherwise one datagram per system call.  A receiver takes the
+// segments that follow the last one it stored, while their chunk is
+// incomplete, straight into that chunk's buffer (a scatter list), and
+// copies any other from where it came.
 //
 // Threading: everything runs on the event_base's thread.  Not thread safe.
 #pragma once
@@ -139,6 +142,7 @@ struct McastStats {
     uint64_t datagrams_rejected = 0;
     uint64_t chunks_dropped = 0; // evicted incomplete or unclaimed, or over max_pending
     uint64_t send_errors = 0;
+    uint64_t segments_in_place = 0; // received straight into their chunk (drain())
 };
 
 class Mcast {
@@ -202,7 +206,8 @@ private:
     size_t seg_bytes() const noexcept; // a full segment's data: mtu - 60
     static void on_readable(int, short, void *arg);
     static void on_writable(int, short, void *arg);
-    void segment(const char *p, size_t n);
+    void segment(const char *p, size_t n); // a header and its data, contiguous
+    void stored(const std::pair<uint64_t, uint64_t> &key, Pending &pd, uint16_t seg, uint32_t nsegs);
     void pump();
     bool send_batch(Outgoing &o); // false: would block
 
@@ -216,7 +221,17 @@ private:
     std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
     size_t pending_bytes_ = 0;
     std::deque<Outgoing> out_;
-    std::vector<char> rbuf_;
+    std::vector<char> rbuf_;    // what drain() does not receive in place
+    std::vector<char> scratch_; // drain(): segments not received in place, copied whole
+    std::vector<char> hdrs_;    // drain(): the headers of the segments received in place
+    // drain(): where each segment of a datagram is stored from (null: in place)
+    std::vector<const char *> from_;
+    // The segment expected next: the one after the last stored, while its
+    // chunk is incomplete.  drain() receives the datagrams straight into
+    // that chunk's buffer, from there on.
+    bool guess_ = false;
+    std::pair<uint64_t, uint64_t> guess_key_;
+    uint32_t guess_seg_ = 0;
     std::function<void(uint64_t, uint64_t)> complete_;
     McastStats stats_;
     bool warned_send_ = false;

@@ -112,6 +112,9 @@ void test_data_by_multicast(void **)
         assert_int_equal(c.sent, 0);
         assert_int_equal(c.received + c.repaired, 17);
         assert_true(c.received >= 1);
+        // Segments after a chunk's first batch (the kernel's, of up to 64
+        // KiB) went straight into their chunk.
+        assert_true(cl.agents[i]->mcast()->stats().segments_in_place > 0);
     }
     // The same counts, as variables COMPARE-AND-WRITE can test.
     assert_true(cl.caw(RangeSet::range(1, 8), "mcast:received", Relation::ge, 1, std::nullopt).holds);
@@ -362,6 +365,80 @@ void test_malformed_datagrams(void **)
     }
 }
 
+// drain() receives the segment it expects next (the one after the last
+// stored) straight into its chunk.  Segments that come out of order, twice,
+// mixed with another chunk's, or of another size (spilling over the slots
+// set up for the expected one) must still land where they belong, and a
+// forged one that looks expected must still fail the chunk's seal.
+void test_segments_out_of_order(void **)
+{
+    event_base *base = event_base_new();
+    {
+        net::Mcast m(base, mcast_config(), 7, Logger("test"));
+        std::vector<std::pair<uint64_t, uint64_t>> done;
+        m.on_complete([&](uint64_t o, uint64_t off) { done.emplace_back(o, off); });
+        Injector inj;
+        struct Chunk {
+            uint64_t origin, offset;
+            uint16_t seg_bytes;
+            std::string data, wire;
+            net::ChunkSeal seal;
+        };
+        auto make = [](uint64_t origin, uint64_t offset, size_t len, uint16_t sb, unsigned seed) {
+            Chunk c{origin, offset, sb, pattern(len, seed), std::string(len, '\0'), {}};
+            c.seal = net::seal_chunk(c.data.data(), len, c.wire.data());
+            return c;
+        };
+        Chunk a = make(1, 0, 5 * 1440 + 100, 1440, 11); // 6 segments, the last short
+        Chunk b = make(2, 0, 3 * 1460, 1460, 12);       // longer segments than a's
+        Chunk c = make(1, a.data.size(), 2 * 1440, 1440, 13);
+        auto send = [&](const Chunk &k, uint16_t s, const std::string *forged = nullptr) {
+            size_t from = static_cast<size_t>(s) * k.seg_bytes;
+            std::string body = forged ? *forged : k.wire.substr(from, k.seg_bytes);
+            inj.raw(Injector::header(kMagic, 99, k.origin, k.offset, static_cast<uint32_t>(k.wire.size()), s,
+                                     k.seg_bytes) +
+                    body);
+            usleep(2000);
+            m.drain(); // one datagram at a time: each is stored before the next is received
+        };
+        send(a, 0);
+        send(b, 0); // expected: a's 1; b's bigger segment spills over a's slots
+        send(a, 1); // expected: b's 1
+        send(a, 2); // expected, in place
+        send(a, 2); // twice
+        send(a, 4); // a's 3 was expected: lands in its slot, stored at 4
+        send(a, 3); // a's 5 was expected
+        send(b, 2);
+        send(b, 1);
+        assert_int_equal(done.size(), 1); // b
+        send(a, 5);
+        assert_int_equal(done.size(), 2);
+        assert_int_equal(m.stats().chunks_received, 2);
+        assert_int_equal(m.stats().datagrams_rejected, 0);
+        assert_int_equal(m.stats().segments_in_place, 1); // a's 2, the first time
+        for (const Chunk *k : {&a, &b}) {
+            auto got = m.take(k->origin, k->offset, k->data.size(), k->seal);
+            assert_non_null(got.get());
+            assert_true(std::string(got.get(), k->data.size()) == k->data);
+        }
+        // c: its second segment is forged but looks like the one expected,
+        // so it is kept in place; the seal refuses the chunk.
+        send(c, 0);
+        std::string forged(1440, 'F');
+        send(c, 1, &forged);
+        assert_int_equal(done.size(), 3);
+        assert_int_equal(m.stats().segments_in_place, 2);
+        assert_null(m.take(c.origin, c.offset, c.data.size(), c.seal).get());
+        // Sent again, truly, it is whole and opens.
+        send(c, 0);
+        send(c, 1);
+        auto got = m.take(c.origin, c.offset, c.data.size(), c.seal);
+        assert_non_null(got.get());
+        assert_true(std::string(got.get(), c.data.size()) == c.data);
+    }
+    event_base_free(base);
+}
+
 void test_dead_node(void **)
 {
     Cluster cl(8, 2, 500ms, mcast_config());
@@ -552,6 +629,7 @@ int main()
         cmocka_unit_test(test_pending_bounded),
         cmocka_unit_test(test_repair_and_give_up),
         cmocka_unit_test(test_malformed_datagrams),
+        cmocka_unit_test(test_segments_out_of_order),
         cmocka_unit_test(test_dead_node),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
