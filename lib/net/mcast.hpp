@@ -57,14 +57,15 @@ struct McastConfig {
 
 // The chunk size initiators choose where the agents multicast: a few
 // announcements per MB, and no pipeline through the nodes to fill.  It is
-// 182 full segments at the usual MTU of 1500 (262,080 bytes), not 256 KiB:
-// each node writes a chunk at its place in the file, and on a virtual
-// machine whose host takes freed memory back, writes of 64 pages at
-// offsets aligned to 64 pages cost the kernel's copy into the page cache
-// several times what other sizes do (a 12 MB storm-bcast to 256 virtual
-// nodes, unshaped: 3.5-4.3 s against 1.9-2.2 s with chunks of 63 pages, 45
-// pages or this size; in a profile, 50% of the samples in that copy
-// against 7%).
+// 182 full segments at the usual MTU of 1500 (262,080 bytes), not 256 KiB.
+// Each node writes a chunk at its place in the file.  On the virtual
+// machine the project is tested on (2 cores; its host takes freed memory
+// back), writes of 64 pages at offsets aligned to 64 pages cost the
+// kernel's copy into the page cache several times what other sizes do: a
+// 12 MB storm-bcast to 256 virtual nodes, unshaped, took 3.5-4.3 s with
+// 256 KiB chunks against 1.9-2.2 s with chunks of 63 pages, 45 pages or
+// this size, and a profile put 50% of the samples in that copy against 7%.
+// The cause was not traced further; elsewhere it was not measured.
 constexpr uint32_t kMcastChunkSize = 182u * 1440u;
 
 // "239.255.77.1:6831" -> group and port.  Throws std::invalid_argument
