@@ -35,8 +35,9 @@
 # time from its first send to the last copy written.  It is what the
 # kernel alone costs here to deliver the datagrams through the bridge and
 # write every copy, and "storm/floor" divides Storm's time by it.  A floor
-# run that lost a datagram (it has no repairs) prints as failed.  A stock run that
-# fails, or outlasts -t SECONDS (default 300), prints as failed.  Every
+# run that lost a datagram (it has no repairs) is left out of the median
+# (the cell shows "lost" if every run did).  A stock run that fails, or
+# outlasts -t SECONDS (default 300), prints as failed.  Every
 # Storm copy is checked (md5) on the first and last node.  Storm's
 # agents carry the data by multicast on -m GROUP:PORT (default
 # 239.255.77.1:6831; SwitchParameters storm_mcast), or through the tree of
