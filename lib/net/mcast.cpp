@@ -695,8 +695,10 @@ void Mcast::drain()
         size_t nslots = 0;
         std::shared_ptr<char[]> held; // the guessed chunk's buffer, alive through the batch
         const Pending *gp = nullptr;
+        const auto key = guess_key_; // storing segments moves guess_ on
+        const uint32_t first = guess_seg_;
         if (guess_) {
-            auto it = pending_.find(guess_key_);
+            auto it = pending_.find(key);
             if (it != pending_.end() && it->second.missing > 0)
                 gp = &it->second;
         }
@@ -704,7 +706,7 @@ void Mcast::drain()
             held = gp->buf;
             uint32_t nsegs = segments(gp->len, gp->seg_bytes);
             size_t total = 0;
-            for (uint32_t s = guess_seg_; s < nsegs && nslots < kMaxGsoSegments && !gp->have[s]; s++) {
+            for (uint32_t s = first; s < nsegs && nslots < kMaxGsoSegments && !gp->have[s]; s++) {
                 size_t from = static_cast<size_t>(s) * gp->seg_bytes;
                 size_t want = std::min<size_t>(gp->seg_bytes, gp->len - std::min(from, gp->len));
                 if (total + kHeader + want > kMaxDatagram)
@@ -756,8 +758,8 @@ void Mcast::drain()
             if (j < nslots && slot_at == at && len == kHeader + iov[2 * j + 1].iov_len) {
                 SegHeader h;
                 in_place = get_header(hdrs_.data() + j * kHeader, kHeader, h) && h.sender != self_ &&
-                           std::make_pair(h.origin, h.offset) == guess_key_ && h.chunk_len == gp->len &&
-                           h.seg_bytes == gp->seg_bytes && h.seg == guess_seg_ + j;
+                           std::make_pair(h.origin, h.offset) == key && h.chunk_len == gp->len &&
+                           h.seg_bytes == gp->seg_bytes && h.seg == first + j;
             }
             if (j < nslots)
                 slot_at += kHeader + iov[2 * j + 1].iov_len;
@@ -773,8 +775,6 @@ void Mcast::drain()
         // Pass 2: store them in order.  What is stored may end chunks and
         // start others (and drop old ones), so the guessed chunk is looked
         // up again for each segment kept in place.
-        const auto key = guess_key_;
-        const uint32_t first = guess_seg_;
         for (size_t j = 0; j < count; j++) {
             size_t at = j * seg, len = std::min(seg, n - at);
             if (from_[j]) {
