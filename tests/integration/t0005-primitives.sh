@@ -34,7 +34,7 @@ t_check "the subset holds it" t_prim -n 0-9,20 verify sub 1k
 t_check "the other nodes do not" bash -c "! '$PRIM' -n 11-19 caw event:sub ge 1 > /dev/null"
 
 # --- bad input into a real agent (vn5 = index 4) ------------------------------
-ip5=$(sed -n 's/.*NodeName=vn5 NodeAddr=\([0-9.]*\).*/\1/p' "$STATE/etc/slurm.conf")
+ip5=$(scontrol -o show node vn5 | sed -n 's/.* NodeAddr=\([0-9.]*\) .*/\1/p')
 log5=$STATE/log/slurmd-vn5.log
 bash -c "exec 3<>/dev/tcp/$ip5/6830; printf 'GARBAGE-GARBAGE-GARBAGE-GARBAGE' >&3; sleep 0.3" 2>/dev/null
 t_check "garbage is rejected with a log line" grep -q "switch/rdma: malformed frame from peer .*bad magic" "$log5"
