@@ -171,6 +171,7 @@ private:
     event *halt_timer_ = nullptr;
     event *stats_timer_ = nullptr;
     std::map<int, std::unique_ptr<Client>> clients_;      // by fd
+    std::string rx_;                                      // read_client()'s buffer
     std::map<uint32_t, std::unique_ptr<Window>> windows_; // by context id
     int resident_ = -1;                                   // the swapped context holding the pool
 

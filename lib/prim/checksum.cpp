@@ -1,6 +1,9 @@
 #include "lib/prim/checksum.hpp"
 
 #include <array>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 
 namespace storm::prim {
@@ -117,7 +120,13 @@ uint32_t crc32c(std::string_view data) noexcept
 {
     const auto *p = reinterpret_cast<const unsigned char *>(data.data());
 #if defined(__x86_64__)
-    static const bool hw = __builtin_cpu_supports("sse4.2");
+    // CPUID on first use: __builtin_cpu_supports() would link libgcc's
+    // CPU probe, run as a constructor in every process that loads a Storm
+    // plugin (each slurmstepd), where CPUID traps to the hypervisor.
+    static const bool hw = [] {
+        unsigned a, b, c, d;
+        return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_2);
+    }();
     if (hw)
         return ~crc32c_sse42(~0u, p, data.size());
 #endif
