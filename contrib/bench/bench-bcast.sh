@@ -134,7 +134,7 @@ clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.benc
 bytes_moved() { # what the bridge's ports sent to the nodes so far
     local p counters=()
     for p in /sys/class/net/stormbr0/brif/*; do counters+=("/sys/class/net/${p##*/}/statistics/tx_bytes"); done
-    awk '{ s += $1 } END { print s + 0 }' "${counters[@]}" 2> /dev/null
+    awk '{ s += $1 } END { printf "%.0f\n", s }' "${counters[@]}" 2> /dev/null
 }
 cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 }' /proc/stat; }
 quiet() {
