@@ -530,8 +530,65 @@ void GroupSocket::on_readable(int, short, void *arg)
     }
 }
 
+ChunkBuffers::~ChunkBuffers()
+{
+    for (auto &f : free_)
+        delete[] f.second;
+}
+
+std::shared_ptr<char[]> ChunkBuffers::get(size_t len, bool &reused)
+{
+    char *p = nullptr;
+    size_t capacity = std::max<size_t>(len, kMcastChunkSize);
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = free_.begin(); it != free_.end(); ++it)
+            if (it->first >= len) {
+                capacity = it->first;
+                p = it->second;
+                free_.erase(it);
+                break;
+            }
+    }
+    reused = p != nullptr;
+    if (!p)
+        p = new char[capacity];
+    try {
+        return std::shared_ptr<char[]>(p, [w = weak_from_this(), capacity](char *b) {
+            if (auto set = w.lock())
+                set->put(b, capacity);
+            else
+                delete[] b;
+        });
+    } catch (...) {
+        delete[] p; // the control block could not be allocated
+        throw;
+    }
+}
+
+size_t ChunkBuffers::kept() const
+{
+    std::lock_guard<std::mutex> lock(mu_);
+    return free_.size();
+}
+
+void ChunkBuffers::put(char *p, size_t capacity) noexcept
+{
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (free_.size() < keep_) { // reserved: no allocation here
+            free_.emplace_back(capacity, p);
+            return;
+        }
+    }
+    delete[] p;
+}
+
 Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log)
-    : base_(base), cfg_(cfg), self_(self), log_(std::move(log))
+    : base_(base), cfg_(cfg), self_(self), log_(std::move(log)),
+      // A few chunks: those being received, and those taken but not yet
+      // written and passed on.
+      buffers_(std::make_shared<ChunkBuffers>(8))
 {
     if (cfg_.mtu < 576 || cfg_.mtu > 65535)
         throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
@@ -852,7 +909,10 @@ void Mcast::segment(const char *p, size_t n)
             stats_.chunks_dropped++;
         }
         Pending pd;
-        pd.buf = std::shared_ptr<char[]>(new char[h.chunk_len ? h.chunk_len : 1]);
+        bool reused = false;
+        pd.buf = buffers_->get(h.chunk_len, reused);
+        if (reused)
+            stats_.buffers_reused++;
         pd.len = h.chunk_len;
         pd.have.assign(nsegs, false);
         pd.missing = nsegs;

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <netinet/in.h>
 #include <string>
 #include <string_view>
@@ -144,6 +145,31 @@ struct McastStats {
     uint64_t chunks_dropped = 0; // evicted incomplete or unclaimed, or over max_pending
     uint64_t send_errors = 0;
     uint64_t segments_in_place = 0; // received straight into their chunk (drain())
+    uint64_t buffers_reused = 0;    // chunks received into a buffer an earlier chunk freed
+};
+
+// Chunk buffers that outlive their chunk: each one handed out goes back to
+// the set when its last reference drops (on any thread), and the set keeps
+// up to `keep` of them for the chunks to come, so a broadcast does not fault
+// in fresh pages for every chunk (the allocator gives memory of this size
+// back to the kernel when it is freed).  A buffer freed after the set is
+// gone is deleted.
+class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
+public:
+    explicit ChunkBuffers(size_t keep) : keep_(keep) { free_.reserve(keep); }
+    ~ChunkBuffers();
+    ChunkBuffers(const ChunkBuffers &) = delete;
+    ChunkBuffers &operator=(const ChunkBuffers &) = delete;
+    // A buffer of at least `len` bytes (at least kMcastChunkSize), not
+    // zeroed; `reused` says whether it was one kept.
+    std::shared_ptr<char[]> get(size_t len, bool &reused);
+    size_t kept() const;
+
+private:
+    void put(char *p, size_t capacity) noexcept;
+    const size_t keep_;
+    mutable std::mutex mu_;
+    std::vector<std::pair<size_t, char *>> free_; // capacity, buffer
 };
 
 class Mcast {
@@ -220,6 +246,7 @@ private:
     bool gso_ = false;
     event *rev_ = nullptr, *wev_ = nullptr;
     std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
+    std::shared_ptr<ChunkBuffers> buffers_; // where Pending::buf comes from
     size_t pending_bytes_ = 0;
     std::deque<Outgoing> out_;
     std::vector<char> rbuf_;    // what drain() does not receive in place

@@ -370,6 +370,40 @@ void test_malformed_datagrams(void **)
 // mixed with another chunk's, or of another size (spilling over the slots
 // set up for the expected one) must still land where they belong, and a
 // forged one that looks expected must still fail the chunk's seal.
+// Buffers come back when their last reference drops, up to `keep` of
+// them, and each is handed out again for a chunk it can hold.
+void test_chunk_buffers(void **)
+{
+    const size_t big = net::kMcastChunkSize + 1;
+    auto set = std::make_shared<net::ChunkBuffers>(2);
+    bool reused = true;
+    auto a = set->get(100, reused); // kMcastChunkSize bytes
+    assert_false(reused);
+    auto b = set->get(big, reused); // its own size
+    assert_false(reused);
+    auto c = set->get(10, reused);
+    assert_false(reused);
+    char *pb = b.get();
+    a.reset();
+    b.reset();
+    assert_int_equal(set->kept(), 2);
+    c.reset(); // beyond keep: deleted
+    assert_int_equal(set->kept(), 2);
+    auto d = set->get(big, reused); // only b's holds it
+    assert_true(reused);
+    assert_ptr_equal(d.get(), pb);
+    auto e = set->get(5, reused);
+    assert_true(reused);
+    auto f = set->get(5, reused);
+    assert_false(reused);
+    assert_int_equal(set->kept(), 0);
+    // Buffers that outlive their set are deleted (ASan would tell).
+    set.reset();
+    d.reset();
+    e.reset();
+    f.reset();
+}
+
 void test_segments_out_of_order(void **)
 {
     event_base *base = event_base_new();
@@ -629,6 +663,7 @@ int main()
         cmocka_unit_test(test_pending_bounded),
         cmocka_unit_test(test_repair_and_give_up),
         cmocka_unit_test(test_malformed_datagrams),
+        cmocka_unit_test(test_chunk_buffers),
         cmocka_unit_test(test_segments_out_of_order),
         cmocka_unit_test(test_dead_node),
     };
