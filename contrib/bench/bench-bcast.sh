@@ -63,9 +63,7 @@
 # hundreds of MiB wrote into pages the host had to fault in again.  A copy
 # that differs (md5) makes the whole cell "corrupt"; a failed run counts
 # as the slowest.  The floor runs before Storm in even runs, after it in
-# odd ones.  Before each measurement the bench waits (at most 60 s) until
-# the nodes' links and the CPUs are quiet, and a run's line says how long
-# it waited where that took over a second.
+# odd ones.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
@@ -126,30 +124,6 @@ took_during() {
 }
 # between runs: no copies left, and no write-back of earlier runs under way
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.* "$STATE"/nodes/vn*/tmp/.bench.*; sync; }
-# before each measurement: until the machine is quiet (the nodes' links
-# carried under 1 MB and the CPUs were three quarters idle in the last half
-# second), at most 60 s, so that no run pays for what the one before left
-# going (a failed sbcast's slurmds forward its blocks for a while after it
-# exited); prints how long it waited before NAME if over 1 s
-bytes_moved() { # what the bridge's ports sent to the nodes so far
-    local p counters=()
-    for p in /sys/class/net/stormbr0/brif/*; do counters+=("/sys/class/net/${p##*/}/statistics/tx_bytes"); done
-    awk '{ s += $1 } END { printf "%.0f\n", s }' "${counters[@]}" 2> /dev/null
-}
-cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 }' /proc/stat; }
-quiet() {
-    local name=$1 t0 b0 b1 c0 c1 i
-    t0=$(now)
-    for ((i = 0; i < 120; i++)); do
-        b0=$(bytes_moved) c0=$(cpu_ticks)
-        sleep 0.5
-        b1=$(bytes_moved) c1=$(cpu_ticks)
-        awk -v b="$((b1 - b0))" -v c0="$c0" -v c1="$c1" 'BEGIN {
-            split(c0, a, " "); split(c1, z, " "); busy = z[1] - a[1]; idle = z[2] - a[2]
-            exit !(b < 1000000 && busy <= (busy + idle) / 4) }' && break
-    done
-    awk -v a="$t0" -v b="$(now)" -v n="$name" 'BEGIN { if (b - a > 1) printf " (%.0f s waited for quiet before %s)", b - a, n }'
-}
 # after an srun that failed or was stopped, and before each srun: end any
 # step left, so the next one does not wait for the nodes (hundreds of
 # nodes take a while: up to 3 min); false if one still holds them then.
@@ -267,10 +241,9 @@ for n in $NODES; do
                     if ((rep % 2)); then order+=" floor"; else order="floor $order"; fi
                 fi
                 [ "$s" = 12 ] && order+=" srun_storm srun_stock"
-                took="" waited=""
+                took=""
                 for what in $order; do
                     clean_dest
-                    waited+=$(quiet "$what")
                     k0=$(host_took)
                     case $what in
                     sbcast)
@@ -315,7 +288,7 @@ for n in $NODES; do
                 clean_dest
                 all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss") all_fl+=("$fl")
                 [ "$REPS" = 1 ] && [ -z "$took" ] ||
-                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt floor $fl srun stock $ss srun storm $sx${took:+ (MiB the host took back during each:$took)}$waited" >&2
+                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt floor $fl srun stock $ss srun storm $sx${took:+ (MiB the host took back during each:$took)}" >&2
             done
             st=$(median "${all_st[@]}") xt=$(median "${all_xt[@]}") sx=$(median "${all_sx[@]}") ss=$(median "${all_ss[@]}")
             fl=$(median "${all_fl[@]/#lost/held}")
