@@ -365,11 +365,6 @@ void test_malformed_datagrams(void **)
     }
 }
 
-// drain() receives the segment it expects next (the one after the last
-// stored) straight into its chunk.  Segments that come out of order, twice,
-// mixed with another chunk's, or of another size (spilling over the slots
-// set up for the expected one) must still land where they belong, and a
-// forged one that looks expected must still fail the chunk's seal.
 // Buffers come back when their last reference drops, up to `keep` of
 // them, and each is handed out again for a chunk it can hold.
 void test_chunk_buffers(void **)
@@ -404,6 +399,11 @@ void test_chunk_buffers(void **)
     f.reset();
 }
 
+// drain() receives the segment it expects next (the one after the last
+// stored) straight into its chunk.  Segments that come out of order, twice,
+// mixed with another chunk's, or of another size (spilling over the slots
+// set up for the expected one) must still land where they belong, and a
+// forged one that looks expected must still fail the chunk's seal.
 void test_segments_out_of_order(void **)
 {
     event_base *base = event_base_new();
