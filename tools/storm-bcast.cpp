@@ -30,7 +30,7 @@ const char *kUsage =
     "  -f, --force             replace DEST where it exists\n"
     "  -p, --preserve          keep SOURCE's access and modification times\n"
     "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
-    "  -s, --size=SIZE         chunk size (default 32k, or 262080 bytes where the\n"
+    "  -s, --size=SIZE         chunk size (default 32k, or 786240 bytes where the\n"
     "                          agents multicast; k and m suffixes)\n"
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"

@@ -12,7 +12,7 @@
 //   storm-prim nodes                             the node table
 //
 // Options: -n NODES; -f F, the fanout of multi-chunk transfers (default 2);
-// -c SIZE, the chunk size (64k, or 262080 where the agents multicast); -w W,
+// -c SIZE, the chunk size (64k, or 786240 where the agents multicast); -w W,
 // chunks in flight (64).
 //
 // NODES is a set of indices into Slurm's node table ("0-63,70") or "all"
