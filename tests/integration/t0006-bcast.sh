@@ -224,7 +224,7 @@ t1=$(date +%s.%N)
 t_diag < "$T_WORK/kill.out"
 t_check "vn5 killed mid-transfer: exit 1 (rc $rc, after $(echo "$t1 - $t0" | bc) s)" [ "$rc" = 1 ]
 t_check "  naming vn5" grep -q "vn5: " "$T_WORK/kill.out"
-vn5_left=$(ls -a "$STATE/nodes/vn5/tmp" | grep -c storm-)
+vn5_left=$(find "$STATE/nodes/vn5/tmp" -maxdepth 1 -name '*storm-*' | wc -l)
 t_check "  no other node kept anything (vn5 left $vn5_left temporary)" no_trace /tmp/killed
 t_check "  the killed vn5 had staged its part ($vn5_left temporary)" [ "$vn5_left" -ge 1 ]
 "$VC" start vn5 > /dev/null
