@@ -58,8 +58,10 @@ struct McastConfig {
 
 // The chunk size initiators choose where the agents multicast: an
 // announcement every 0.75 MB, and no pipeline through the nodes to fill.
-// It is 546 full segments at the usual MTU of 1500 (786,240 bytes), which fits a
-// core's L2 cache with room to spare while it is decrypted and written.
+// It is 546 full segments at the usual MTU of 1500 (786,240 bytes), which
+// fits a core's L2 cache with room to spare while it is decrypted and
+// written.
+//
 // Every chunk costs each node an announcement, an answer, a wakeup or two
 // and a write: a 12 MB storm-bcast to 256 virtual nodes (unshaped, on the
 // 2-core machine the project is tested on) took 1.3-1.9 CPU-seconds of
@@ -71,11 +73,15 @@ struct McastConfig {
 // written only once all of it has come: 12 MB to 64 nodes over links of
 // 100 Mbit/s took 1.08 and 1.11 s with chunks of 182 segments, 1.24 and
 // 1.28 s with this size (medians of two sets of 4 runs; the link's own
-// time: 0.96 s).  Each node writes a chunk at its
-// place in the file; offsets of a multiple of 64 pages made the kernel's
-// copy into the page cache cost several times what it does for other
-// sizes on that machine (256 KiB chunks: 3.5-4.3 s), so the size is not a
-// multiple of the page size.
+// time: 0.96 s).
+//
+// Each node writes a chunk at its place in the file.  On that machine,
+// writes of 64 pages at offsets aligned to 64 pages cost the kernel's copy
+// into the page cache several times what other sizes do (256 KiB chunks:
+// 3.5-4.3 s, against 1.9-2.2 s with chunks of 63 or 45 pages or of 182
+// segments; 50% of a profile's samples in that copy against 7%), so the
+// size is not a multiple of the page size.  The cause was not traced
+// further; elsewhere it was not measured.
 constexpr uint32_t kMcastChunkSize = 546u * 1440u;
 
 // "239.255.77.1:6831" -> group and port.  Throws std::invalid_argument
