@@ -25,12 +25,15 @@ using namespace storm;
 
 namespace {
 
-const char *kUsage =
-    "usage: storm-bcast [OPTIONS] SOURCE DEST\n"
-    "  -f, --force             replace DEST where it exists\n"
-    "  -p, --preserve          keep SOURCE's access and modification times\n"
-    "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
-    "  -s, --size=SIZE         chunk size (default 32k, or 786240 bytes where the\n"
+// The help text; it names the multicast chunk size from the constant itself.
+const std::string kUsage =
+    std::string("usage: storm-bcast [OPTIONS] SOURCE DEST\n"
+                "  -f, --force             replace DEST where it exists\n"
+                "  -p, --preserve          keep SOURCE's access and modification times\n"
+                "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
+                "  -s, --size=SIZE         chunk size (default 32k, or ") +
+    std::to_string(net::kMcastChunkSize) +
+    " bytes where the\n"
     "                          agents multicast; k and m suffixes)\n"
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
@@ -45,7 +48,7 @@ const char *kUsage =
 
 [[noreturn]] void usage(const std::string &why)
 {
-    std::fprintf(stderr, "storm-bcast: %s\n%s", why.c_str(), kUsage);
+    std::fprintf(stderr, "storm-bcast: %s\n%s", why.c_str(), kUsage.c_str());
     std::exit(2);
 }
 
@@ -194,7 +197,7 @@ int main(int argc, char **argv)
             std::printf("storm-bcast %s (Slurm %s)\n", STORM_VERSION, STORM_SLURM_VERSION);
             return 0;
         case 'h':
-            std::fputs(kUsage, stdout);
+            std::fputs(kUsage.c_str(), stdout);
             return 0;
         default:
             usage("bad option");

@@ -61,8 +61,11 @@ t_check "every node has it byte for byte" \
 t_check "owned by nobody:nogroup with the source's mode 640 everywhere" \
     bash -c "[ \$(for n in $NODES; do '$VC' exec \$n stat -c '%U:%G %a' /tmp/data12; done | grep -c '^nobody:nogroup 640\$') = $N ]"
 if [ "$MCAST" = 1 ]; then
-    # data12's chunks where the agents multicast (kMcastChunkSize, lib/net/mcast.hpp)
-    chunks=$(((12000000 + 786240 - 1) / 786240))
+    # data12's chunks where the agents multicast, of the size storm-bcast's
+    # help names (net::kMcastChunkSize)
+    mchunk=$("$BCAST" --help | sed -n 's/.*, or \([0-9]*\) bytes where the$/\1/p')
+    t_check "storm-bcast --help names the multicast chunk size ($mchunk bytes)" [ "${mchunk:-0}" -gt 0 ]
+    chunks=$(((12000000 + ${mchunk:-1} - 1) / ${mchunk:-1}))
     t_check "  the head multicast the chunks (COMPARE-AND-WRITE on its count)" t_prim -n 0 caw mcast:sent ge $chunks
     t_check "  and every other node took them from multicast" t_prim -n 1-$((N - 1)) caw mcast:received ge $chunks
     # vn6's (index 5) link drops the group's datagrams: they go to a class
