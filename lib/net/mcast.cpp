@@ -22,6 +22,7 @@
 #include <intel-ipsec-mb.h>
 #endif
 
+#include "lib/common/timeval.hpp"
 #include "lib/net/frame.hpp"
 #include "lib/net/wire.hpp"
 
@@ -614,13 +615,18 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
         hdrs_.resize(kMaxGsoSegments * kHeader);
         rev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_readable, this);
         wev_ = event_new(base_, fd_, EV_WRITE, on_writable, this);
-        if (!rev_ || !wev_ || event_add(rev_, nullptr) < 0)
+        hold_ev_ = evtimer_new(
+            base_, [](evutil_socket_t, short, void *arg) { static_cast<Mcast *>(arg)->resume_reads(); },
+            this);
+        if (!rev_ || !wev_ || !hold_ev_ || event_add(rev_, nullptr) < 0)
             throw std::runtime_error("multicast socket: cannot watch it");
     } catch (...) {
         if (rev_)
             event_free(rev_);
         if (wev_)
             event_free(wev_);
+        if (hold_ev_)
+            event_free(hold_ev_);
         ::close(fd_);
         throw;
     }
@@ -630,6 +636,7 @@ Mcast::~Mcast()
 {
     event_free(rev_);
     event_free(wev_);
+    event_free(hold_ev_);
     ::close(fd_);
 }
 
@@ -721,7 +728,38 @@ bool Mcast::send_batch(Outgoing &o)
     return true;
 }
 
-void Mcast::on_readable(int, short, void *arg) { static_cast<Mcast *>(arg)->drain(); }
+void Mcast::on_readable(int, short, void *arg)
+{
+    auto *self = static_cast<Mcast *>(arg);
+    self->stats_.wakeups++;
+    self->drain();
+}
+
+void Mcast::hold_reads()
+{
+    if (!held_ && event_del(rev_) == 0)
+        held_ = true;
+    if (held_) {
+        timeval tv = to_timeval(cfg_.hold);
+        evtimer_add(hold_ev_, &tv);
+    }
+}
+
+void Mcast::resume_reads()
+{
+    if (!held_)
+        return;
+    evtimer_del(hold_ev_);
+    if (event_add(rev_, nullptr) == 0) {
+        held_ = false;
+        return;
+    }
+    // epoll could not take it back (short of memory): try again later
+    log_.error("multicast: cannot watch the socket again (%s): trying again in %lld ms", std::strerror(errno),
+               static_cast<long long>(cfg_.hold.count()));
+    timeval tv = to_timeval(cfg_.hold);
+    evtimer_add(hold_ev_, &tv);
+}
 
 namespace {
 // Copies bytes [at, at + len) of what recvmsg() spread over `iov`.

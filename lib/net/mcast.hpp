@@ -18,7 +18,9 @@
 // (UDP GRO); otherwise one datagram per system call.  A receiver takes the
 // segments that follow the last one it stored, while their chunk is
 // incomplete, straight into that chunk's buffer (a scatter list), and
-// copies any other from where it came.
+// copies any other from where it came.  A node in a transfer reads the
+// socket when a chunk's announcement comes (hold_reads), which follows the
+// chunk's bytes: once per chunk rather than at every batch that arrives.
 //
 // Threading: everything runs on the event_base's thread.  Not thread safe.
 #pragma once
@@ -44,15 +46,16 @@ struct event;
 namespace storm::net {
 
 struct McastConfig {
-    in_addr group{};                    // an IPv4 multicast group (224.0.0.0/4)
-    uint16_t port = 0;                  // 0: multicast is off
-    in_addr iface{};                    // this node's address: outgoing interface and membership
-    unsigned mtu = 1500;                // of the network that carries the group
-    bool loop = false;                  // deliver to this host's sockets too (several agents on one host)
-    size_t min_chunk = 8u << 10;        // smaller transfers stay on the tree
-    std::chrono::milliseconds wait{30}; // an announced chunk's bytes may lag this long before a repair
-    size_t max_pending = 256u << 20;    // bytes of chunks received, whole or not, not yet announced
-    size_t sndbuf = 256u << 10;         // bytes queued towards the link
+    in_addr group{};                     // an IPv4 multicast group (224.0.0.0/4)
+    uint16_t port = 0;                   // 0: multicast is off
+    in_addr iface{};                     // this node's address: outgoing interface and membership
+    unsigned mtu = 1500;                 // of the network that carries the group
+    bool loop = false;                   // deliver to this host's sockets too (several agents on one host)
+    size_t min_chunk = 8u << 10;         // smaller transfers stay on the tree
+    std::chrono::milliseconds wait{30};  // an announced chunk's bytes may lag this long before a repair
+    size_t max_pending = 256u << 20;     // bytes of chunks received, whole or not, not yet announced
+    size_t sndbuf = 256u << 10;          // bytes queued towards the link
+    std::chrono::milliseconds hold{250}; // hold_reads(): at most this long
     bool enabled() const { return port != 0; }
 };
 
@@ -161,6 +164,7 @@ struct McastStats {
     uint64_t send_errors = 0;
     uint64_t segments_in_place = 0; // received straight into their chunk (drain())
     uint64_t buffers_reused = 0;    // chunks received into a buffer an earlier chunk freed
+    uint64_t wakeups = 0;           // times the socket's readiness woke the loop
 };
 
 // Chunk buffers that outlive their chunk: each one handed out goes back to
@@ -221,6 +225,20 @@ public:
 
     // Reads every datagram queued on the socket now.
     void drain();
+    // Stops watching the socket until resume_reads(), or cfg.hold from now
+    // (each call restarts that time): the datagrams wait in the socket's
+    // buffer (32 MiB), and the next drain() reads them in one go.  A node
+    // that knows when it will want the bytes (when their chunk's
+    // announcement comes) is then woken once per chunk, not once per batch
+    // of datagrams.  Chunks of transfers the node has no part in are read
+    // late too, never lost while they fit in the buffer.  A 12 MB
+    // storm-bcast to 256 virtual nodes on 2 cores (unshaped) caused about
+    // 58,000 context switches and took 2.3-2.9 s reading at every batch,
+    // about 16,000 and 1.5-2.0 s held.
+    void hold_reads();
+    // Watches the socket again: at once, if datagrams are waiting.
+    void resume_reads();
+    bool reads_held() const noexcept { return held_; }
     // Drops incomplete chunks older than `age`.
     void expire(std::chrono::steady_clock::duration age);
 
@@ -259,7 +277,8 @@ private:
     Logger log_;
     int fd_ = -1;
     bool gso_ = false;
-    event *rev_ = nullptr, *wev_ = nullptr;
+    event *rev_ = nullptr, *wev_ = nullptr, *hold_ev_ = nullptr;
+    bool held_ = false; // rev_ is not added (hold_reads)
     std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
     std::shared_ptr<ChunkBuffers> buffers_; // where Pending::buf comes from
     size_t pending_bytes_ = 0;

@@ -1067,6 +1067,17 @@ void Engine::mc_pump(uint64_t origin)
         if (next != origin)
             mc_pump(next);
     }
+    mc_reads();
+}
+
+void Engine::mc_reads()
+{
+    if (!mcast_)
+        return;
+    if (mc_waits_.empty())
+        mcast_->hold_reads();
+    else
+        mcast_->resume_reads();
 }
 
 void Engine::mc_check()

@@ -355,6 +355,11 @@ private:
     void mc_pump(uint64_t origin);
     void mc_check();
     void mc_arm(); // mc_check() after mcast.wait, unless already due
+    // The multicast socket is read while an announcement waits for its
+    // bytes, and otherwise held (Mcast::hold_reads) until the next
+    // announcement drains it: one wakeup per chunk on a node in the
+    // transfer.  Nodes that hold no announcement never hold.
+    void mc_reads();
     void mc_count(uint64_t McastCounters::*field);
     std::map<uint64_t, std::deque<McWait>> mc_waits_;
     bool mc_pumping_ = false;

@@ -13,7 +13,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "lib/common/signals.hpp"
+#include "lib/common/timeval.hpp"
 #include "lib/net/mcast.hpp"
 #include "lib/net/wire.hpp"
 #include "tests/unit/prim_fixture.hpp"
@@ -115,7 +118,12 @@ void test_data_by_multicast(void **)
         // Segments after a chunk's first batch (the kernel's, of up to 64
         // KiB) went straight into their chunk.
         assert_true(cl.agents[i]->mcast()->stats().segments_in_place > 0);
+        // Each announcement drained the socket, which was held in between
+        // (Engine::mc_reads), and is still held after the last one.
+        assert_true(cl.agents[i]->mcast()->reads_held());
     }
+    // The head took no announcement: it never held.
+    assert_false(cl.agents[0]->mcast()->reads_held());
     // The same counts, as variables COMPARE-AND-WRITE can test.
     assert_true(cl.caw(RangeSet::range(1, 8), "mcast:received", Relation::ge, 1, std::nullopt).holds);
     // A transfer below min_chunk stays on the tree.
@@ -473,6 +481,67 @@ void test_segments_out_of_order(void **)
     event_base_free(base);
 }
 
+// Held reads (Mcast::hold_reads): datagrams wait in the socket, unread and
+// unlost, until a drain(), resume_reads() or the end of the hold.
+void test_hold_reads(void **)
+{
+    event_base *base = event_base_new();
+    auto run_for = [base](std::chrono::milliseconds t) {
+        timeval tv = to_timeval(t);
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    };
+    {
+        net::McastConfig cfg = mcast_config();
+        cfg.hold = 150ms;
+        net::Mcast m(base, cfg, 7, Logger("test"));
+        unsigned done = 0;
+        m.on_complete([&](uint64_t, uint64_t) { done++; });
+        Injector inj;
+        // A one-segment chunk at `offset` of origin 1.
+        auto send = [&](uint64_t offset) {
+            inj.raw(Injector::header(kMagic, 99, 1, offset, 100, 0, 1440) + std::string(100, 'x'));
+        };
+        // Watched: the datagram wakes the loop.
+        send(0);
+        run_for(50ms);
+        assert_int_equal(done, 1);
+        assert_int_equal(m.stats().wakeups, 1);
+        // Held: it waits, until drain() reads it.
+        m.hold_reads();
+        assert_true(m.reads_held());
+        send(100);
+        run_for(50ms);
+        assert_int_equal(done, 1);
+        assert_int_equal(m.stats().wakeups, 1);
+        m.drain();
+        assert_int_equal(done, 2);
+        // Until resume_reads().
+        send(200);
+        run_for(30ms);
+        assert_int_equal(done, 2);
+        m.resume_reads();
+        assert_false(m.reads_held());
+        run_for(30ms);
+        assert_int_equal(done, 3);
+        assert_int_equal(m.stats().wakeups, 2);
+        // Until the hold's end, which each hold_reads() puts off.
+        m.hold_reads();
+        send(300);
+        run_for(100ms);
+        m.hold_reads();
+        run_for(100ms);
+        assert_int_equal(done, 3);
+        assert_true(m.reads_held());
+        run_for(100ms);
+        assert_false(m.reads_held());
+        assert_int_equal(done, 4);
+        assert_int_equal(m.stats().chunks_received, 4);
+        assert_int_equal(m.stats().chunks_dropped, 0);
+    }
+    event_base_free(base);
+}
+
 void test_dead_node(void **)
 {
     Cluster cl(8, 2, 500ms, mcast_config());
@@ -665,6 +734,7 @@ int main()
         cmocka_unit_test(test_malformed_datagrams),
         cmocka_unit_test(test_chunk_buffers),
         cmocka_unit_test(test_segments_out_of_order),
+        cmocka_unit_test(test_hold_reads),
         cmocka_unit_test(test_dead_node),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
