@@ -342,7 +342,10 @@ struct Run {
     std::deque<uint64_t> inflight; // bytes of each unanswered chunk, in order
     uint64_t done_bytes = 0, total = 0;
     bool close_sent = false, opened = false;
-    bool pause_at_open = true; // open(): the loop returns once the nodes opened
+    // open(): the loop returns once the nodes opened, and no chunk is sent
+    // before; finish() without open() sends them at once (the head holds
+    // those that come before the nodes opened)
+    bool pause_at_open = true;
     uint64_t sid = 0;
     unsigned window = 0;
     // cancel(): any thread (or a signal handler) writes, the loop stops
@@ -387,7 +390,7 @@ struct Run {
 
     void pump()
     {
-        while (!finished && opened && !pause_at_open && inflight.size() < window) {
+        while (!finished && !pause_at_open && inflight.size() < window) {
             auto c = reader->take();
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {
@@ -545,7 +548,6 @@ uint64_t Broadcast::open()
 
 void Broadcast::finish()
 {
-    open();
     run_->pause_at_open = false;
     run_->pump();
     run_->dispatch();

@@ -80,8 +80,10 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
 //    it throws BcastError otherwise.  It may be called again: it then
 //    returns at once.
 //  - finish() streams the files and commits; it returns once they are in
-//    place on every node and throws BcastError otherwise (it opens first
-//    if open() was not called).
+//    place on every node and throws BcastError otherwise.  Without open()
+//    before, the chunks leave at once, while the nodes open (the head holds
+//    them until every node did), and an open that fails throws as open()
+//    would.
 //  - One thread at a time: open() and finish() may run on different
 //    threads, one after the other.  The authenticator must outlive open().
 //  - cancel() may be called from any thread, and from a signal handler:

@@ -20,6 +20,9 @@ struct Service::Session {
     enum State { opening, open, closing, finished } state = opening;
     uint64_t next_seq = 0;
     unsigned inflight = 0;
+    // Chunks the client sent while the nodes were opening: forwarded, in
+    // order, once they all opened; dropped if one could not.
+    std::vector<net::DataRef> early;
     bool close_asked = false;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
@@ -72,12 +75,17 @@ void Service::on_frame(net::Connection &c, const net::FrameHeader &h, std::strin
     auto s = it->second;
     if (s->state == Session::finished)
         return; // it failed: the client was told; chunks still in flight are dropped
-    if (s->state != Session::open || s->close_asked)
+    if ((s->state != Session::open && s->state != Session::opening) || s->close_asked)
         throw net::FrameError("broadcast frame out of sequence");
-    if (h.type == net::MsgType::bcast_data)
-        data(s, c, payload);
-    else
-        close(s);
+    if (h.type != net::MsgType::bcast_data)
+        return close(s);
+    net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
+    if (s->state == Session::opening) {
+        s->early.push_back(std::move(ref)); // held, at most the client's window
+        early_chunks_++;
+    } else {
+        data(s, std::move(ref));
+    }
 }
 
 void Service::open(net::Connection &c, std::string_view payload)
@@ -125,15 +133,21 @@ void Service::open(net::Connection &c, std::string_view payload)
                                return fail_session(s, "cannot open " + s->dest + ": " + describe(r));
                            s->state = Session::open;
                            send_reply(s, Reply{Reply::opened, s->sid, ""});
+                           auto early = std::move(s->early);
+                           s->early.clear();
+                           for (auto &ref : early)
+                               if (s->state == Session::open) // not failed meanwhile
+                                   data(s, std::move(ref));
+                           if (s->close_asked && s->inflight == 0)
+                               commit(s);
                        });
 }
 
-void Service::data(const std::shared_ptr<Session> &s, net::Connection &c, std::string_view payload)
+void Service::data(const std::shared_ptr<Session> &s, net::DataRef ref)
 {
     uint64_t seq = s->next_seq++;
     s->inflight++;
     std::weak_ptr<bool> alive = alive_;
-    net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
     engine_.send_chunk(s->set, s->fanout, s->timeout, event_name("data", s->sid), s->sid, seq, 0, ref,
                        [this, s, seq, alive](const prim::XferResult &r) {
                            if (alive.expired() || !*alive.lock())
@@ -152,8 +166,8 @@ void Service::data(const std::shared_ptr<Session> &s, net::Connection &c, std::s
 void Service::close(const std::shared_ptr<Session> &s)
 {
     s->close_asked = true;
-    if (s->inflight == 0)
-        commit(s);
+    if (s->state == Session::open && s->inflight == 0)
+        commit(s); // while opening: once the nodes opened (open())
 }
 
 void Service::commit(const std::shared_ptr<Session> &s)
@@ -212,6 +226,7 @@ void Service::fail_session(const std::shared_ptr<Session> &s, const std::string 
     if (s->state == Session::finished)
         return;
     s->state = Session::finished;
+    s->early.clear();
     log_.error("broadcast %016" PRIx64 " for job %u: %s", s->sid, s->grant.job_id, why.c_str());
     // The client hears of the failure once every node removed its part
     // (or could not be reached): when the user's command returns, no node

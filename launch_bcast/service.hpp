@@ -4,7 +4,8 @@
 // job's own and name this node; a user may only broadcast a credential of
 // their own), then drives the transfer over the job's nodes with the
 // engine: the open request and every chunk as XFER-AND-SIGNAL (the client's
-// bytes forwarded by reference, never copied), answering the client chunk
+// bytes forwarded by reference, never copied; chunks that come while the
+// nodes open are held here until they all did), answering the client chunk
 // by chunk so that it keeps a window in flight (global flow control: a
 // chunk counts as done only when every node wrote it); on close, a
 // COMPARE-AND-WRITE that every node holds every byte, then the commit
@@ -49,11 +50,14 @@ public:
     void on_closed(net::Connection &c);
 
     size_t sessions() const noexcept { return sessions_.size(); }
+    // Chunks that came while their broadcast's nodes were opening, held
+    // until they all had (since the start).
+    uint64_t early_chunks() const noexcept { return early_chunks_; }
 
 private:
     struct Session;
     void open(net::Connection &c, std::string_view payload);
-    void data(const std::shared_ptr<Session> &s, net::Connection &c, std::string_view payload);
+    void data(const std::shared_ptr<Session> &s, net::DataRef chunk);
     void close(const std::shared_ptr<Session> &s);
     void commit(const std::shared_ptr<Session> &s);
     void finish(const std::shared_ptr<Session> &s);
@@ -67,6 +71,7 @@ private:
     ServiceConfig cfg_;
     Logger log_;
     std::map<const net::Connection *, std::shared_ptr<Session>> sessions_;
+    uint64_t early_chunks_ = 0;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

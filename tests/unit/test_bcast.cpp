@@ -100,7 +100,8 @@ struct BcastCluster {
     // by its receiver (a node that cannot do what the event asks).
     std::function<std::string(unsigned node, const std::string &event)> refuse;
 
-    BcastCluster(unsigned n, const std::string &root) : cl(n, 8, 2000ms), dir(root)
+    BcastCluster(unsigned n, const std::string &root, unsigned control_fanout = 8)
+        : cl(n, 8, 2000ms), dir(root)
     {
         for (unsigned i = 0; i < n; ++i)
             names.push_back("node" + std::to_string(i));
@@ -123,7 +124,8 @@ struct BcastCluster {
                                        return receivers[i] ? receivers[i]->on_chunk(ev, origin, data, sealed)
                                                            : std::string("no receiver");
                                    });
-            services.push_back(std::make_unique<Service>(*cl.agents[i], authz, ServiceConfig{i, names, 8},
+            services.push_back(std::make_unique<Service>(*cl.agents[i], authz,
+                                                         ServiceConfig{i, names, control_fanout},
                                                          Logger("head" + std::to_string(i))));
             auto *svc = services.back().get();
             cl.agents[i]->on_user_frames([svc](net::Connection &c, const net::FrameHeader &h,
@@ -832,6 +834,56 @@ void test_receiver_rejects_and_recovers(void **)
     assert_true(listing(t.path) == (std::vector<std::string>{"file", "journal"}));
 }
 
+// The client streams while the nodes open: the head holds those chunks
+// until every node opened, and drops them if one could not.  node5 is two
+// hops below the head in the open's tree (fanout 2) and takes 200 ms to
+// open, so chunks come while the nodes open.
+void test_chunks_sent_while_opening(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    std::string data = make_file(src, 300000, 0644); // 19 chunks of 16 KiB
+    std::string out = open_to_all(t.path + "/out");
+    for (bool fail : {false, true}) {
+        BcastCluster bc(7, t.path, 2);
+        unsigned opened = 0, chunks = 0, before = 0; // loop thread
+        bc.refuse = [&](unsigned node, const std::string &ev) -> std::string {
+            if (ev.rfind("bcast:open:", 0) != 0)
+                return "";
+            opened++;
+            if (node != 5)
+                return "";
+            std::this_thread::sleep_for(200ms);
+            return fail ? "too slow" : "";
+        };
+        bc.on_data = [&](unsigned, unsigned) {
+            chunks++;
+            if (opened < 7)
+                before++;
+        };
+        std::string err = bc.send(scan(src), out + "/", cred(7));
+        uint64_t early = 0;
+        bc.on_loop([&] { early = bc.services[0]->early_chunks(); });
+        assert_true(early > 0);
+        assert_int_equal(before, 0); // no node took a chunk before every node opened
+        if (fail) {
+            assert_true(contains(err, "cannot open"));
+            assert_true(contains(err, "node5: too slow"));
+            assert_int_equal(chunks, 0); // none left the head
+            assert_true(listing(out).empty());
+        } else {
+            assert_string_equal(err.c_str(), "");
+            assert_int_equal(chunks, 7 * 19);
+            for (unsigned i = 0; i < 7; ++i)
+                assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == data);
+            std::system(("rm -f '" + out + "'/*").c_str());
+        }
+        assert_int_equal(bc.open_sessions(), 0);
+    }
+}
+
 void test_protocol_decoding(void **)
 {
     assert_int_equal(crc32("123456789"), 0xe3069283u); // the CRC-32C check value
@@ -864,6 +916,7 @@ int main()
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_protocol_decoding),
         cmocka_unit_test(test_file_reaches_every_node),
+        cmocka_unit_test(test_chunks_sent_while_opening),
         cmocka_unit_test(test_force_replaces_a_file),
         cmocka_unit_test(test_failed_commit_leaves_no_node_changed),
         cmocka_unit_test(test_directory_and_preserve),
