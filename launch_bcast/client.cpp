@@ -342,9 +342,9 @@ struct Run {
     std::deque<uint64_t> inflight; // bytes of each unanswered chunk, in order
     uint64_t done_bytes = 0, total = 0;
     bool close_sent = false, opened = false;
-    // open(): the loop returns once the nodes opened, and no chunk is sent
-    // before; finish() without open() sends them at once (the head holds
-    // those that come before the nodes opened)
+    // open(): the loop returns once the nodes opened.  Chunks leave from
+    // the start all the same: the head holds those that come before every
+    // node opened.
     bool pause_at_open = true;
     uint64_t sid = 0;
     unsigned window = 0;
@@ -390,7 +390,7 @@ struct Run {
 
     void pump()
     {
-        while (!finished && !pause_at_open && inflight.size() < window) {
+        while (!finished && inflight.size() < window) {
             auto c = reader->take();
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {

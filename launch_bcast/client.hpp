@@ -73,17 +73,18 @@ void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &s
 //
 // Contract:
 //  - The constructor checks the options, connects to the head agent and
-//    sends the open request; reading the source starts at once.
+//    sends the open request; reading the source starts at once, and so
+//    does sending it whenever open() or finish() runs (the head holds the
+//    chunks that come before every node opened, and drops them if one
+//    could not).
 //  - open() returns the session id the agents know the broadcast by, once
 //    every node opened the destination (the credential, the destination,
 //    room on the disk: the checks of the open request passed everywhere);
 //    it throws BcastError otherwise.  It may be called again: it then
 //    returns at once.
 //  - finish() streams the files and commits; it returns once they are in
-//    place on every node and throws BcastError otherwise.  Without open()
-//    before, the chunks leave at once, while the nodes open (the head holds
-//    them until every node did), and an open that fails throws as open()
-//    would.
+//    place on every node and throws BcastError otherwise (an open that
+//    fails, if open() was not called, as open() would).
 //  - One thread at a time: open() and finish() may run on different
 //    threads, one after the other.  The authenticator must outlive open().
 //  - cancel() may be called from any thread, and from a signal handler:

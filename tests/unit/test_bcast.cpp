@@ -837,7 +837,8 @@ void test_receiver_rejects_and_recovers(void **)
 // The client streams while the nodes open: the head holds those chunks
 // until every node opened, and drops them if one could not.  node5 is two
 // hops below the head in the open's tree (fanout 2) and takes 200 ms to
-// open, so chunks come while the nodes open.
+// open, so chunks come while the nodes open.  Also in two steps (open(),
+// then finish()), as srun --bcast does.
 void test_chunks_sent_while_opening(void **)
 {
     if (geteuid() != 0)
@@ -882,6 +883,23 @@ void test_chunks_sent_while_opening(void **)
         }
         assert_int_equal(bc.open_sessions(), 0);
     }
+    // In two steps (srun --bcast): chunks leave during open() too.
+    BcastCluster bc(7, t.path, 2);
+    bc.refuse = [](unsigned node, const std::string &ev) -> std::string {
+        if (node == 5 && ev.rfind("bcast:open:", 0) == 0)
+            std::this_thread::sleep_for(200ms);
+        return "";
+    };
+    FakeAuth user(kUser);
+    Broadcast b(user, bc.options(out + "/", cred(7)), scan(src));
+    b.open();
+    uint64_t early = 0;
+    bc.on_loop([&] { early = bc.services[0]->early_chunks(); });
+    assert_true(early > 0);
+    b.finish();
+    for (unsigned i = 0; i < 7; ++i)
+        assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == data);
+    assert_int_equal(bc.open_sessions(), 0);
 }
 
 void test_protocol_decoding(void **)
