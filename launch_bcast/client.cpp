@@ -346,6 +346,7 @@ struct Run {
     // the start all the same: the head holds those that come before every
     // node opened.
     bool pause_at_open = true;
+    uint64_t early_bytes = 0; // of the chunk frames sent before the nodes opened (kEarlyBytes)
     uint64_t sid = 0;
     unsigned window = 0;
     // cancel(): any thread (or a signal handler) writes, the loop stops
@@ -390,7 +391,7 @@ struct Run {
 
     void pump()
     {
-        while (!finished && inflight.size() < window) {
+        while (!finished && inflight.size() < window && (opened || early_bytes < kEarlyBytes)) {
             auto c = reader->take();
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {
@@ -402,6 +403,8 @@ struct Run {
             net::DataRef ref{c->frame, c->frame->data(), c->frame->size()};
             conn->send(net::MsgType::bcast_data, seq++, std::string_view(), ref);
             inflight.push_back(c->raw_len);
+            if (!opened)
+                early_bytes += c->frame->size();
         }
     }
 
@@ -417,6 +420,8 @@ struct Run {
             sid = r.value;
             if (pause_at_open)
                 event_base_loopbreak(base);
+            else
+                pump(); // it may have stopped at kEarlyBytes
             break;
         case Reply::done:
             if (inflight.empty())

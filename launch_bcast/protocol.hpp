@@ -88,6 +88,11 @@ struct Reply {
 // The largest chunk a client may send (uncompressed).
 constexpr uint32_t kMaxChunk = 4u << 20;
 
+// A client sends chunks before the nodes opened until it sent this many
+// bytes of them (frames), then waits for the open; a head holds at most
+// twice as many meanwhile and cuts off a client that sends more.
+constexpr uint64_t kEarlyBytes = 16u << 20;
+
 // Whether `rel` is a relative path without empty, "." or ".." components.
 bool safe_relative_path(std::string_view rel);
 

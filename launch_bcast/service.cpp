@@ -23,6 +23,7 @@ struct Service::Session {
     // Chunks the client sent while the nodes were opening: forwarded, in
     // order, once they all opened; dropped if one could not.
     std::vector<net::DataRef> early;
+    uint64_t early_bytes = 0;
     bool close_asked = false;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 };
@@ -81,7 +82,11 @@ void Service::on_frame(net::Connection &c, const net::FrameHeader &h, std::strin
         return close(s);
     net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
     if (s->state == Session::opening) {
-        s->early.push_back(std::move(ref)); // held, at most the client's window
+        s->early_bytes += payload.size();
+        if (s->early_bytes > 2 * kEarlyBytes)
+            throw net::FrameError("more than " + std::to_string(2 * kEarlyBytes >> 20) +
+                                  " MiB of chunks before the nodes opened");
+        s->early.push_back(std::move(ref));
         early_chunks_++;
     } else {
         data(s, std::move(ref));

@@ -902,6 +902,66 @@ void test_chunks_sent_while_opening(void **)
     assert_int_equal(bc.open_sessions(), 0);
 }
 
+// A client that sends more than twice kEarlyBytes of chunks before the
+// nodes opened is cut off, and what the nodes opened is removed.  node2
+// takes the open and never answers (a listener that never accepts), so
+// the nodes stay opening until the hop's timeout.
+void test_early_chunks_bounded(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string out = open_to_all(t.path + "/out");
+    BcastCluster bc(3, t.path);
+    int hole = -1;
+    bc.on_loop([&] {
+        bc.receivers[2].reset();
+        bc.cl.agents[2].reset();
+        hole = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        setsockopt(hole, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        assert_int_equal(bind(hole, reinterpret_cast<const sockaddr *>(&bc.cl.table[2]), sizeof(sockaddr_in)),
+                         0);
+        assert_int_equal(listen(hole, 16), 0);
+    });
+    event_base *base = event_base_new();
+    {
+        FakeAuth user(kUser);
+        auto conn = net::Connection::connect(base, bc.cl.table[0], 0, user);
+        bool closed = false;
+        conn->on_frame([](net::Connection &, const net::FrameHeader &, std::string_view) {});
+        conn->on_close([&](net::Connection &, const std::string &) {
+            closed = true;
+            event_base_loopbreak(base);
+        });
+        const uint32_t chunk = 1u << 20;
+        const unsigned chunks = static_cast<unsigned>(2 * kEarlyBytes / chunk) + 2;
+        OpenRequest q;
+        q.cred = cred(3);
+        q.dest = out + "/";
+        q.flags = kForce;
+        q.timeout_ms = 3000;
+        q.entries.push_back(Entry{"", false, 0644, uint64_t(chunk) * chunks, 0, 0});
+        conn->send(net::MsgType::bcast_open, 0, q.encode());
+        std::string bytes(chunk, 'x');
+        for (unsigned i = 0; i < chunks; ++i) {
+            net::Writer w;
+            ChunkHeader{0, uint64_t(i) * chunk, chunk, crc32(bytes), false}.encode(w);
+            conn->send(net::MsgType::bcast_data, i, w.take() + bytes);
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        timeval tv{5, 0};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+        assert_true(closed);
+        assert_true(std::chrono::steady_clock::now() - t0 < 2500ms); // not the open's timeout
+    }
+    event_base_free(base);
+    assert_int_equal(bc.sessions_left(5000ms), 0);
+    assert_true(listing(out).empty());
+    bc.on_loop([&] { close(hole); });
+}
+
 void test_protocol_decoding(void **)
 {
     assert_int_equal(crc32("123456789"), 0xe3069283u); // the CRC-32C check value
@@ -935,6 +995,7 @@ int main()
         cmocka_unit_test(test_protocol_decoding),
         cmocka_unit_test(test_file_reaches_every_node),
         cmocka_unit_test(test_chunks_sent_while_opening),
+        cmocka_unit_test(test_early_chunks_bounded),
         cmocka_unit_test(test_force_replaces_a_file),
         cmocka_unit_test(test_failed_commit_leaves_no_node_changed),
         cmocka_unit_test(test_directory_and_preserve),
