@@ -756,30 +756,33 @@ void Mcast::on_readable(int, short, void *arg)
     self->drain();
 }
 
+bool Mcast::reads_held() const noexcept { return !event_pending(rev_, EV_READ, nullptr); }
+
+void Mcast::arm_hold()
+{
+    timeval tv = to_timeval(cfg_.hold);
+    evtimer_add(hold_ev_, &tv);
+}
+
 void Mcast::hold_reads()
 {
-    if (!held_ && event_del(rev_) == 0)
-        held_ = true;
-    if (held_) {
-        timeval tv = to_timeval(cfg_.hold);
-        evtimer_add(hold_ev_, &tv);
-    }
+    if (!reads_held())
+        event_del(rev_);
+    if (reads_held())
+        arm_hold();
 }
 
 void Mcast::resume_reads()
 {
-    if (!held_)
+    if (!reads_held())
         return;
     evtimer_del(hold_ev_);
-    if (event_add(rev_, nullptr) == 0) {
-        held_ = false;
+    if (event_add(rev_, nullptr) == 0)
         return;
-    }
     // epoll could not take it back (short of memory): try again later
     log_.error("multicast: cannot watch the socket again (%s): trying again in %lld ms", std::strerror(errno),
                static_cast<long long>(cfg_.hold.count()));
-    timeval tv = to_timeval(cfg_.hold);
-    evtimer_add(hold_ev_, &tv);
+    arm_hold();
 }
 
 namespace {

@@ -239,7 +239,7 @@ public:
     void hold_reads();
     // Watches the socket again: at once, if datagrams are waiting.
     void resume_reads();
-    bool reads_held() const noexcept { return held_; }
+    bool reads_held() const noexcept;
     // Drops incomplete chunks older than `age`.
     void expire(std::chrono::steady_clock::duration age);
 
@@ -278,8 +278,9 @@ private:
     Logger log_;
     int fd_ = -1;
     bool gso_ = false;
-    event *rev_ = nullptr, *wev_ = nullptr, *hold_ev_ = nullptr;
-    bool held_ = false; // rev_ is not added (hold_reads)
+    event *rev_ = nullptr, *wev_ = nullptr;
+    event *hold_ev_ = nullptr; // resume_reads() at the end of a hold
+    void arm_hold();           // hold_ev_ in cfg_.hold
     std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
     std::shared_ptr<ChunkBuffers> buffers_; // where Pending::buf comes from
     size_t pending_bytes_ = 0;
