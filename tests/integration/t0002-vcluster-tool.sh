@@ -34,7 +34,16 @@ t_check "status with nothing up exits 1 (rc $rc)" [ "$rc" = 1 ]
 
 # --- up, a second up, private /tmp and hostnames ------------------------------
 gc3_before=$(sysctl -n net.ipv4.neigh.default.gc_thresh3)
+dirty_before=$(sysctl -n vm.dirty_background_ratio)
+dirty_bytes=$(sysctl -n vm.dirty_background_bytes)
 vc_up 4 --stock --conf MessageTimeout=20 --conf 'PartitionName=extra Nodes=ALL'
+if [ "$dirty_bytes" = 0 ]; then
+    t_check "up raised the page cache's background writeback ratio to at least 30 (from $dirty_before)" \
+        [ "$(sysctl -n vm.dirty_background_ratio)" -ge 30 ]
+else
+    t_check "up left vm.dirty_background_bytes ($dirty_bytes) as it was" \
+        [ "$(sysctl -n vm.dirty_background_bytes)" = "$dirty_bytes" ]
+fi
 # --conf: a parameter the tool sets already is set once, to the new value
 # (slurmctld logs an error for one set twice); a partition is added
 t_check "--conf replaced the generated MessageTimeout line" \
@@ -95,6 +104,8 @@ T_CLUSTER=no
 left=$(ours_left)
 t_check "down exits 0 and leaves nothing of ours (rc $rc) ${left:+: $left}" bash -c "[ $rc = 0 ] && [ -z '$left' ]"
 t_check "down restored the neighbour-table sysctls" [ "$(sysctl -n net.ipv4.neigh.default.gc_thresh3)" = "$gc3_before" ]
+t_check "down restored the writeback thresholds" \
+    [ "$(sysctl -n vm.dirty_background_ratio) $(sysctl -n vm.dirty_background_bytes)" = "$dirty_before $dirty_bytes" ]
 "$VC" down > "$T_WORK/down2.out" 2>&1; rc=$?
 t_check "a second down says there is nothing to tear down (rc $rc)" \
     bash -c "[ $rc = 0 ] && grep -q 'nothing to tear down' '$T_WORK/down2.out'"
