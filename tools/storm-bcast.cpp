@@ -34,7 +34,10 @@ const std::string kUsage =
                 "  -s, --size=SIZE         chunk size (default 32k, or ") +
     std::to_string(net::kMcastChunkSize) +
     " bytes where the\n"
-    "                          agents multicast; k and m suffixes)\n"
+    "                          agents multicast, half that to " +
+    std::to_string(bcast::kSmallChunkNodes) +
+    " nodes or fewer;\n"
+    "                          k and m suffixes)\n"
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
     "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"

@@ -59,7 +59,8 @@ struct McastConfig {
     bool enabled() const { return port != 0; }
 };
 
-// The chunk size initiators choose where the agents multicast: an
+// The chunk size initiators choose where the agents multicast (to more
+// than 64 nodes: bcast::chunk_size_of halves it for fewer): an
 // announcement every 0.75 MB, and no pipeline through the nodes to fill.
 // It is 546 full segments at the usual MTU of 1500 (786,240 bytes), which
 // fits a core's L2 cache with room to spare while it is decrypted and

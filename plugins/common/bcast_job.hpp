@@ -84,6 +84,7 @@ inline void aim(bcast::ClientOptions &o, const BcastTarget &t)
     o.agent_index = t.agent_index;
     o.agent_name = t.head;
     o.multicast = t.multicast;
+    o.nodes = t.nodes;
 }
 
 // BcastParameters' DestDir (where relative destinations go), or "".

@@ -986,6 +986,33 @@ void test_protocol_decoding(void **)
                          "not an absolute path"));
 }
 
+// The default chunk size: 32 KiB through the tree; where the agents
+// multicast, the multicast chunk, or half of it to 64 nodes or fewer (and
+// when the node count is not known, the whole one); an explicit size wins.
+void test_chunk_size_defaults(void **)
+{
+    ClientOptions o;
+    assert_int_equal(chunk_size_of(o), 32u << 10);
+    o.nodes = 16;
+    assert_int_equal(chunk_size_of(o), 32u << 10);
+    o.multicast = true;
+    o.nodes = 0;
+    assert_int_equal(chunk_size_of(o), net::kMcastChunkSize);
+    o.nodes = 1;
+    assert_int_equal(chunk_size_of(o), net::kMcastChunkSize / 2);
+    o.nodes = kSmallChunkNodes;
+    assert_int_equal(chunk_size_of(o), net::kMcastChunkSize / 2);
+    o.nodes = kSmallChunkNodes + 1;
+    assert_int_equal(chunk_size_of(o), net::kMcastChunkSize);
+    o.nodes = 256;
+    assert_int_equal(chunk_size_of(o), net::kMcastChunkSize);
+    // Whole segments, and not a multiple of the page size (mcast.hpp).
+    assert_int_equal((net::kMcastChunkSize / 2) % 1440, 0);
+    assert_int_not_equal((net::kMcastChunkSize / 2) % 4096, 0);
+    o.chunk_size = 12345;
+    assert_int_equal(chunk_size_of(o), 12345);
+}
+
 } // namespace
 
 int main()
@@ -993,6 +1020,7 @@ int main()
     evthread_use_pthreads();
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_protocol_decoding),
+        cmocka_unit_test(test_chunk_size_defaults),
         cmocka_unit_test(test_file_reaches_every_node),
         cmocka_unit_test(test_chunks_sent_while_opening),
         cmocka_unit_test(test_early_chunks_bounded),
