@@ -211,10 +211,12 @@ copy_limit() {
 # writes its copies into memory the guest holds, as every real node's
 # memory is, and not into pages the host must fault in again first.  After
 # a failed stock sbcast at 256 nodes (the slurmds' memory grew by 2-4 GB
-# during it), storm-bcast took 2.8-4.5 s in eight runs without this (also
-# after waiting 10 s, or until the host took nothing back, or restarting
-# every slurmd), and 1.7 and 2.4 s in two with it (by hand, links shaped;
-# 1.4-1.8 s on a fresh cluster).
+# during it), storm-bcast took 2.4-4.5 s in ten runs without this (at
+# once, after waiting 10 s or until the host took nothing back, or after
+# restarting every slurmd), and 1.7 and 2.4 s in two with it (by hand,
+# links shaped; 1.4-1.8 s on a fresh cluster).  In this benchmark (-n 256
+# -r shaped -k 3), the Storm runs right after a failed sbcast took 3.13,
+# 3.14, 3.90 and 3.98 s without it, 1.90 and 2.18 s with it.
 prewarm() {
     [ -n "$(host_took)" ] || return 0
     write_copies "$1" "$2" dd
