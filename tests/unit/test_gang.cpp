@@ -22,6 +22,7 @@
 
 #include "lib/agent/agent_config.hpp"
 #include "lib/common/cgroupfs.hpp"
+#include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "lib/common/signals.hpp"
 #include "sched_gang/config.hpp"
@@ -1129,7 +1130,7 @@ struct TestManager {
     ~TestManager()
     {
         mm.reset();
-        unlink(status);
+        remove_file(status); // and the spare the manager keeps beside it
     }
 };
 
