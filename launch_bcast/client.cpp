@@ -389,9 +389,21 @@ struct Run {
         evtimer_add(silence, &tv);
     }
 
+    // Sends the ready chunks the window allows.  While the window is full
+    // the reader's readiness is of no use (an answer calls pump() again),
+    // so the loop stops listening to it: it is level-triggered, and would
+    // otherwise run pump() over and over, a core's worth of CPU taken from
+    // the node agents for as long as the network is the bottleneck.
     void pump()
     {
-        while (!finished && inflight.size() < window && (opened || early_bytes < kEarlyBytes)) {
+        while (!finished) {
+            if (inflight.size() >= window || (!opened && early_bytes >= kEarlyBytes)) {
+                if (event_pending(ready, EV_READ, nullptr))
+                    event_del(ready);
+                return;
+            }
+            if (!event_pending(ready, EV_READ, nullptr))
+                event_add(ready, nullptr);
             auto c = reader->take();
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {

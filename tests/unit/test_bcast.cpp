@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <random>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -902,6 +903,46 @@ void test_chunks_sent_while_opening(void **)
     assert_int_equal(bc.open_sessions(), 0);
 }
 
+// CPU time of the calling thread.
+std::chrono::microseconds thread_cpu()
+{
+    rusage ru{};
+    getrusage(RUSAGE_THREAD, &ru);
+    return std::chrono::seconds(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           std::chrono::microseconds(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// A client whose window is full waits for an answer without using the
+// CPU: the nodes take each chunk slowly (40 ms, holding every agent's loop),
+// so the 8-chunk window stays full for most of the transfer.  A client
+// still listening to its reader then would spin through the whole of it.
+void test_full_window_waits_idle(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    std::string data = make_file(src, 400000, 0644); // 25 chunks of 16 KiB
+    std::string out = open_to_all(t.path + "/out");
+    BcastCluster bc(2, t.path);
+    bc.on_data = [](unsigned node, unsigned) {
+        if (node == 1)
+            std::this_thread::sleep_for(40ms);
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    auto c0 = thread_cpu();
+    std::string err = bc.send(scan(src), out + "/", cred(2));
+    auto cpu = thread_cpu() - c0;
+    auto wall = std::chrono::steady_clock::now() - t0;
+    assert_string_equal(err.c_str(), "");
+    assert_true(slurp(out + "/slurm_bcast_42.0_node1") == data);
+    assert_true(wall >= 800ms);
+    print_message(
+        "client thread: %lld ms of CPU in %lld ms\n", static_cast<long long>(cpu.count() / 1000),
+        static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()));
+    assert_true(cpu < wall / 5);
+}
+
 // A client that sends more than twice kEarlyBytes of chunks before the
 // nodes opened is cut off, and what the nodes opened is removed.  node2
 // takes the open and never answers (a listener that never accepts), so
@@ -1024,6 +1065,7 @@ int main()
         cmocka_unit_test(test_file_reaches_every_node),
         cmocka_unit_test(test_chunks_sent_while_opening),
         cmocka_unit_test(test_early_chunks_bounded),
+        cmocka_unit_test(test_full_window_waits_idle),
         cmocka_unit_test(test_force_replaces_a_file),
         cmocka_unit_test(test_failed_commit_leaves_no_node_changed),
         cmocka_unit_test(test_directory_and_preserve),
