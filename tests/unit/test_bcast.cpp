@@ -676,56 +676,60 @@ void test_launch_gate_requests(void **)
         g.start();
         assert_true(contains(refusal(sock, {7}), "only slurmstepd may hold a step"));
     }
-    LaunchGate g(base, sock, {geteuid()}, Logger("gate"));
-    g.start();
-    g.opened(9);
-    std::atomic<int> phase{0};
-    std::string junk;
-    std::thread c([&] {
-        junk = net::unix_request(sock, "junk", 2000);
-        phase = 1;
-        gate::wait(sock, 1, 0, {9}); // answered once session 9 ends
-        phase = 2;
-    });
-    for (int i = 0; i < 2000 && !(phase == 1 && g.waiters() == 1); ++i) {
-        spin();
-        std::this_thread::sleep_for(1ms);
-    }
-    assert_int_equal(g.waiters(), 1);
-    assert_true(contains(junk, "malformed request"));
-    g.ended(9, "");
-    for (int i = 0; i < 2000 && phase != 2; ++i) {
-        spin();
-        std::this_thread::sleep_for(1ms);
-    }
-    c.join();
-    assert_int_equal(phase, 2);
-    assert_int_equal(g.waiters(), 0);
-    // A waiter whose slurmstepd goes away is dropped.
-    g.opened(10);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    std::strcpy(sa.sun_path, sock.c_str());
-    assert_int_equal(connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
-    std::string req = gate::hold(1, 0, {10});
-    assert_int_equal(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
-    for (int i = 0; i < 200 && g.waiters() == 0; ++i)
-        spin();
-    assert_int_equal(g.waiters(), 1);
-    close(fd);
-    for (int i = 0; i < 200 && g.waiters() == 1; ++i)
-        spin();
-    assert_int_equal(g.waiters(), 0);
-    // Ended sessions are forgotten after `keep` (here 0 s).
+    // Every gate is gone before the loop it listens on: a gate freed after
+    // event_base_free() would free its events into freed memory.
     {
-        LaunchGate quick(base, t.path + "/q.sock", {geteuid()}, Logger("gate"), std::chrono::seconds(0));
-        quick.start();
-        quick.opened(11);
-        quick.ended(11, "");
-        std::this_thread::sleep_for(5ms);
-        quick.sweep();
-        assert_true(contains(refusal(t.path + "/q.sock", {11}), "is unknown on this node"));
+        LaunchGate g(base, sock, {geteuid()}, Logger("gate"));
+        g.start();
+        g.opened(9);
+        std::atomic<int> phase{0};
+        std::string junk;
+        std::thread c([&] {
+            junk = net::unix_request(sock, "junk", 2000);
+            phase = 1;
+            gate::wait(sock, 1, 0, {9}); // answered once session 9 ends
+            phase = 2;
+        });
+        for (int i = 0; i < 2000 && !(phase == 1 && g.waiters() == 1); ++i) {
+            spin();
+            std::this_thread::sleep_for(1ms);
+        }
+        assert_int_equal(g.waiters(), 1);
+        assert_true(contains(junk, "malformed request"));
+        g.ended(9, "");
+        for (int i = 0; i < 2000 && phase != 2; ++i) {
+            spin();
+            std::this_thread::sleep_for(1ms);
+        }
+        c.join();
+        assert_int_equal(phase, 2);
+        assert_int_equal(g.waiters(), 0);
+        // A waiter whose slurmstepd goes away is dropped.
+        g.opened(10);
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::strcpy(sa.sun_path, sock.c_str());
+        assert_int_equal(connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+        std::string req = gate::hold(1, 0, {10});
+        assert_int_equal(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+        for (int i = 0; i < 200 && g.waiters() == 0; ++i)
+            spin();
+        assert_int_equal(g.waiters(), 1);
+        close(fd);
+        for (int i = 0; i < 200 && g.waiters() == 1; ++i)
+            spin();
+        assert_int_equal(g.waiters(), 0);
+        // Ended sessions are forgotten after `keep` (here 0 s).
+        {
+            LaunchGate quick(base, t.path + "/q.sock", {geteuid()}, Logger("gate"), std::chrono::seconds(0));
+            quick.start();
+            quick.opened(11);
+            quick.ended(11, "");
+            std::this_thread::sleep_for(5ms);
+            quick.sweep();
+            assert_true(contains(refusal(t.path + "/q.sock", {11}), "is unknown on this node"));
+        }
     }
     event_base_free(base);
     // The variable.
