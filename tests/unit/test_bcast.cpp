@@ -627,12 +627,15 @@ void test_cancel(void **)
     Broadcast b(user, bc.options(out + "/", cred(4)), scan(src));
     uint64_t sid = b.open();
     Waiters w(bc, 4, {sid}, out);
+    std::atomic<bool> finished{false}; // a broadcast that ended first is reported, not waited on
     std::thread canceller([&] {
-        while (!cancel_now)
+        while (!cancel_now && !finished)
             std::this_thread::sleep_for(1ms);
-        b.cancel();
+        if (cancel_now)
+            b.cancel();
     });
     std::string err = test_helpers::error_of<BcastError>([&] { b.finish(); });
+    finished = true;
     canceller.join();
     assert_string_equal(err.c_str(), "cancelled");
     w.join();
