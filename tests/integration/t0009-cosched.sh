@@ -56,12 +56,26 @@ done
 t_check "both jobs registered on both nodes (a cpu cgroup per job and node)" \
     [ -d "$CPU/storm-cosched-vn1/job_$A" -a -d "$CPU/storm-cosched-vn2/job_$B" ]
 # 10 s of samples: which job holds the node (big cpu.shares) on each node.
-: > "$T_WORK/shares"
-for _ in $(seq 50); do
-    line=""
+# The four files are read one after the other, so a sample can straddle a
+# switch (one group's shares written, the other's not yet): a sample that
+# does not show one job per node is taken again 50 ms later, and only the
+# second reading counts.
+shares_sample() {
+    local n j line=""
     for n in 1 2; do for j in "$A" "$B"; do
         line+="$(cat "$CPU/storm-cosched-vn$n/job_$j/cpu.shares" 2>/dev/null || echo 0) "
     done; done
+    echo "$line"
+}
+one_per_node() { awk '{ exit !(($1 > 1024) + ($2 > 1024) == 1 && ($3 > 1024) + ($4 > 1024) == 1) }' <<< "$1"; }
+: > "$T_WORK/shares"
+for _ in $(seq 50); do
+    line=$(shares_sample)
+    if ! one_per_node "$line"; then
+        echo "$line (straddled a switch? read again)" | t_diag
+        sleep 0.05
+        line=$(shares_sample)
+    fi
     echo "$line" >> "$T_WORK/shares"
     sleep 0.2
 done
