@@ -67,7 +67,9 @@ shares_sample() {
     done; done
     echo "$line"
 }
-one_per_node() { awk '{ exit !(($1 > 1024) + ($2 > 1024) == 1 && ($3 > 1024) + ($4 > 1024) == 1) }' <<< "$1"; }
+# A sample's fields: vn1's A and B, vn2's A and B.  One job holds each node:
+ONE_PER_NODE='($1 > 1024) + ($2 > 1024) == 1 && ($3 > 1024) + ($4 > 1024) == 1'
+one_per_node() { awk "{ exit !($ONE_PER_NODE) }" <<< "$1"; }
 : > "$T_WORK/shares"
 for _ in $(seq 50); do
     line=$(shares_sample)
@@ -81,7 +83,7 @@ for _ in $(seq 50); do
 done
 t_diag < "$T_WORK/shares"
 t_check "one job at a time holds each node" \
-    [ "$(awk '($1 > 1024) + ($2 > 1024) != 1 || ($3 > 1024) + ($4 > 1024) != 1' "$T_WORK/shares" | wc -l)" -le 2 ]
+    [ "$(awk "!($ONE_PER_NODE)" "$T_WORK/shares" | wc -l)" -le 2 ]
 t_check "both jobs were scheduled" \
     [ "$(awk '$1 > 1024' "$T_WORK/shares" | wc -l)" -gt 0 -a "$(awk '$2 > 1024' "$T_WORK/shares" | wc -l)" -gt 0 ]
 # The local schedulers' statistics (storm-cosched.stats, rewritten every
