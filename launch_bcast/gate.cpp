@@ -16,7 +16,7 @@ namespace storm::bcast {
 
 namespace {
 
-constexpr uint8_t kHold = 'W', kOk = 'K', kError = 'E';
+constexpr uint8_t kHold = 'W', kStill = 'S', kOk = 'K', kError = 'E';
 constexpr size_t kMaxReason = 4096;
 
 } // namespace
@@ -61,9 +61,23 @@ std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
     return w.take();
 }
 
-void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
+void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids,
+          std::chrono::milliseconds quiet_limit)
 {
-    std::string answer = net::unix_request(socket_path, hold(job, step, sids), -1);
+    auto still = [](std::string_view packet) {
+        return packet.size() == 2 && static_cast<uint8_t>(packet[0]) == version &&
+               static_cast<uint8_t>(packet[1]) == kStill;
+    };
+    std::string answer;
+    try {
+        answer = net::unix_request(socket_path, hold(job, step, sids), static_cast<int>(quiet_limit.count()),
+                                   "the node agent", 64 * 1024, still);
+    } catch (const net::UnixTimeout &) {
+        throw std::runtime_error(
+            "the node agent at " + socket_path + " said nothing for " + std::to_string(quiet_limit.count()) +
+            " ms while it held the step (it gives word every " + std::to_string(still_every.count()) +
+            " s): it is stuck or starved, so the step does not wait any longer");
+    }
     net::Reader r(answer);
     if (r.u8() != version)
         throw std::runtime_error("the node agent answers in another version of the launch gate");
@@ -82,8 +96,8 @@ void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std
 } // namespace gate
 
 LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<uid_t> trusted, Logger log,
-                       std::chrono::seconds keep)
-    : trusted_(std::move(trusted)), log_(std::move(log)), keep_(keep), base_(base),
+                       std::chrono::seconds keep, std::chrono::milliseconds still)
+    : trusted_(std::move(trusted)), log_(std::move(log)), keep_(keep), still_(still), base_(base),
       server_(base, std::move(socket_path), log_, "bcast", "launch gate",
               [this](int fd, const ucred &cred) { on_client(fd, cred.uid); })
 {
@@ -91,13 +105,38 @@ LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<ui
 
 LaunchGate::~LaunchGate()
 {
+    if (still_ev_)
+        event_free(still_ev_);
     for (auto &[fd, w] : waiters_) {
         event_free(w->ev);
         ::close(fd); // the step sees the agent go: it fails its launch
     }
 }
 
-void LaunchGate::start() { server_.start(); }
+void LaunchGate::start()
+{
+    server_.start();
+    if (!still_ev_) {
+        still_ev_ = event_new(base_, -1, EV_PERSIST, on_still, this);
+        if (!still_ev_)
+            throw std::runtime_error("launch gate: cannot create its timer");
+        auto us = std::chrono::duration_cast<std::chrono::microseconds>(still_).count();
+        timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+        event_add(still_ev_, &tv);
+    }
+}
+
+// Every held step (its request read) hears that it still is.  A step whose
+// socket is full or gone is left to read_request(), which drops it when
+// its slurmstepd goes.
+void LaunchGate::on_still(int, short, void *arg)
+{
+    auto *self = static_cast<LaunchGate *>(arg);
+    const char still[2] = {static_cast<char>(gate::version), static_cast<char>(kStill)};
+    for (auto &[fd, w] : self->waiters_)
+        if (!w->sids.empty())
+            (void)send(fd, still, sizeof still, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
 
 void LaunchGate::opened(uint64_t sid)
 {

@@ -19,13 +19,17 @@
 // ask.  One request per connection, net::Writer encoding:
 //   hold   {u8 version, u8 'W', u32 job, u32 step, u32 count (1..max_sids),
 //           u64 sid x count}
+//   still  {u8 version, u8 'S'}, every `still_every` while the step is held
 //   answer {u8 version, u8 'K'} (ok) | {u8 version, u8 'E', bytes reason}
 // The answer comes when the sessions ended: a session's end comes from its
 // commit, its abort, or the receiver's sweep of a stalled session, so a
 // waiter never waits longer than the broadcast lives.  A session the node
 // never saw (its agent restarted meanwhile, or it ended more than `keep`
-// ago) is refused at once.  A malformed request is answered with an error
-// and logged once.
+// ago) is refused at once.  A malformed request (another version too) is
+// answered with an error and logged once.  The "still" packets let
+// slurmstepd tell a long broadcast from an agent whose loop is stuck: it
+// gives up after `silence` without a word, so a step is never held for
+// ever (it fails, with the reason, and srun reports it).
 //
 // Threading: the agent's loop thread only.
 #pragma once
@@ -50,7 +54,11 @@ namespace storm::bcast {
 
 namespace gate {
 
-constexpr uint8_t version = 1;
+constexpr uint8_t version = 2; // 2: "still" packets
+// How often the agent tells a held step it still holds it, and how long
+// slurmstepd waits without a word before it fails the step.
+constexpr std::chrono::seconds still_every{5};
+constexpr std::chrono::seconds silence{60};
 constexpr const char *socket_name = "storm-bcast.sock";
 // The step's environment variable srun sets (SLURM_ prefixed: srun passes
 // those on under --export=NONE too); switch/rdma removes it from the tasks'.
@@ -66,20 +74,26 @@ std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
 
 // slurmstepd's side: blocks until the agent answers; throws
 // net::UnixUnreachable when no agent listens at `socket_path`, and
-// std::runtime_error with the agent's reason when a session failed.
-void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids);
+// std::runtime_error with the agent's reason when a session failed, or
+// when the agent said nothing for `quiet_limit` (neither an answer nor a
+// "still").
+void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids,
+          std::chrono::milliseconds quiet_limit = silence);
 
 } // namespace gate
 
 class LaunchGate {
 public:
+    // `still`: how often each held step hears that it is still held.
     LaunchGate(event_base *base, std::string socket_path, std::vector<uid_t> trusted, Logger log,
-               std::chrono::seconds keep = std::chrono::minutes(10));
+               std::chrono::seconds keep = std::chrono::minutes(10),
+               std::chrono::milliseconds still = gate::still_every);
     ~LaunchGate();
     LaunchGate(const LaunchGate &) = delete;
     LaunchGate &operator=(const LaunchGate &) = delete;
 
-    // Binds the socket (net::UnixServer::start's errors).
+    // Binds the socket (net::UnixServer::start's errors) and starts the
+    // "still" timer.
     void start();
 
     // The receiver's reports: a session opened on this node, and how it
@@ -107,6 +121,7 @@ private:
         std::chrono::steady_clock::time_point since;
     };
     void on_client(int fd, uid_t uid);
+    static void on_still(int fd, short, void *arg);
     static void on_readable(int fd, short, void *arg);
     void read_request(Waiter &w);
     // Answers `w` if every session ended, or one failed; true if answered.
@@ -117,7 +132,9 @@ private:
     std::vector<uid_t> trusted_;
     Logger log_;
     std::chrono::seconds keep_;
+    std::chrono::milliseconds still_;
     event_base *base_;
+    event *still_ev_ = nullptr;
     net::UnixServer server_;
     std::map<uint64_t, Outcome> outcomes_;
     std::map<int, std::unique_ptr<Waiter>> waiters_;

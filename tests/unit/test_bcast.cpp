@@ -750,6 +750,52 @@ void test_launch_gate_requests(void **)
                          "more than 16 broadcasts"));
 }
 
+// A held step hears from its agent every `still` interval, so it waits as
+// long as its broadcast lives, beyond its limit for silence; an agent that
+// says nothing for that long (its loop stuck) fails the step, with the
+// reason, instead of holding it for ever.
+void test_launch_gate_still(void **)
+{
+    TempDir t;
+    event_base *base = event_base_new();
+    std::string sock = t.path + "/s.sock";
+    auto run_loop_until = [&](std::chrono::steady_clock::time_point until, const std::atomic<bool> &done) {
+        while (std::chrono::steady_clock::now() < until && !done) {
+            event_base_loop(base, EVLOOP_NONBLOCK);
+            std::this_thread::sleep_for(1ms);
+        }
+    };
+    {
+        LaunchGate g(base, sock, {geteuid()}, Logger("gate"), std::chrono::minutes(10), 50ms);
+        g.start();
+        g.opened(21);
+        std::atomic<bool> done{false};
+        std::string err = "not answered";
+        std::thread c([&] {
+            err = test_helpers::error_of<std::runtime_error>([&] { gate::wait(sock, 1, 0, {21}, 300ms); });
+            done = true;
+        });
+        // Held for 1 s, over three times the waiter's 300 ms.
+        run_loop_until(std::chrono::steady_clock::now() + 1s, done);
+        assert_false(done);
+        assert_int_equal(g.waiters(), 1);
+        g.ended(21, "");
+        run_loop_until(std::chrono::steady_clock::now() + 5s, done);
+        c.join();
+        assert_string_equal(err.c_str(), ""); // let go: its program is in place
+        // The loop stops running (a stuck agent): the step gives up after
+        // its limit, and says why.
+        g.opened(22);
+        auto t0 = std::chrono::steady_clock::now();
+        std::string stuck =
+            test_helpers::error_of<std::runtime_error>([&] { gate::wait(sock, 1, 0, {22}, 300ms); });
+        auto took = std::chrono::steady_clock::now() - t0;
+        assert_true(contains(stuck, "said nothing for 300 ms while it held the step"));
+        assert_true(took >= 300ms && took < 5s);
+    }
+    event_base_free(base);
+}
+
 void test_receiver_rejects_and_recovers(void **)
 {
     if (geteuid() != 0)
@@ -1083,6 +1129,7 @@ int main()
         cmocka_unit_test(test_launch_gate_holds_until_commit),
         cmocka_unit_test(test_launch_gate_fails_with_the_broadcast),
         cmocka_unit_test(test_launch_gate_requests),
+        cmocka_unit_test(test_launch_gate_still),
         cmocka_unit_test(test_cancel),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
