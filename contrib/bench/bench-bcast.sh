@@ -11,7 +11,9 @@
 # For each node count, regime (links shaped to 100 Mbit/s, or unshaped) and
 # file size (MB): the time of stock sbcast and of storm-bcast, and for 12 MB
 # the time of `srun --bcast` launching a do-nothing 12 MB program, stock and
-# Storm; beside them the link limit (the time one 100 Mbit/s link needs for
+# Storm, and of Slurm's launch alone (`srun /bin/true`, nothing broadcast:
+# both sruns pay it, so stock srun / launch bounds what any broadcast can
+# gain on `srun --bcast` here); beside them the link limit (the time one 100 Mbit/s link needs for
 # the file) and this machine's copy limit (the time to write N copies of
 # the file, two writers at once: what any broadcast on this one machine
 # must at least spend), measured twice where the guest hands freed memory
@@ -272,14 +274,14 @@ for n in $NODES; do
         if [ "$regime" = shaped ]; then "$VC" shape ${RATE_MBIT}mbit > /dev/null; else "$VC" shape off > /dev/null; fi
         for s in $SIZES; do
             f=$work/f$s
-            all_st=() all_xt=() all_sx=() all_ss=() all_fl=()
+            all_st=() all_xt=() all_sx=() all_ss=() all_fl=() all_sa=()
             for ((rep = 1; rep <= REPS; rep++)); do
-                st=- xt=- ss=- sx=- fl=-
+                st=- xt=- ss=- sx=- fl=- sa=-
                 if ((rep % 2)); then order="sbcast storm"; else order="storm sbcast"; fi
                 if [ "$MCAST" != off ]; then
                     if ((rep % 2)); then order+=" floor"; else order="floor $order"; fi
                 fi
-                [ "$s" = 12 ] && order+=" srun_storm srun_stock"
+                [ "$s" = 12 ] && order+=" srun_storm srun_stock srun_alone"
                 took=""
                 for what in $order; do
                     clean_dest
@@ -322,15 +324,24 @@ for n in $NODES; do
                             [ "$ss" = failed ] && end_steps "$jid"
                         fi
                         ;;
+                    srun_alone)
+                        if ! end_steps "$jid"; then
+                            sa=held
+                        else
+                            sa=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
+                                srun --jobid="$jid" -N "$n" /bin/true)
+                            [ "$sa" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
+                        fi
+                        ;;
                     esac
                     took+=$(took_during "$what" "$k0")
                 done
                 clean_dest
-                all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss") all_fl+=("$fl")
+                all_st+=("$st") all_xt+=("$xt") all_sx+=("$sx") all_ss+=("$ss") all_fl+=("$fl") all_sa+=("$sa")
                 [ "$REPS" = 1 ] && [ -z "$took" ] ||
-                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt floor $fl srun stock $ss srun storm $sx${took:+ (MiB the host took back during each:$took)}" >&2
+                    echo "  run $rep of $REPS: $n nodes $regime $s MB: sbcast $st storm $xt floor $fl srun stock $ss srun storm $sx launch $sa${took:+ (MiB the host took back during each:$took)}" >&2
             done
-            st=$(median "${all_st[@]}") xt=$(median "${all_xt[@]}") sx=$(median "${all_sx[@]}") ss=$(median "${all_ss[@]}")
+            st=$(median "${all_st[@]}") xt=$(median "${all_xt[@]}") sx=$(median "${all_sx[@]}") ss=$(median "${all_ss[@]}") sa=$(median "${all_sa[@]}")
             fl=$(median "${all_fl[@]/#lost/held}")
             [ "$fl" = held ] && fl=lost
             link=$(awk -v s="$s" -v r="$RATE_MBIT" 'BEGIN { printf "%.2f", s * 8 / r }')
@@ -355,8 +366,8 @@ for n in $NODES; do
                 limit=$(higher "$link" "$copy")
                 [ "$cold" = - ] || limit_cold=$(higher "$link" "$cold")
             fi
-            rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s %6s %11s' "$n" "$regime" "$s" \
-                "$st" "$xt" "$(ratio "$st" "$xt")" "$ss" "$sx" "$(ratio "$ss" "$sx")" \
+            rows+=("$(printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %7s %7s %12s %6s %6s %11s' "$n" "$regime" "$s" \
+                "$st" "$xt" "$(ratio "$st" "$xt")" "$ss" "$sx" "$(ratio "$ss" "$sx")" "$sa" "$(ratio "$ss" "$sa")" \
                 "$([ "$regime" = shaped ] && echo "$link" || echo -)" "$copy" "$cold" "$(ratio "$xt" "$limit")" \
                 "$(ratio "$xt" "$limit_cold")" "$fl" "$(ratio "$xt" "$fl")")")
             echo "${rows[-1]}" >&2
@@ -367,13 +378,14 @@ for n in $NODES; do
 done
 echo
 echo "Broadcast: stock Slurm vs Storm ($([ "$MCAST" = off ] && echo "tree of TCP connections" || echo "multicast on $MCAST, AES-GCM by ${cipher:-?}")), seconds (ratio = stock / Storm; links shaped to ${RATE_MBIT} Mbit/s or unshaped;"
-echo "srun = srun --bcast launch of a do-nothing 12 MB program; link = one link's time for the file;"
+echo "srun = srun --bcast launch of a do-nothing 12 MB program; launch = srun /bin/true, Slurm's launch alone;"
+echo "bound = srun stock / launch, the highest srun ratio any broadcast could give; link = one link's time for the file;"
 echo "copy = N copies on this machine (the faster of cat and 63-page writes), right after the previous ones were removed;"
 echo "cold = the same once the host has taken the freed memory back, where the guest hands it back (- elsewhere);"
 echo "storm/limit and /cold: storm over the higher of link and copy, of link and cold;"
 echo "floor = plain C multicast of the file from vn1 to every other node, each writing its copy, nothing of Storm in it;"
 echo "storm/floor = storm over floor; - where the agents do not multicast, lost where the floor lost datagrams in every run)"
-[ "$REPS" = 1 ] || echo "sbcast, storm, floor and srun: the median of $REPS runs each (\"held\" runs, sruns not run while a failed one's step held the nodes, and floor runs that lost datagrams, left out)"
-printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %12s %6s %6s %11s\n' nodes regime MB sbcast storm ratio \
-    "srun stock" "srun storm" ratio link copy cold storm/limit /cold floor storm/floor
+[ "$REPS" = 1 ] || echo "sbcast, storm, floor, srun and launch: the median of $REPS runs each (\"held\" runs, sruns not run while a failed one's step held the nodes, and floor runs that lost datagrams, left out)"
+printf '%6s %-9s %6s %9s %9s %7s %10s %10s %7s %7s %7s %7s %7s %7s %12s %6s %6s %11s\n' nodes regime MB sbcast storm ratio \
+    "srun stock" "srun storm" ratio launch bound link copy cold storm/limit /cold floor storm/floor
 for r in "${rows[@]}"; do echo "$r"; done
