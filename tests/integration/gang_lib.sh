@@ -20,22 +20,36 @@ task_pid() {
     done
     return 1
 }
-cpu_ns() { local t _; read -r t _ < "/proc/$1/schedstat" 2>/dev/null && echo "$t" || echo 0; }
+# cpu_ns_of VAR PID: PID's CPU time so far (ns) into VAR, 0 once it is gone
+cpu_ns_of() {
+    local -n out=$1
+    local _
+    read -r out _ 2> /dev/null < "/proc/$2/schedstat" || out=0
+}
 # sample SECONDS PID...: one line per interval of ~20 ms, 1/0 per pid: did
-# it get more than 2 ms of CPU in that interval?
+# it get more than 2 ms of CPU in that interval?  No command is forked
+# while it samples (bash's own clock, reads and t_nap only): where
+# forks are slow, a sampler that forked stretched its intervals to over
+# 100 ms, and with a 300 ms quantum half of them held a switch, so both
+# jobs showed in them.  The intervals' mean length goes to the test's log.
 sample() {
-    local secs=$1 p i; shift
+    local secs=$1 p i t lines=0 line; shift
     local -a last=() now=()
-    for p in "$@"; do last+=("$(cpu_ns "$p")"); done
-    local end=$(( $(date +%s%N) + secs * 1000000000 ))
-    while [ "$(date +%s%N)" -lt "$end" ]; do
-        sleep 0.02
-        now=(); for p in "$@"; do now+=("$(cpu_ns "$p")"); done
-        local line=""
-        for i in "${!now[@]}"; do line+="$(( now[i] - last[i] > 2000000 ? 1 : 0 )) "; done
+    for p in "$@"; do cpu_ns_of t "$p"; last+=("$t"); done
+    local start=${EPOCHREALTIME/./}
+    local end=$((start + secs * 1000000)) stop
+    while ((${EPOCHREALTIME/./} < end)); do
+        t_nap 0.02
+        now=()
+        for p in "$@"; do cpu_ns_of t "$p"; now+=("$t"); done
+        line=""
+        for i in "${!now[@]}"; do line+="$((now[i] - last[i] > 2000000 ? 1 : 0)) "; done
         echo "$line"
         last=("${now[@]}")
+        lines=$((lines + 1))
     done
+    stop=${EPOCHREALTIME/./}
+    echo "sampled $lines intervals of $(((stop - start) / (lines ? lines : 1) / 1000)) ms on average" | t_diag >&2
 }
 # pct FILE AWK-CONDITION: percentage of the sample lines where it holds
 pct() { awk "{ n++ } $2 { k++ } END { printf \"%d\", n ? 100 * k / n : 0 }" "$1"; }

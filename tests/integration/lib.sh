@@ -24,6 +24,13 @@ t_check() { local d=$1; shift; if "$@"; then t_ok "$d"; else t_fail "$d"; fi; }
 t_skip() { echo "SKIP: $*"; exit 77; }
 t_bail() { t_fail "$*"; exit 1; }   # runs the EXIT trap
 t_diag() { sed 's/^/# /'; }
+# t_nap SECONDS: waits SECONDS (fractions too) without forking a command,
+# for loops that sample at a steady pace: on a machine where forks are
+# slow, `sleep` in such a loop stretched its period several times over.
+t_nap() {
+    [ -n "${T_NAP_FD:-}" ] || exec {T_NAP_FD}<> <(:) # a pipe nobody writes to
+    read -r -t "$1" -u "$T_NAP_FD" _ || :
+}
 # t_prim ARGS...: runs tools/storm-prim ARGS, its output as diagnostics;
 # passes on its exit status.
 t_prim() {
