@@ -49,7 +49,8 @@
 # stderr as they come): on a machine whose timings wander, one run says
 # little.  The order of the two broadcasts alternates: odd runs sbcast
 # first, even runs storm-bcast first, so that neither always runs right
-# after the other (the two srun launches follow, Storm's first: a stock
+# after the other (the srun launches follow, Storm's, then the launch
+# alone, then stock's last: a stock
 # srun that fails can leave its step holding the nodes for minutes, and
 # the next step could not start; before each srun, any step left is
 # ended, and if one still holds the nodes after 3 min, that srun is not
@@ -281,7 +282,7 @@ for n in $NODES; do
                 if [ "$MCAST" != off ]; then
                     if ((rep % 2)); then order+=" floor"; else order="floor $order"; fi
                 fi
-                [ "$s" = 12 ] && order+=" srun_storm srun_stock srun_alone"
+                [ "$s" = 12 ] && order+=" srun_storm srun_alone srun_stock"
                 took=""
                 for what in $order; do
                     clean_dest
