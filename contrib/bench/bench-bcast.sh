@@ -155,6 +155,25 @@ end_steps() {
     echo "bench-bcast: step(s) ${held% } of job $1 still hold nodes after 3 min: sruns are not run (held) while they do" >&2
     return 1
 }
+# timed_srun VAR show|quiet CONF ARGS...: into VAR, the seconds of
+# `srun --jobid=$jid -N $n ARGS` with SLURM_CONF=CONF; "held" (not run)
+# while an earlier step still holds the nodes; "failed", with srun's last
+# lines on stderr where "show", and the step it left ended.  Not in a
+# subshell: end_steps keeps what it found held in $held.
+timed_srun() {
+    local -n into=$1
+    local show=$2 conf=$3
+    shift 3
+    if ! end_steps "$jid"; then
+        into=held
+        return
+    fi
+    into=$(SLURM_CONF=$conf timed "$work/srun.out" srun --jobid="$jid" -N "$n" "$@")
+    if [ "$into" = failed ]; then
+        [ "$show" = quiet ] || tail -n 5 "$work/srun.out" >&2
+        end_steps "$jid"
+    fi
+}
 # floor N FILE: seconds of floor_mcast from vn1 to vn2..vnN (the node
 # addresses in $addrs); "lost" if a node lost a datagram (the floor has no
 # repairs: such a run is left out of the median), "failed" otherwise
@@ -308,32 +327,10 @@ for n in $NODES; do
                         fi
                         ;;
                     floor) fl=$(floor "$n" "$f") ;;
-                    srun_storm)
-                        if ! end_steps "$jid"; then
-                            sx=held
-                        else
-                            sx=$(timed "$work/srun.out" srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                            [ "$sx" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
-                        fi
-                        ;;
-                    srun_stock)
-                        if ! end_steps "$jid"; then
-                            ss=held
-                        else
-                            ss=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
-                                srun --jobid="$jid" -N "$n" --bcast=/tmp/bench.prog "$work/prog")
-                            [ "$ss" = failed ] && end_steps "$jid"
-                        fi
-                        ;;
-                    srun_alone)
-                        if ! end_steps "$jid"; then
-                            sa=held
-                        else
-                            sa=$(SLURM_CONF=$STATE/etc/slurm-stock-launch.conf timed "$work/srun.out" \
-                                srun --jobid="$jid" -N "$n" /bin/true)
-                            [ "$sa" = failed ] && { tail -n 5 "$work/srun.out" >&2; end_steps "$jid"; }
-                        fi
-                        ;;
+                    srun_storm) timed_srun sx show "$SLURM_CONF" --bcast=/tmp/bench.prog "$work/prog" ;;
+                    srun_alone) timed_srun sa show "$STATE/etc/slurm-stock-launch.conf" /bin/true ;;
+                    # stock's failures are expected at scale: not shown
+                    srun_stock) timed_srun ss quiet "$STATE/etc/slurm-stock-launch.conf" --bcast=/tmp/bench.prog "$work/prog" ;;
                     esac
                     took+=$(took_during "$what" "$k0")
                 done
