@@ -7,7 +7,7 @@ namespace {
 
 void stderr_sink(LogLevel level, const char *line)
 {
-    static const char *const names[] = {"error", "info", "verbose", "debug"};
+    static const char *const names[] = {"error", "warning", "info", "verbose", "debug"};
     std::fprintf(stderr, "%s: %s\n", names[static_cast<int>(level)], line);
 }
 
@@ -44,6 +44,7 @@ void Logger::write(LogLevel level, const char *fmt, va_list ap) const noexcept
         va_end(ap);                                                                                          \
     }
 STORM_LOG_METHOD(error, LogLevel::error)
+STORM_LOG_METHOD(warning, LogLevel::warning)
 STORM_LOG_METHOD(info, LogLevel::info)
 STORM_LOG_METHOD(verbose, LogLevel::verbose)
 STORM_LOG_METHOD(debug, LogLevel::debug)

@@ -38,12 +38,16 @@ namespace storm::shim {
 
 // Routes storm::Logger output to Slurm's log functions (slurmctld.log,
 // slurmd.log, srun's stderr), keeping Storm's level mapping:
-// error, info, verbose and debug map to Slurm's levels of the same name.
+// error, warning, info, verbose and debug map to Slurm's levels of the
+// same name.
 inline void slurm_log_sink(LogLevel level, const char *line)
 {
     switch (level) {
     case LogLevel::error:
         slurm_error("%s", line);
+        break;
+    case LogLevel::warning:
+        slurm_log_var(LOG_LEVEL_INFO, "warning: %s", line);
         break;
     case LogLevel::info:
         slurm_log_var(LOG_LEVEL_INFO, "%s", line);
@@ -61,7 +65,7 @@ inline void slurm_log_sink(LogLevel level, const char *line)
 // reconfigure): the highest level any of its logs writes.
 inline bool slurm_log_wants(LogLevel level)
 {
-    static const int levels[] = {LOG_LEVEL_ERROR, LOG_LEVEL_INFO, LOG_LEVEL_VERBOSE, LOG_LEVEL_DEBUG};
+    static const int levels[] = {LOG_LEVEL_ERROR, LOG_LEVEL_INFO, LOG_LEVEL_INFO, LOG_LEVEL_VERBOSE, LOG_LEVEL_DEBUG};
     return get_log_level() >= levels[static_cast<int>(level)];
 }
 
