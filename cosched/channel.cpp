@@ -14,7 +14,7 @@
 
 #include <event2/event.h>
 
-#include "cosched/protocol.h"
+#include "lib/node/cosched_protocol.h"
 #include "lib/common/files.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/stop_thread.hpp"
@@ -69,7 +69,7 @@ bool environ_of(const std::string &proc_root, pid_t pid, std::map<std::string, s
 
 } // namespace
 
-Verifier make_verifier(gang::StepLister lister, std::shared_ptr<const Admissions> admissions,
+Verifier make_verifier(node::StepLister lister, std::shared_ptr<const Admissions> admissions,
                        std::vector<std::string> partitions, std::string proc_root)
 {
     using Cache = std::map<uint32_t, std::pair<std::chrono::steady_clock::time_point, std::vector<pid_t>>>;

@@ -1,5 +1,5 @@
 // The request channel from tasks to the local scheduler, on the node
-// agent's loop (cosched/protocol.h has the message format).
+// agent's loop (lib/node/cosched_protocol.h has the message format).
 //
 // Why a unix socket and not the paper's shared memory: a shared request
 // region is writable by every task of every user, so nothing says who
@@ -42,16 +42,18 @@
 #include <thread>
 #include <vector>
 
-#include "cosched/admissions.hpp"
+#include "lib/node/admissions.hpp"
 #include "cosched/scheduler.hpp"
 #include "lib/common/log.hpp"
 #include "lib/net/unix_server.hpp"
-#include "sched_gang/switcher.hpp"
+#include "lib/node/step_lister.hpp"
 
 struct event_base;
 struct event;
 
 namespace storm::cosched {
+
+using node::Admissions;
 
 // A registration's check: "" and the job's processes on this node (which
 // the enforcement moves), or why the pid may not register for the job.
@@ -75,7 +77,7 @@ using Verifier = std::function<Verdict(pid_t pid, uid_t uid, uint32_t job)>;
 //    together cost one query).
 // Not thread safe: the channel calls it from its one worker thread (the
 // admissions are thread safe).
-Verifier make_verifier(gang::StepLister lister, std::shared_ptr<const Admissions> admissions,
+Verifier make_verifier(node::StepLister lister, std::shared_ptr<const Admissions> admissions,
                        std::vector<std::string> partitions, std::string proc_root = "/proc");
 
 class Channel {

@@ -25,7 +25,7 @@
 #include <mutex>
 #include <thread>
 
-#include "lib/agent/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "lib/common/params.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/common/thread_name.hpp"

@@ -2,13 +2,13 @@
 // node agent inside slurmd.
 //
 // Slurm-facing shim over switch_rdma/ (contexts, their table, the node
-// agent's control socket) and lib/agent/ (the node agent).  Slurm loads
+// agent's control socket) and agent/ (the node agent).  Slurm loads
 // switch plugins in four places, and each switch_p_* call runs in one:
 //  - slurmctld (the configured SwitchType), under its job write lock:
 //    build_jobinfo gives each step a Context (step_context.hpp) with the
 //    lowest free id of the ContextTable, marked coscheduled when the job's
 //    partition is among storm_cosched_partitions (slurmctld is the only
-//    judge of that: see cosched/admissions.hpp), or refuses the step with one
+//    judge of that: see lib/node/admissions.hpp), or refuses the step with one
 //    "switch/rdma: step J.S: ..." line (ESLURM_INTERCONNECT_BUSY when every
 //    id is in use, so srun retries; ESLURM_INTERCONNECT_FAILURE otherwise);
 //    job_step_complete releases the step's id, job_complete any id its
@@ -66,14 +66,14 @@
 
 #include <dlfcn.h>
 
-#include "lib/agent/agent_config.hpp"
-#include "lib/agent/node_agent.hpp"
+#include "agent/agent_config.hpp"
+#include "agent/node_agent.hpp"
 #include "lib/common/cgroupfs.hpp"
 #include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "plugins/common/sbcast_cred.hpp"
 #include "plugins/common/slurm_nodes.hpp"
-#include "cosched/protocol.h"
+#include "lib/node/cosched_protocol.h"
 #include "launch_bcast/gate.hpp"
 #include "sched_gang/freezer.hpp"
 #include "sched_gang/step_guard.hpp"
@@ -236,25 +236,32 @@ std::optional<storm::agent::AgentNetwork> agent_network(const storm::agent::Agen
         return std::nullopt;
     }
     net.auth = storm::shim::daemon_authenticator();
-    // Broadcasts: Slurm's sbcast credential (signed by SlurmUser, or root),
-    // open ones journaled in slurmd's spool directory.
-    net.authorizer = std::make_unique<storm::shim::SbcastAuthorizer>(
-        storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
-        std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
     std::string spool = slurmd_spool_dir();
-    net.journal_dir = spool + "/storm-bcast";
-    net.bcast_gate_socket = spool + "/" + storm::bcast::gate::socket_name;
-    net.gang_journal_dir = gang_journal_dir();
-    net.gang_freeze_group =
-        storm::gang::freeze_group_name(me); // the virtual nodes of a host share its cgroups
+    net.trusted = {0, slurm_conf.slurmd_user_id};
     net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
         return list_step_processes(spool, me, jobs);
     };
-    net.pool_socket = spool + "/" + storm::rdma::control::socket_name;
-    net.pool_stats = spool + "/storm-pool.stats";
-    net.pool_trusted = {0, slurm_conf.slurmd_user_id};
-    net.cosched_socket = spool + "/" STORM_COSCHED_SOCKET_NAME;
-    net.cosched_group = "storm-cosched-" + me; // the virtual nodes of a host share its cgroups
+    // Broadcasts: Slurm's sbcast credential (signed by SlurmUser, or root),
+    // open ones journaled in slurmd's spool directory.
+    storm::bcast::NodeSetup bcast;
+    bcast.authorizer = std::make_unique<storm::shim::SbcastAuthorizer>(
+        storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
+        std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
+    bcast.journal_dir = spool + "/storm-bcast";
+    bcast.gate_socket = spool + "/" + storm::bcast::gate::socket_name;
+    net.bcast = std::move(bcast);
+    storm::gang::NodeSetup gang;
+    gang.journal_dir = gang_journal_dir();
+    gang.freeze_group = storm::gang::freeze_group_name(me); // the virtual nodes of a host share its cgroups
+    net.gang = gang;
+    storm::rdma::NodeSetup pool;
+    pool.socket_path = spool + "/" + storm::rdma::control::socket_name;
+    pool.stats_path = spool + "/storm-pool.stats";
+    net.pool = pool;
+    storm::cosched::NodeSetup cosched;
+    cosched.socket_path = spool + "/" STORM_COSCHED_SOCKET_NAME;
+    cosched.group = "storm-cosched-" + me; // the virtual nodes of a host share its cgroups
+    net.cosched = cosched;
     return net;
 }
 

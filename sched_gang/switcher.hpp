@@ -82,6 +82,8 @@
 #include <vector>
 
 #include "lib/common/log.hpp"
+#include "lib/node/step_lister.hpp"
+#include "lib/node/switch_hook.hpp"
 #include "lib/common/realtime.hpp"
 #include "lib/prim/engine.hpp"
 #include "lib/net/mcast.hpp"
@@ -93,34 +95,10 @@ struct event;
 
 namespace storm::gang {
 
-// The processes of the steps (not batch, not extern) of each of `jobs` on
-// this node.  Called from the scanner thread; may block briefly and throw.
-using StepLister = std::function<std::map<uint32_t, std::vector<pid_t>>(const std::set<uint32_t> &jobs)>;
-
-// What else happens at a switch, beside the signals: the communication
-// contexts' halt / swap / release (switch_rdma/pool.hpp).  All calls run on
-// the agent's loop thread.
-class SwitchHook {
-public:
-    virtual ~SwitchHook() = default;
-    // The jobs `leaving` (running, about to be stopped) must halt their
-    // communication first.  Returns false when none has anything to halt
-    // (the switch goes on at once), true when the switch must wait until
-    // the hook calls Switcher::halted() (which it must do, at the latest
-    // when its own time limit passes).
-    // `quantum_us` is the table's quantum: a wait should stay well within it.
-    virtual bool halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantum_us) = 0;
-    // With `leaving` stopped and before `running` (the slot's jobs) are
-    // continued: swap the buffers.
-    virtual void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) = 0;
-    // After `running` were continued.
-    virtual void release(const std::set<uint32_t> &running, uint64_t seq) = 0;
-    // Whether one of `jobs` has tasks here that must be stopped at every
-    // switch as on every other node (a swapped context's attached tasks):
-    // then the node lends no slot (SwitcherConfig::lend).  A node that
-    // lends still calls halt / swap / release as every node does.
-    virtual bool follows(const std::set<uint32_t> &jobs) const = 0;
-};
+// The processes of a job's steps, and the hook around each switch (the
+// communication contexts' halt / swap / release): lib/node/.
+using node::StepLister;
+using node::SwitchHook;
 
 struct SwitcherConfig {
     uint32_t self = 0;
@@ -154,10 +132,10 @@ struct SwitcherConfig {
     std::chrono::milliseconds rescan_held{5000};
 };
 
-class Switcher {
+class Switcher : public node::SwitchControl {
 public:
     Switcher(event_base *base, prim::Engine &engine, StepLister lister, SwitcherConfig config, Logger log);
-    ~Switcher();
+    ~Switcher() override;
     Switcher(const Switcher &) = delete;
     Switcher &operator=(const Switcher &) = delete;
 
@@ -182,11 +160,11 @@ public:
     // (none by default).  The hook must outlive the switcher or be reset.
     void set_hook(SwitchHook *hook) noexcept { hook_ = hook; }
     // The hook's answer to halt(): the leaving jobs have halted (or failed).
-    void halted();
+    void halted() override;
     // A step of a job may be starting on this node (slurmstepd opened its
     // communication context): scan now and again 50 ms later, doubling
     // from there, instead of waiting up to `rescan`.  Thread safe.
-    void rescan();
+    void rescan() override;
 
     // For tests and status.
     uint64_t epoch() const noexcept { return epoch_; }

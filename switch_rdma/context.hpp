@@ -14,7 +14,7 @@
 //  - `cosched` is slurmctld's word that the step's job is in a partition of
 //    storm_cosched_partitions (implicit coscheduling): the node agent lets
 //    the job's tasks register with its local scheduler only while such a
-//    context is open on the node (cosched/admissions.hpp).
+//    context is open on the node (lib/node/admissions.hpp).
 //  - encode() gives one line of printable ASCII (an environment value, and
 //    the form packed into the switch info); decode() accepts exactly that
 //    form and throws net::DecodeError naming what is wrong otherwise (a

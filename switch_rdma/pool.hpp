@@ -11,7 +11,7 @@
 //    windows (B/n each) must fit beside each other and the resident
 //    swapped window; a swapped window holds the whole pool while resident;
 //  - the halt / swap / release protocol at each gang switch, as the gang
-//    switcher's SwitchHook:
+//    switcher's SwitchHook (lib/node/switch_hook.hpp):
 //      halt:    the tasks of the leaving job's swapped context are asked
 //               to halt (resident or not: the peers wait for their halt
 //               marks); the switch waits until every one answers
@@ -34,7 +34,7 @@
 //      release: the tasks of the context swapped in are told to release:
 //               they exchange ready marks with their peers and inject
 //               again; the agent records when every one answered ready;
-//  - the admissions of implicit coscheduling (cosched/admissions.hpp):
+//  - the admissions of implicit coscheduling (lib/node/admissions.hpp):
 //    while a context slurmctld marked coscheduled is open here (from
 //    slurmstepd's open to its close, or to the pool's end), its job is
 //    admitted; the local scheduler's verifier reads them on its thread.
@@ -61,10 +61,10 @@
 #include <sys/types.h>
 #include <vector>
 
-#include "cosched/admissions.hpp"
+#include "lib/node/admissions.hpp"
+#include "lib/node/switch_hook.hpp"
 #include "lib/common/log.hpp"
 #include "lib/net/unix_server.hpp"
-#include "sched_gang/switcher.hpp"
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/pool_config.hpp"
@@ -85,10 +85,10 @@ struct PoolSetup {
     std::function<bool(pid_t)> is_stopped;
     // Where the open coscheduled contexts' jobs are recorded (may be null:
     // not recorded).  Shared with the local scheduler's verifier.
-    std::shared_ptr<cosched::Admissions> admissions;
+    std::shared_ptr<node::Admissions> admissions;
 };
 
-class Pool : public gang::SwitchHook {
+class Pool : public node::SwitchHook {
 public:
     Pool(event_base *base, PoolSetup setup, Logger log);
     ~Pool() override;
@@ -99,7 +99,7 @@ public:
     // std::system_error / std::runtime_error.
     void start();
     // The switcher whose halted() the pool calls (may be null).
-    void set_switcher(gang::Switcher *s) noexcept { switcher_ = s; }
+    void set_switcher(node::SwitchControl *s) noexcept { switcher_ = s; }
 
     bool halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantum_us = 0) override;
     void swap(const std::set<uint32_t> &leaving, const std::set<uint32_t> &running, uint64_t seq) override;
@@ -167,7 +167,7 @@ private:
     PoolSetup setup_;
     Logger log_;
     net::UnixServer server_; // the control socket
-    gang::Switcher *switcher_ = nullptr;
+    node::SwitchControl *switcher_ = nullptr;
     event *halt_timer_ = nullptr;
     event *stats_timer_ = nullptr;
     std::map<int, std::unique_ptr<Client>> clients_;      // by fd

@@ -33,7 +33,7 @@
 
 #include <event2/event.h>
 
-#include "lib/agent/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/prim/engine.hpp"

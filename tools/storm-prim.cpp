@@ -30,7 +30,7 @@
 
 #include <event2/event.h>
 
-#include "lib/agent/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
 #include "lib/prim/engine.hpp"

@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cosched/protocol.h"
+#include "lib/node/cosched_protocol.h"
 
 /* Exported: the MPI_* entry points only (the build's visibility). */
 #define EXPORT __attribute__((visibility("default")))

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "lib/agent/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "launch_bcast/client.hpp"
 #include "plugins/common/slurm_nodes.hpp"
 

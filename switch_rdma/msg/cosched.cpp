@@ -10,7 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cosched/protocol.h"
+#include "lib/node/cosched_protocol.h"
 
 namespace storm::rdma::msg {
 

@@ -5,7 +5,7 @@
 // Contract:
 //  - Cosched(rank, timeout) runs in storm_msg_init(), before the task
 //    attaches to its context.  With STORM_COSCHED_SOCKET in the environment
-//    it connects there (SOCK_SEQPACKET, cosched/protocol.h), REGISTERs for
+//    it connects there (SOCK_SEQPACKET, lib/node/cosched_protocol.h), REGISTERs for
 //    job SLURM_JOB_ID as `rank`, and waits up to `timeout` seconds for the
 //    answer: OK gives the job's status.  Anything else (no SLURM_JOB_ID, no
 //    agent, ERROR, no or a strange answer) prints one line on stderr,

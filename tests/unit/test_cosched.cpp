@@ -24,8 +24,8 @@
 #include <event2/event.h>
 
 #include "cosched/local.hpp"
-#include "cosched/protocol.h"
-#include "lib/agent/agent_config.hpp"
+#include "lib/node/cosched_protocol.h"
+#include "agent/agent_config.hpp"
 #include "tests/unit/helpers.hpp"
 
 using namespace storm;

@@ -30,7 +30,7 @@
 #include <event2/event.h>
 
 #include "cosched/local.hpp"
-#include "cosched/protocol.h"
+#include "lib/node/cosched_protocol.h"
 #include "tests/unit/helpers.hpp"
 
 using namespace storm;

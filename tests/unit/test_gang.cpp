@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <thread>
 
-#include "lib/agent/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "lib/common/cgroupfs.hpp"
 #include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"

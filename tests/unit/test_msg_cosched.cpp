@@ -1,7 +1,7 @@
 // libstormmsg's implicit-coscheduling hooks (switch_rdma/msg/cosched.hpp):
 // forked tasks using the library under the fake node agent of
 // tests/unit/msg_fixture.hpp, with a fake local scheduler on a real
-// SOCK_SEQPACKET socket (cosched/protocol.h) that records every request and
+// SOCK_SEQPACKET socket (lib/node/cosched_protocol.h) that records every request and
 // answers registrations as each test says.  Where the status bytes must be
 // chosen, the test itself plays rank 1 of the context over TCP (FakePeer):
 // it sends frames with the status byte it wants and reads the real task's.
@@ -24,7 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
-#include "cosched/protocol.h"
+#include "lib/node/cosched_protocol.h"
 #include "switch_rdma/msg/cosched.hpp"
 #include "switch_rdma/msg/frames.hpp"
 #include "tests/unit/helpers.hpp"

@@ -1,4 +1,4 @@
-// Unit tests of the node agent's life cycle (lib/agent/node_agent.*): the
+// Unit tests of the node agent's life cycle (agent/node_agent.*): the
 // thread starts, its event loop answers, and stop() ends it cleanly, in
 // any order and any number of times; with storm_cosched_partitions it
 // serves coscheduling's request socket, where a job may register only while
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "cosched/protocol.h"
-#include "lib/agent/node_agent.hpp"
+#include "lib/node/cosched_protocol.h"
+#include "agent/node_agent.hpp"
 #include "switch_rdma/control.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
@@ -144,8 +144,9 @@ void test_cosched_socket(void **)
         net.nodes = {prim_fixture::loopback(prim_fixture::free_port())};
         net.self = 0;
         net.auth = std::make_unique<prim_fixture::FakeAuth>();
-        net.cosched_socket = sock;
-        net.cosched_group = "storm-cosched-agent-test-" + std::to_string(getpid());
+        net.cosched.emplace();
+        net.cosched->socket_path = sock;
+        net.cosched->group = "storm-cosched-agent-test-" + std::to_string(getpid());
         AgentConfig c = AgentConfig::from_switch_parameters(params);
         NodeAgent a(c, storm::Logger("t"), std::move(net));
         a.start();
@@ -249,10 +250,12 @@ void test_cosched_admission(void **)
     net.nodes = {prim_fixture::loopback(prim_fixture::free_port())};
     net.self = 0;
     net.auth = std::make_unique<prim_fixture::FakeAuth>();
-    net.pool_socket = pool;
-    net.pool_trusted = {getuid()}; // this test plays slurmstepd
-    net.cosched_socket = sock;
-    net.cosched_group = "storm-cosched-agent-test-" + std::to_string(getpid());
+    net.trusted = {getuid()}; // this test plays slurmstepd
+    net.pool.emplace();
+    net.pool->socket_path = pool;
+    net.cosched.emplace();
+    net.cosched->socket_path = sock;
+    net.cosched->group = "storm-cosched-agent-test-" + std::to_string(getpid());
     NodeAgent a(AgentConfig::from_switch_parameters("storm_cosched_partitions=work"), storm::Logger("t"),
                 std::move(net));
     a.start();

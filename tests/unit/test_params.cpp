@@ -1,5 +1,5 @@
 // Unit tests of the strict parameter parser (lib/common/params.*) and of the
-// node agent's settings (lib/agent/agent_config.hpp), and of replace_file
+// node agent's settings (agent/agent_config.hpp), and of replace_file
 // (lib/common/files.hpp).
 #include <dirent.h>
 #include <fstream>
@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "lib/agent/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "lib/common/files.hpp"
 #include "lib/common/params.hpp"
 #include "tests/unit/helpers.hpp"

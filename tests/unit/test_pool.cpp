@@ -71,7 +71,7 @@ struct Bench {
     event_base *base = event_base_new();
     std::string dir;
     std::unique_ptr<Pool> pool;
-    std::shared_ptr<cosched::Admissions> admissions = std::make_shared<cosched::Admissions>();
+    std::shared_ptr<node::Admissions> admissions = std::make_shared<node::Admissions>();
     bool tasks_stopped = true;
     Bench(std::vector<uid_t> trusted = {0}, uint64_t pool_size = 1 << 20)
     {

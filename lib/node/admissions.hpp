@@ -20,7 +20,7 @@
 #include <map>
 #include <mutex>
 
-namespace storm::cosched {
+namespace storm::node {
 
 class Admissions {
 public:
@@ -58,4 +58,4 @@ private:
     std::map<uint32_t, uint32_t> open_; // job -> open coscheduled contexts
 };
 
-} // namespace storm::cosched
+} // namespace storm::node
