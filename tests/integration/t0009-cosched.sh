@@ -123,6 +123,8 @@ t_check "  and still runs" grep -q '^rounds [1-9]' "$T_WORK/$D.out"
 
 C=$(job work 60 --storm-cosched)
 for _ in $(seq 100); do [ -d "$CPU/storm-cosched-vn1/job_$C" ] && break; sleep 0.2; done
+# The group must exist first: "no cgroup left" below means nothing otherwise.
+t_check "a coscheduled job's tasks registered (job_$C's cgroup made on vn1)" test -n "$C" -a -d "$CPU/storm-cosched-vn1/job_$C"
 scancel "$C"; wait_job "$C" 60
 for _ in $(seq 50); do [ -d "$CPU/storm-cosched-vn1/job_$C" ] || break; sleep 0.2; done
 if [ -d "$CPU/storm-cosched-vn1/job_$C" ]; then # what holds it
