@@ -1,0 +1,56 @@
+// Fuzz target: the broadcast protocol (launch_bcast/protocol.hpp) as a
+// head agent reads it from a user's client (open, chunk headers) and a
+// client reads it from an agent (replies), and the launch gate's list of
+// sessions as slurmstepd passes it from a step's environment (gate.hpp).
+#include <stdexcept>
+
+#include "launch_bcast/gate.hpp"
+#include "launch_bcast/protocol.hpp"
+#include "tests/fuzz/fuzz.hpp"
+
+using namespace storm;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz::Pick in(data, size);
+    try {
+        switch (in.which % 5) {
+        case 0: {
+            auto o = bcast::OpenRequest::decode(in.rest);
+            auto again = o.encode();
+            FUZZ_REQUIRE(bcast::OpenRequest::decode(again).encode() == again);
+            break;
+        }
+        case 1: {
+            auto r = bcast::Reply::decode(in.rest);
+            auto again = r.encode();
+            FUZZ_REQUIRE(bcast::Reply::decode(again).encode() == again);
+            break;
+        }
+        case 2: {
+            net::Reader r(in.rest);
+            auto h = bcast::ChunkHeader::decode(r);
+            net::Writer w;
+            h.encode(w);
+            net::Reader r2(w.data());
+            auto h2 = bcast::ChunkHeader::decode(r2);
+            FUZZ_REQUIRE(h2.entry == h.entry && h2.offset == h.offset && h2.raw_len == h.raw_len &&
+                         h2.crc == h.crc && h2.compressed == h.compressed);
+            break;
+        }
+        case 3:
+            bcast::safe_relative_path(in.rest);
+            break;
+        default:
+            try {
+                auto sids = bcast::gate::parse(in.rest);
+                FUZZ_REQUIRE(!sids.empty() && sids.size() <= bcast::gate::max_sids);
+                FUZZ_REQUIRE(bcast::gate::parse(bcast::gate::format(sids)) == sids);
+            } catch (const std::invalid_argument &) {
+            }
+            break;
+        }
+    } catch (const net::DecodeError &) {
+    }
+    return 0;
+}

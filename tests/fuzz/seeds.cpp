@@ -1,0 +1,117 @@
+// The seeds of the fuzz targets' corpora: one valid encoding of each
+// message a target decodes, made by the encoders themselves, so that a run
+// starts from deep inside each decoder.  `tests/fuzz/build` builds it as
+// OUTDIR/seeds; `seeds DIR` writes DIR/<target>/seed-<n> (kept in
+// tests/fuzz/corpus/ with what runs found).
+#include <arpa/inet.h>
+#include <fstream>
+#include <string>
+#include <sys/stat.h>
+
+#include "launch_bcast/gate.hpp"
+#include "launch_bcast/protocol.hpp"
+#include "lib/net/frame.hpp"
+#include "lib/net/wire.hpp"
+#include "sched_gang/protocol.hpp"
+#include "switch_rdma/context.hpp"
+
+using namespace storm;
+
+namespace {
+
+std::string dir;
+
+void seed(const std::string &target, int n, uint8_t pick, const std::string &bytes, bool picked = true)
+{
+    std::string d = dir + "/" + target;
+    mkdir(d.c_str(), 0755);
+    std::ofstream out(d + "/seed-" + std::to_string(n), std::ios::binary);
+    if (picked)
+        out.put(static_cast<char>(pick));
+    out << bytes;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    if (argc != 2)
+        return 2;
+    dir = argv[1];
+    mkdir(dir.c_str(), 0755);
+
+    std::string f;
+    net::encode_frame(f, net::MsgType::caw, 7, std::string("\0\0\0\3abc", 7));
+    seed("fuzz_frame", 1, 0, f, false);
+
+    bcast::OpenRequest o;
+    o.cred = "credential";
+    o.dest = "/tmp/dest/";
+    o.fanout = 2;
+    o.entries.resize(2);
+    o.entries[0].path = "dir";
+    o.entries[0].dir = true;
+    o.entries[0].mode = 0755;
+    o.entries[1].path = "dir/file";
+    o.entries[1].mode = 0644;
+    o.entries[1].size = 12345;
+    seed("fuzz_bcast", 1, 0, o.encode());
+    bcast::Reply r;
+    r.kind = bcast::Reply::failed;
+    r.value = 3;
+    r.message = "no space left on device";
+    seed("fuzz_bcast", 2, 1, r.encode());
+    net::Writer w;
+    bcast::ChunkHeader h;
+    h.entry = 1;
+    h.offset = 4096;
+    h.raw_len = 100;
+    h.crc = 0xe3069283;
+    h.compressed = true;
+    h.encode(w);
+    seed("fuzz_bcast", 3, 2, w.data());
+    seed("fuzz_bcast", 4, 3, "a/b/c");
+    seed("fuzz_bcast", 5, 4, bcast::gate::format({1, 0xfedcba9876543210ull}));
+
+    gang::Table t;
+    t.epoch = 99;
+    t.slots = 2;
+    t.quantum_us = 10000;
+    t.failsafe_ms = 5000;
+    gang::TableJob j;
+    j.job_id = 12;
+    j.mask = 1;
+    j.nodes = net::RangeSet::range(0, 4);
+    t.jobs.push_back(j);
+    j.job_id = 13;
+    j.mask = 2;
+    t.jobs.push_back(j);
+    t.hands_off = {14};
+    t.has_key = true;
+    t.strobe_key[0] = 0x5a;
+    seed("fuzz_gang", 1, 0, t.encode());
+    gang::Strobe s;
+    s.epoch = 99;
+    s.slot = 1;
+    s.seq = 5;
+    s.sent_ns = 1700000000000000000ll;
+    seed("fuzz_gang", 2, 1, s.encode());
+    seed("fuzz_gang", 3, 2, gang::seal_strobe(s, t.strobe_key));
+
+    rdma::Context c;
+    c.id = 3;
+    c.job_id = 4242;
+    c.step_id = 7;
+    c.uid = 1000;
+    c.divisions = 2;
+    c.port_base = 40000;
+    c.ntasks = 4;
+    c.nodes = {{inet_addr("10.0.0.1"), {0, 2}}, {inet_addr("10.0.0.2"), {1, 3}}};
+    seed("fuzz_context", 1, 0, c.encode(), false);
+
+    seed("fuzz_settings", 1, 0,
+         "storm_agent_port=6830,storm_fanout=8,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500,"
+         "storm_gang_stop=signal,storm_cosched_partitions=work,storm_cosched_slice=2s");
+    seed("fuzz_settings", 2, 1, "bf_interval=1,storm_gang_quantum=10ms,storm_gang_failsafe=2s,storm_gang_mpl=2");
+    return 0;
+}
