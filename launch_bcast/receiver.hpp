@@ -61,6 +61,8 @@ struct ReceiverConfig {
 
 class Receiver {
 public:
+    // `log`: the component's logger; the receiver's lines name the
+    // broadcast ("broadcast <id>: "), the gate's add "bcast: launch gate: ".
     Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log);
     ~Receiver();
     Receiver(const Receiver &) = delete;
