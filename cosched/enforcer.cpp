@@ -223,8 +223,8 @@ std::unique_ptr<Enforcer> make_enforcer(const EnforcerSetup &setup, const Logger
     try {
         return std::make_unique<CgroupEnforcer>(setup, log);
     } catch (const std::exception &e) {
-        log.child("cosched").error("cannot use a cpu cgroup (%s): unscheduled jobs get nice 19 instead",
-                                   e.what());
+        log.child("cosched").warning("cannot use a cpu cgroup (%s): unscheduled jobs get nice 19 instead",
+                                     e.what());
         return std::make_unique<NiceEnforcer>(setup, log);
     }
 }

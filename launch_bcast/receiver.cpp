@@ -142,7 +142,7 @@ Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, Rec
             gate_->start();
         } catch (const std::exception &e) {
             gate_.reset();
-            log_.child("bcast").error(
+            log_.child("bcast").warning(
                 "the launch gate is off on this node (srun --bcast steps cannot start): %s", e.what());
         }
     }

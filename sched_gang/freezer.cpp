@@ -78,14 +78,14 @@ bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
     if (mkdir(base_.c_str(), 0755) == 0 || errno == EEXIST)
         base_made_ = true;
     if (!base_made_ || (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)) {
-        log_.error("cannot create %s: %s (job %u is switched with signals)", dir.c_str(),
-                   std::strerror(errno), job);
+        log_.warning("cannot create %s: %s (job %u is switched with signals)", dir.c_str(),
+                     std::strerror(errno), job);
         return false;
     }
     j.freeze_fd = open((dir + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
     if (j.freeze_fd < 0) {
-        log_.error("cannot open %s/cgroup.freeze: %s (job %u is switched with signals)", dir.c_str(),
-                   std::strerror(errno), job);
+        log_.warning("cannot open %s/cgroup.freeze: %s (job %u is switched with signals)", dir.c_str(),
+                     std::strerror(errno), job);
         rmdir(dir.c_str());
         return false;
     }
@@ -122,9 +122,9 @@ std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids,
             if (errno == ESRCH)
                 continue;
             if (!j.move_logged)
-                log_.error("cannot move pid %d of job %u into %s: %s (switched with signals; logged once "
-                           "per job)",
-                           p, job, job_dir(job).c_str(), std::strerror(errno));
+                log_.warning("cannot move pid %d of job %u into %s: %s (switched with signals; logged once "
+                             "per job)",
+                             p, job, job_dir(job).c_str(), std::strerror(errno));
             j.move_logged = true;
             rest.push_back(p);
             continue;

@@ -78,7 +78,7 @@ void MachineManager::start()
             mc_group_ = std::string(g) + ":" + std::to_string(port) + " from " + i;
             log_.verbose("strobes by multicast to %s", mc_group_.c_str());
         } catch (const std::exception &e) {
-            log_.error("strobes go down the tree alone: cannot multicast them: %s", e.what());
+            log_.warning("strobes go down the tree alone: cannot multicast them: %s", e.what());
         }
     }
     strobe_ev_ = event_new(
@@ -266,9 +266,9 @@ void MachineManager::housekeeping()
         suspended_ = std::move(suspended);
         std::string why = realtime_.want(!matrix_.jobs().empty());
         if (!why.empty())
-            log_.error("cannot run the machine manager at real-time priority %u (%s): strobes will "
-                       "be late under load",
-                       cfg_.rt_priority, why.c_str());
+            log_.warning("cannot run the machine manager at real-time priority %u (%s): strobes will "
+                         "be late under load",
+                         cfg_.rt_priority, why.c_str());
     }
     // Readmit isolated nodes whose time is up.
     auto now = std::chrono::steady_clock::now();
@@ -299,8 +299,8 @@ void MachineManager::housekeeping()
                 static_cast<ssize_t>(t.strobe_key.size()))
                 t.has_key = true;
             else
-                log_.error("getrandom: %s: strobes of this table go down the tree alone",
-                           std::strerror(errno));
+                log_.warning("getrandom: %s: strobes of this table go down the tree alone",
+                             std::strerror(errno));
         }
         // Nodes that ran jobs of the old table learn that they ended.
         net::RangeSet to = nodes.unite(gang_nodes_);
@@ -450,11 +450,11 @@ bool MachineManager::multicast(const Strobe &s)
             return true;
         }
         if (mc_errors_++ == 0)
-            log_.error("cannot multicast a strobe (%s): it goes down the tree; logged once",
-                       std::strerror(errno));
+            log_.warning("cannot multicast a strobe (%s): it goes down the tree; logged once",
+                         std::strerror(errno));
     } catch (const std::exception &e) {
         if (mc_errors_++ == 0)
-            log_.error("cannot seal a strobe (%s): it goes down the tree; logged once", e.what());
+            log_.warning("cannot seal a strobe (%s): it goes down the tree; logged once", e.what());
     }
     return false;
 }

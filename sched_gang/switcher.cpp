@@ -66,7 +66,7 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
             log_.info("jobs are stopped with the cgroup v2 freezer (groups under %s)",
                       freezer_->base().c_str());
         } catch (const std::exception &e) {
-            log_.error("jobs are stopped with signals: the cgroup v2 freezer cannot be used: %s", e.what());
+            log_.warning("jobs are stopped with signals: the cgroup v2 freezer cannot be used: %s", e.what());
         }
     } else if (cfg_.freeze) {
         log_.info("jobs are stopped with signals (storm_gang_stop=signal)");
@@ -82,9 +82,9 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
                 base_, cfg_.mcast.group, strobe_port(cfg_.mcast), cfg_.mcast.iface, false,
                 [this](std::string_view d) { on_datagram(d); });
         } catch (const std::exception &e) {
-            log_.error("this node gets only the strobes that come down the tree (about every 100 ms "
-                       "while the manager multicasts them): %s",
-                       e.what());
+            log_.warning("this node gets only the strobes that come down the tree (about every 100 ms "
+                         "while the manager multicasts them): %s",
+                         e.what());
         }
     }
     thread_ = std::thread([this] {
@@ -288,9 +288,9 @@ void Switcher::on_table(const Table &t)
     arm_tick(!jobs_.empty());
     std::string why = realtime_.want(!jobs_.empty());
     if (!why.empty())
-        log_.error("cannot run the node agent at real-time priority %u (%s): strobes will be late "
-                   "under CPU-bound jobs",
-                   cfg_.rt_priority, why.c_str());
+        log_.warning("cannot run the node agent at real-time priority %u (%s): strobes will be late "
+                     "under CPU-bound jobs",
+                     cfg_.rt_priority, why.c_str());
     {
         std::lock_guard<std::mutex> lk(mu_);
         wanted_.clear();
