@@ -144,8 +144,8 @@ Verifier make_verifier(node::StepLister lister, std::shared_ptr<const Admissions
 }
 
 Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, Handler &handler, Logger log)
-    : base_(base), verifier_(std::move(verifier)), handler_(handler), log_(std::move(log)),
-      server_(base, std::move(socket_path), log_, "cosched", "request socket",
+    : base_(base), verifier_(std::move(verifier)), handler_(handler), log_(log.child("cosched")),
+      server_(base, std::move(socket_path), log, "cosched", "request socket",
               [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
 }
@@ -234,7 +234,7 @@ void Channel::on_client(int fd, const ucred &cred)
 {
     if (cred.pid <= 0) {
         // A peer in another pid namespace: nothing could verify it.
-        log_.error("cosched: cannot read a client's credentials: its pid is not visible here");
+        log_.error("cannot read a client's credentials: its pid is not visible here");
         ::close(fd);
         return;
     }
@@ -277,7 +277,7 @@ void Channel::drop(int fd, const std::string &why, bool log_error)
     std::unique_ptr<Client> c = std::move(it->second);
     clients_.erase(it);
     if (log_error)
-        log_.error("cosched: closed the request channel of pid %d (uid %u): %s", c->pid, c->uid, why.c_str());
+        log_.error("closed the request channel of pid %d (uid %u): %s", c->pid, c->uid, why.c_str());
     if (c->ev)
         event_free(c->ev);
     ::close(fd);
@@ -288,7 +288,7 @@ void Channel::drop(int fd, const std::string &why, bool log_error)
 void Channel::refuse(Client &c, const std::string &why)
 {
     ++refused_;
-    log_.error("cosched: refused pid %d (uid %u): %s", c.pid, c.uid, why.c_str());
+    log_.error("refused pid %d (uid %u): %s", c.pid, c.uid, why.c_str());
     unsigned char m[STORM_COSCHED_MSG_SIZE + 240] = {STORM_COSCHED_VERSION, STORM_COSCHED_ERROR};
     size_t len = std::min<size_t>(why.size(), 240);
     std::memcpy(m + STORM_COSCHED_MSG_SIZE, why.data(), len);
@@ -365,7 +365,7 @@ void Channel::finish_register(Client &c, Verdict &v)
     put32(ok + 4, job);
     put32(ok + 8, rank);
     send_packet(c.fd, ok, sizeof ok);
-    log_.verbose("cosched: pid %d (uid %u) registered as rank %u of job %u", c.pid, c.uid, rank, job);
+    log_.verbose("pid %d (uid %u) registered as rank %u of job %u", c.pid, c.uid, rank, job);
 }
 
 void Channel::send_status(int conn, bool scheduled)

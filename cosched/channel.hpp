@@ -94,6 +94,8 @@ public:
         virtual void on_schedule(int conn, uint32_t job, uint32_t rank, Sender sender, uint32_t count) = 0;
     };
 
+    // `log`: the component's logger; the channel's lines add "cosched: "
+    // (its socket's, net::UnixServer's, carry "cosched: " as their prefix).
     Channel(event_base *base, std::string socket_path, Verifier verifier, Handler &handler, Logger log);
     ~Channel();
     Channel(const Channel &) = delete;

@@ -37,8 +37,8 @@ std::string CgroupEnforcer::find_cpu_mount(const std::string &mountinfo)
 }
 
 CgroupEnforcer::CgroupEnforcer(const EnforcerSetup &setup, Logger log)
-    : setup_(setup), log_(std::move(log)),
-      remover_("cosched:", log_, [this](const std::string &dir) { empty_into(dir, root_); })
+    : setup_(setup), log_(log.child("cosched")),
+      remover_(log_, [this](const std::string &dir) { empty_into(dir, root_); })
 {
     root_ = setup_.cpu_root.empty() ? find_cpu_mount(setup_.mountinfo) : setup_.cpu_root;
     if (root_.empty()) {
@@ -52,7 +52,7 @@ CgroupEnforcer::CgroupEnforcer(const EnforcerSetup &setup, Logger log)
                                      " failed: " + std::strerror(errno));
         root_ = dir;
         mounted_ = true;
-        log_.info("cosched: mounted a cgroup v1 cpu hierarchy on %s", dir.c_str());
+        log_.info("mounted a cgroup v1 cpu hierarchy on %s", dir.c_str());
     }
     base_ = root_ + "/" + setup_.group;
     if (!mkdirs(base_))
@@ -76,7 +76,7 @@ std::string CgroupEnforcer::job_dir(uint32_t job) const { return base_ + "/job_"
 void CgroupEnforcer::empty_into(const std::string &dir, const std::string &target)
 {
     cgroupfs::empty_into(dir, target, root_, [&](pid_t p, int e) {
-        log_.error("cosched: cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(e));
+        log_.error("cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(e));
     });
 }
 
@@ -85,10 +85,10 @@ void CgroupEnforcer::sweep_leftovers()
     for (const auto &dir : cgroupfs::job_groups(base_)) {
         empty_into(dir, root_);
         if (rmdir(dir.c_str()) != 0)
-            log_.error("cosched: cannot remove %s, left by an earlier node agent: %s", dir.c_str(),
+            log_.error("cannot remove %s, left by an earlier node agent: %s", dir.c_str(),
                        std::strerror(errno));
         else
-            log_.info("cosched: released %s, left by an earlier node agent", dir.c_str());
+            log_.info("released %s, left by an earlier node agent", dir.c_str());
     }
 }
 
@@ -99,7 +99,7 @@ void CgroupEnforcer::attach(uint32_t job, const std::vector<pid_t> &pids, bool s
     Job &j = jobs_[job];
     if (fresh) {
         if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-            log_.error("cosched: cannot create %s: %s", dir.c_str(), std::strerror(errno));
+            log_.error("cannot create %s: %s", dir.c_str(), std::strerror(errno));
         set_scheduled(job, scheduled);
     }
     for (pid_t p : pids) {
@@ -110,7 +110,7 @@ void CgroupEnforcer::attach(uint32_t job, const std::vector<pid_t> &pids, bool s
             from = "/"; // already ours (another job's step?): back to the root
         if (!write_text(dir + "/cgroup.procs", std::to_string(p))) {
             if (errno != ESRCH)
-                log_.error("cosched: cannot move pid %d of job %u into %s: %s", p, job, dir.c_str(),
+                log_.error("cannot move pid %d of job %u into %s: %s", p, job, dir.c_str(),
                            std::strerror(errno));
             continue;
         }
@@ -123,7 +123,7 @@ void CgroupEnforcer::set_scheduled(uint32_t job, bool scheduled)
     unsigned shares = scheduled ? scheduled_shares(setup_.share_percent) : 1024;
     std::string f = job_dir(job) + "/cpu.shares";
     if (!write_text(f, std::to_string(shares)))
-        log_.error("cosched: cannot write %u to %s: %s", shares, f.c_str(), std::strerror(errno));
+        log_.error("cannot write %u to %s: %s", shares, f.c_str(), std::strerror(errno));
 }
 
 void CgroupEnforcer::release(uint32_t job)
@@ -137,7 +137,7 @@ void CgroupEnforcer::release(uint32_t job)
         std::string target = root_ + (from == "/" ? "" : from);
         if (!write_text(target + "/cgroup.procs", std::to_string(p)) &&
             !write_text(root_ + "/cgroup.procs", std::to_string(p)) && errno != ESRCH)
-            log_.error("cosched: cannot move pid %d of job %u back: %s", p, job, std::strerror(errno));
+            log_.error("cannot move pid %d of job %u back: %s", p, job, std::strerror(errno));
         fallback = from;
     }
     // Children they started since: where their parents came from.
@@ -150,7 +150,9 @@ void CgroupEnforcer::retry() { remover_.retry(); }
 
 // ---- nice ----------------------------------------------------------------------
 
-NiceEnforcer::NiceEnforcer(const EnforcerSetup &setup, Logger log) : setup_(setup), log_(std::move(log)) {}
+NiceEnforcer::NiceEnforcer(const EnforcerSetup &setup, Logger log) : setup_(setup), log_(log.child("cosched"))
+{
+}
 
 NiceEnforcer::~NiceEnforcer()
 {
@@ -176,7 +178,7 @@ void NiceEnforcer::apply(Job &j, bool scheduled)
                     continue;
                 j.nice.emplace(tid, before);
                 if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19) != 0 && errno != ESRCH)
-                    log_.error("cosched: cannot renice thread %d: %s", tid, std::strerror(errno));
+                    log_.error("cannot renice thread %d: %s", tid, std::strerror(errno));
             } else {
                 auto it = j.nice.find(tid);
                 if (it != j.nice.end()) {
@@ -221,7 +223,8 @@ std::unique_ptr<Enforcer> make_enforcer(const EnforcerSetup &setup, const Logger
     try {
         return std::make_unique<CgroupEnforcer>(setup, log);
     } catch (const std::exception &e) {
-        log.error("cosched: cannot use a cpu cgroup (%s): unscheduled jobs get nice 19 instead", e.what());
+        log.child("cosched").warning("cannot use a cpu cgroup (%s): unscheduled jobs get nice 19 instead",
+                                     e.what());
         return std::make_unique<NiceEnforcer>(setup, log);
     }
 }

@@ -121,7 +121,8 @@ private:
 };
 
 // The cgroup enforcer if it can be used, else the nice fallback (the
-// reason logged once).
+// reason logged once, a warning).  Both enforcers take the component's
+// logger and add "cosched: " to their lines.
 std::unique_ptr<Enforcer> make_enforcer(const EnforcerSetup &setup, const Logger &log);
 
 } // namespace storm::cosched

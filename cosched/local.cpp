@@ -13,7 +13,7 @@
 namespace storm::cosched {
 
 Local::Local(event_base *base, LocalSetup setup, Logger log)
-    : base_(base), setup_(std::move(setup)), log_(std::move(log)),
+    : base_(base), setup_(std::move(setup)), log_(log.child("cosched")), parts_log_(std::move(log)),
       sched_(setup_.config.slice, setup_.config.gmet,
              setup_.now ? setup_.now : Scheduler::Now(Scheduler::Clock::now),
              setup_.now ? Scheduler::Wall(nullptr) : Scheduler::Wall([] {
@@ -38,9 +38,9 @@ Local::~Local()
 
 void Local::start()
 {
-    enforcer_ = setup_.make_enforcer ? setup_.make_enforcer() : make_enforcer(setup_.enforcer, log_);
+    enforcer_ = setup_.make_enforcer ? setup_.make_enforcer() : make_enforcer(setup_.enforcer, parts_log_);
     channel_ = std::make_unique<Channel>(base_, setup_.socket_path, setup_.verifier,
-                                         static_cast<Channel::Handler &>(*this), log_);
+                                         static_cast<Channel::Handler &>(*this), parts_log_);
     channel_->start();
     timer_ = evtimer_new(base_, on_timer, this);
     if (!timer_)
@@ -56,7 +56,7 @@ void Local::start()
     std::string parts;
     for (const auto &p : setup_.config.partitions)
         parts += (parts.empty() ? "" : ",") + p;
-    log_.info("cosched: local scheduler for partitions %s: slice %s, GMET %s, %u%% to unscheduled jobs (%s), "
+    log_.info("local scheduler for partitions %s: slice %s, GMET %s, %u%% to unscheduled jobs (%s), "
               "requests on %s",
               parts.c_str(), format_duration_us(static_cast<uint64_t>(setup_.config.slice.count())).c_str(),
               format_duration_us(static_cast<uint64_t>(setup_.config.gmet.count())).c_str(),
@@ -97,7 +97,7 @@ void Local::on_unregister(int conn, pid_t pid, uint32_t job)
     sched_.remove(job); // the next job is picked at the next aligned instant
     enforcer_->release(job);
     stats_dirty_ = true;
-    log_.verbose("cosched: job %u left (its last task, pid %d, unregistered)", job, pid);
+    log_.verbose("job %u left (its last task, pid %d, unregistered)", job, pid);
     arm();
 }
 
@@ -120,7 +120,7 @@ void Local::apply(const std::optional<Scheduler::Switch> &s, const char *why)
         enforcer_->set_scheduled(s->to, true);
         notify(s->to, true);
     }
-    log_.verbose("cosched: switched from job %u to job %u (%s)", s->from, s->to, why);
+    log_.verbose("switched from job %u to job %u (%s)", s->from, s->to, why);
 }
 
 void Local::notify(uint32_t job, bool scheduled)
@@ -172,7 +172,7 @@ void Local::write_stats()
              (sched_.scheduled() == job ? "1" : "0") + "\n";
     if (!replace_file(setup_.stats_path, t, 0644, Spare::keep)) {
         if (stats_dirty_) // once per change, not every second
-            log_.error("cosched: cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
+            log_.error("cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
     }
     stats_dirty_ = false;
 }

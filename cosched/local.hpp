@@ -52,6 +52,8 @@ struct LocalSetup {
 
 class Local : private Channel::Handler {
 public:
+    // `log`: the component's logger (the node agent's); the scheduler's
+    // lines add "cosched: ", as do its channel's and enforcer's.
     Local(event_base *base, LocalSetup setup, Logger log);
     ~Local() override;
     Local(const Local &) = delete;
@@ -78,7 +80,8 @@ private:
 
     event_base *base_;
     LocalSetup setup_;
-    Logger log_;
+    Logger log_;       // the scheduler's lines: "cosched: "
+    Logger parts_log_; // as given, for the channel and the enforcer, which name themselves
     Scheduler sched_;
     std::unique_ptr<Enforcer> enforcer_;
     std::unique_ptr<Channel> channel_;

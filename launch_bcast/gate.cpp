@@ -97,9 +97,9 @@ void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std
 
 LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<uid_t> trusted, Logger log,
                        std::chrono::seconds keep, std::chrono::milliseconds still)
-    : trusted_(std::move(trusted)), log_(std::move(log)), keep_(keep), still_(still), base_(base),
-      server_(base, std::move(socket_path), log_, "bcast", "launch gate",
-              [this](int fd, const ucred &cred) { on_client(fd, cred.uid); })
+    : trusted_(std::move(trusted)), log_(log.child("bcast").child("launch gate")), keep_(keep), still_(still),
+      base_(base), server_(base, std::move(socket_path), log, "bcast", "launch gate",
+                           [this](int fd, const ucred &cred) { on_client(fd, cred.uid); })
 {
 }
 
@@ -196,15 +196,14 @@ void LaunchGate::read_request(Waiter &w)
         // The step went away (its slurmstepd was killed, or gave up), or
         // spoke out of turn: nobody to answer.
         if (!w.sids.empty())
-            log_.info("bcast: launch gate: step %u.%u stopped waiting for its broadcasts", w.job, w.step);
+            log_.info("step %u.%u stopped waiting for its broadcasts", w.job, w.step);
         drop(w.fd);
         return;
     }
     if (std::find(trusted_.begin(), trusted_.end(), w.uid) == trusted_.end()) {
         // Answered once its request is in: a peer that is still sending
         // would see a closed socket instead of the reason.
-        log_.error("bcast: launch gate: refused a request of uid %u (only slurmstepd may ask)",
-                   static_cast<unsigned>(w.uid));
+        log_.error("refused a request of uid %u (only slurmstepd may ask)", static_cast<unsigned>(w.uid));
         answer(w.fd, "only slurmstepd may hold a step for its broadcasts");
         drop(w.fd);
         return;
@@ -224,7 +223,7 @@ void LaunchGate::read_request(Waiter &w)
             w.sids.push_back(r.u64());
         r.finish();
     } catch (const net::DecodeError &e) {
-        log_.error("bcast: launch gate: malformed request: %s", e.what());
+        log_.error("malformed request: %s", e.what());
         answer(w.fd, std::string("malformed request: ") + e.what());
         drop(w.fd);
         return;
@@ -245,7 +244,7 @@ bool LaunchGate::settle(Waiter &w)
         else if (it->second.ended && !it->second.why.empty())
             why = "broadcast " + session_hex(sid) + " failed: " + it->second.why;
         if (!why.empty()) {
-            log_.error("bcast: launch gate: step %u.%u not started: %s", w.job, w.step, why.c_str());
+            log_.error("step %u.%u not started: %s", w.job, w.step, why.c_str());
             answer(w.fd, why);
             return true;
         }
@@ -255,8 +254,8 @@ bool LaunchGate::settle(Waiter &w)
         return false;
     auto waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - w.since);
-    log_.info("bcast: launch gate: step %u.%u may start: %s in place (held %lld ms)", w.job, w.step,
-              gate::format(w.sids).c_str(), static_cast<long long>(waited.count()));
+    log_.info("step %u.%u may start: %s in place (held %lld ms)", w.job, w.step, gate::format(w.sids).c_str(),
+              static_cast<long long>(waited.count()));
     answer(w.fd, "");
     return true;
 }
@@ -273,7 +272,7 @@ void LaunchGate::answer(int fd, const std::string &error)
     }
     std::string m = w.take();
     if (send(fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(m.size()))
-        log_.error("bcast: launch gate: cannot answer a step: %s", std::strerror(errno));
+        log_.error("cannot answer a step: %s", std::strerror(errno));
 }
 
 void LaunchGate::drop(int fd)

@@ -85,6 +85,8 @@ void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std
 class LaunchGate {
 public:
     // `still`: how often each held step hears that it is still held.
+    // `log`: the component's logger; the gate's lines add "bcast: launch
+    // gate: " (its socket's, net::UnixServer's, carry "bcast: ").
     LaunchGate(event_base *base, std::string socket_path, std::vector<uid_t> trusted, Logger log,
                std::chrono::seconds keep = std::chrono::minutes(10),
                std::chrono::milliseconds still = gate::still_every);

@@ -142,8 +142,8 @@ Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, Rec
             gate_->start();
         } catch (const std::exception &e) {
             gate_.reset();
-            log_.error("bcast: the launch gate is off on this node (srun --bcast steps cannot start): %s",
-                       e.what());
+            log_.child("bcast").warning(
+                "the launch gate is off on this node (srun --bcast steps cannot start): %s", e.what());
         }
     }
     timer_ = event_new(

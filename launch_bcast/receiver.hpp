@@ -21,8 +21,8 @@
 // Every session's open and end (finish or abort) is reported to the launch
 // gate (gate.hpp), which holds slurmstepd's launch of a step until its
 // srun --bcast broadcasts ended here: the tasks start only once every node
-// committed.  The gate is off (and logged) when its socket
-// cannot be bound: the steps that wait for it then fail to start.
+// committed.  The gate is off (a warning: the rest of the agent runs) when
+// its socket cannot be bound: the steps that wait for it then fail to start.
 //
 // A destination ending in '/' receives srun --bcast's per-node name,
 // "slurm_bcast_<job>.<step>_<node>", which slurmstepd computes too.
@@ -61,6 +61,8 @@ struct ReceiverConfig {
 
 class Receiver {
 public:
+    // `log`: the component's logger; the receiver's lines name the
+    // broadcast ("broadcast <id>: "), the gate's add "bcast: launch gate: ".
     Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log);
     ~Receiver();
     Receiver(const Receiver &) = delete;

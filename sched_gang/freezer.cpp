@@ -17,8 +17,8 @@ namespace storm::gang {
 using cgroupfs::write_text;
 
 Freezer::Freezer(const FreezerSetup &setup, Logger log)
-    : setup_(setup), log_(std::move(log)),
-      remover_("gang:", log_, [this](const std::string &dir) { empty_into_self(dir); })
+    : setup_(setup), log_(log.child("gang")),
+      remover_(log_, [this](const std::string &dir) { empty_into_self(dir); })
 {
     root_ = cgroupfs::find_mount(setup_.mountinfo, "cgroup2", "");
     if (root_.empty()) {
@@ -30,7 +30,7 @@ Freezer::Freezer(const FreezerSetup &setup, Logger log)
             throw std::runtime_error("no cgroup v2 hierarchy is mounted and mounting one on " + dir +
                                      " failed: " + std::strerror(errno));
         root_ = dir;
-        log_.info("gang: mounted the cgroup v2 hierarchy on %s", dir.c_str());
+        log_.info("mounted the cgroup v2 hierarchy on %s", dir.c_str());
     }
     self_rel_ =
         setup_.self_cgroup.empty() ? cgroupfs::cgroup_of(setup_.proc_root, getpid(), "") : setup_.self_cgroup;
@@ -68,7 +68,7 @@ void Freezer::write_freeze(uint32_t job, Job &j, bool frozen)
 {
     j.frozen = frozen;
     if (pwrite(j.freeze_fd, frozen ? "1" : "0", 1, 0) != 1)
-        log_.error("gang: cannot %s job %u (%s/cgroup.freeze): %s", frozen ? "freeze" : "thaw", job,
+        log_.error("cannot %s job %u (%s/cgroup.freeze): %s", frozen ? "freeze" : "thaw", job,
                    job_dir(job).c_str(), std::strerror(errno));
 }
 
@@ -78,14 +78,14 @@ bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
     if (mkdir(base_.c_str(), 0755) == 0 || errno == EEXIST)
         base_made_ = true;
     if (!base_made_ || (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)) {
-        log_.error("gang: cannot create %s: %s (job %u is switched with signals)", dir.c_str(),
-                   std::strerror(errno), job);
+        log_.warning("cannot create %s: %s (job %u is switched with signals)", dir.c_str(),
+                     std::strerror(errno), job);
         return false;
     }
     j.freeze_fd = open((dir + "/cgroup.freeze").c_str(), O_WRONLY | O_CLOEXEC);
     if (j.freeze_fd < 0) {
-        log_.error("gang: cannot open %s/cgroup.freeze: %s (job %u is switched with signals)", dir.c_str(),
-                   std::strerror(errno), job);
+        log_.warning("cannot open %s/cgroup.freeze: %s (job %u is switched with signals)", dir.c_str(),
+                     std::strerror(errno), job);
         rmdir(dir.c_str());
         return false;
     }
@@ -122,10 +122,9 @@ std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids,
             if (errno == ESRCH)
                 continue;
             if (!j.move_logged)
-                log_.error(
-                    "gang: cannot move pid %d of job %u into %s: %s (switched with signals; logged once "
-                    "per job)",
-                    p, job, job_dir(job).c_str(), std::strerror(errno));
+                log_.warning("cannot move pid %d of job %u into %s: %s (switched with signals; logged once "
+                             "per job)",
+                             p, job, job_dir(job).c_str(), std::strerror(errno));
             j.move_logged = true;
             rest.push_back(p);
             continue;
@@ -177,7 +176,7 @@ bool Freezer::frozen(pid_t pid) const
 void Freezer::empty_into_self(const std::string &dir)
 {
     cgroupfs::empty_into(dir, self_dir_, self_dir_, [&](pid_t p, int e) {
-        log_.error("gang: cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(e));
+        log_.error("cannot move pid %d out of %s: %s", p, dir.c_str(), std::strerror(e));
     });
 }
 
@@ -225,14 +224,14 @@ void Freezer::sweep_leftovers()
 {
     for (const auto &dir : cgroupfs::job_groups(base_)) {
         if (!write_text(dir + "/cgroup.freeze", "0"))
-            log_.error("gang: cannot thaw %s, left by an earlier node agent: %s", dir.c_str(),
+            log_.error("cannot thaw %s, left by an earlier node agent: %s", dir.c_str(),
                        std::strerror(errno));
         empty_into_self(dir);
         if (rmdir(dir.c_str()) != 0)
-            log_.error("gang: cannot remove %s, left by an earlier node agent: %s", dir.c_str(),
+            log_.error("cannot remove %s, left by an earlier node agent: %s", dir.c_str(),
                        std::strerror(errno));
         else
-            log_.info("gang: thawed and released %s, left by an earlier node agent", dir.c_str());
+            log_.info("thawed and released %s, left by an earlier node agent", dir.c_str());
     }
 }
 

@@ -62,6 +62,8 @@ struct FreezerSetup {
 
 class Freezer {
 public:
+    // `log`: the component's logger (the switcher's, as it was given it);
+    // the freezer's lines add "gang: " themselves.
     Freezer(const FreezerSetup &setup, Logger log);
     ~Freezer();
     Freezer(const Freezer &) = delete;

@@ -46,8 +46,8 @@ std::string percentiles(std::vector<uint32_t> d)
 } // namespace
 
 MachineManager::MachineManager(ManagerConfig config, std::unique_ptr<net::Authenticator> auth, Logger log)
-    : cfg_(std::move(config)), auth_(std::move(auth)), log_(std::move(log)), timing_(cfg_.timing),
-      matrix_(cfg_.timing.max_slots)
+    : cfg_(std::move(config)), auth_(std::move(auth)), log_(log.child("gang")), engine_log_(std::move(log)),
+      timing_(cfg_.timing), matrix_(cfg_.timing.max_slots)
 {
     // Epochs start from the start time: a restarted manager never reuses one.
     epoch_ = static_cast<uint64_t>(time(nullptr)) << 20;
@@ -64,7 +64,7 @@ void MachineManager::start()
     pc.nodes = cfg_.nodes;
     pc.fanout = cfg_.fanout;
     pc.timeout = std::chrono::milliseconds(1000); // also how long an unreachable agent is routed around
-    engine_ = std::make_unique<prim::Engine>(base_, pc, *auth_, log_);
+    engine_ = std::make_unique<prim::Engine>(base_, pc, *auth_, engine_log_);
     if (cfg_.mcast.enabled() && !cfg_.nodes.empty()) {
         try {
             uint16_t port = strobe_port(cfg_.mcast);
@@ -76,9 +76,9 @@ void MachineManager::start()
             inet_ntop(AF_INET, &cfg_.mcast.group, g, sizeof g);
             inet_ntop(AF_INET, &iface, i, sizeof i);
             mc_group_ = std::string(g) + ":" + std::to_string(port) + " from " + i;
-            log_.verbose("gang: strobes by multicast to %s", mc_group_.c_str());
+            log_.verbose("strobes by multicast to %s", mc_group_.c_str());
         } catch (const std::exception &e) {
-            log_.error("gang: strobes go down the tree alone: cannot multicast them: %s", e.what());
+            log_.warning("strobes go down the tree alone: cannot multicast them: %s", e.what());
         }
     }
     strobe_ev_ = event_new(
@@ -102,7 +102,7 @@ void MachineManager::start()
         run();
     });
     ready.wait();
-    log_.info("gang: machine manager started: quantum %s, MPL %u, fail-safe %s, %zu nodes, fanout %u",
+    log_.info("machine manager started: quantum %s, MPL %u, fail-safe %s, %zu nodes, fanout %u",
               format_duration_us(static_cast<uint64_t>(timing_.quantum.count())).c_str(), timing_.max_slots,
               format_duration_us(static_cast<uint64_t>(timing_.failsafe.count()) * 1000).c_str(),
               cfg_.nodes.size(), cfg_.fanout);
@@ -226,8 +226,8 @@ void MachineManager::isolate(const net::RangeSet &failed, const char *what, cons
         isolated_[i] = now + span;
         longest = std::max(longest, span);
     }
-    log_.error("gang: %s failed on %s (%s): left out of strobes for %s; their jobs run unswitched meanwhile",
-               what, names(failed).c_str(), why.c_str(),
+    log_.error("%s failed on %s (%s): left out of strobes for %s; their jobs run unswitched meanwhile", what,
+               names(failed).c_str(), why.c_str(),
                format_duration_us(static_cast<uint64_t>(longest.count()) * 1000).c_str());
 }
 
@@ -249,7 +249,7 @@ void MachineManager::housekeeping()
         if (q)
             armed_ = {}; // re-armed below
         if (changed)
-            log_.info("gang: quantum %s, MPL %u, fail-safe %s",
+            log_.info("quantum %s, MPL %u, fail-safe %s",
                       format_duration_us(static_cast<uint64_t>(timing_.quantum.count())).c_str(),
                       timing_.max_slots,
                       format_duration_us(static_cast<uint64_t>(timing_.failsafe.count()) * 1000).c_str());
@@ -259,16 +259,16 @@ void MachineManager::housekeeping()
         std::sort(suspended.begin(), suspended.end());
         bool moved = matrix_.update(snap->running);
         if (matrix_.overflowed())
-            log_.error("gang: the running jobs need %u slots, more than the MPL of %u: check the partitions' "
+            log_.error("the running jobs need %u slots, more than the MPL of %u: check the partitions' "
                        "OverSubscribe",
                        matrix_.slots(), matrix_.max_slots());
         changed = changed || moved || suspended != suspended_;
         suspended_ = std::move(suspended);
         std::string why = realtime_.want(!matrix_.jobs().empty());
         if (!why.empty())
-            log_.error("gang: cannot run the machine manager at real-time priority %u (%s): strobes will "
-                       "be late under load",
-                       cfg_.rt_priority, why.c_str());
+            log_.warning("cannot run the machine manager at real-time priority %u (%s): strobes will "
+                         "be late under load",
+                         cfg_.rt_priority, why.c_str());
     }
     // Readmit isolated nodes whose time is up.
     auto now = std::chrono::steady_clock::now();
@@ -299,8 +299,8 @@ void MachineManager::housekeeping()
                 static_cast<ssize_t>(t.strobe_key.size()))
                 t.has_key = true;
             else
-                log_.error("gang: getrandom: %s: strobes of this table go down the tree alone",
-                           std::strerror(errno));
+                log_.warning("getrandom: %s: strobes of this table go down the tree alone",
+                             std::strerror(errno));
         }
         // Nodes that ran jobs of the old table learn that they ended.
         net::RangeSet to = nodes.unite(gang_nodes_);
@@ -312,7 +312,7 @@ void MachineManager::housekeeping()
         write_status();
     } else if (!back.empty()) {
         net::RangeSet r = net::RangeSet::of(back);
-        log_.info("gang: readmitting %s to strobes", names(r).c_str());
+        log_.info("readmitting %s to strobes", names(r).c_str());
         send_table(active(r));
     }
     arm_strobe(); // the quantum, or the slots, may have changed
@@ -424,7 +424,7 @@ void MachineManager::strobe()
                     .push_back(i);
             }
             if (!stale.empty()) {
-                log_.info("gang: sending the table again to %s (they hold an older one)",
+                log_.info("sending the table again to %s (they hold an older one)",
                           names(net::RangeSet::of(stale)).c_str());
                 send_table(net::RangeSet::of(stale));
             }
@@ -450,11 +450,11 @@ bool MachineManager::multicast(const Strobe &s)
             return true;
         }
         if (mc_errors_++ == 0)
-            log_.error("gang: cannot multicast a strobe (%s): it goes down the tree; logged once",
-                       std::strerror(errno));
+            log_.warning("cannot multicast a strobe (%s): it goes down the tree; logged once",
+                         std::strerror(errno));
     } catch (const std::exception &e) {
         if (mc_errors_++ == 0)
-            log_.error("gang: cannot seal a strobe (%s): it goes down the tree; logged once", e.what());
+            log_.warning("cannot seal a strobe (%s): it goes down the tree; logged once", e.what());
     }
     return false;
 }
@@ -526,8 +526,7 @@ void MachineManager::write_status()
         line("suspended_by_slurm: %u", id);
     if (!replace_file(cfg_.status_path, s, 0644, Spare::keep) && !status_error_logged_) {
         status_error_logged_ = true; // once: it is rewritten every second
-        log_.error("gang: cannot write the status file %s: %s", cfg_.status_path.c_str(),
-                   std::strerror(errno));
+        log_.error("cannot write the status file %s: %s", cfg_.status_path.c_str(), std::strerror(errno));
     }
 }
 

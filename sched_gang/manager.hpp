@@ -78,6 +78,8 @@ struct Snapshot {
 
 class MachineManager {
 public:
+    // `log`: the component's logger (slurmctld's sched/gang); the manager's
+    // lines add "gang: ", its engine's do not.
     MachineManager(ManagerConfig config, std::unique_ptr<net::Authenticator> auth, Logger log);
     ~MachineManager();
     MachineManager(const MachineManager &) = delete;
@@ -120,7 +122,8 @@ private:
 
     ManagerConfig cfg_;
     std::unique_ptr<net::Authenticator> auth_;
-    Logger log_;
+    Logger log_;        // the manager's lines: "gang: "
+    Logger engine_log_; // as given: the engine's lines carry no service name
     event_base *base_ = nullptr;
     event *strobe_ev_ = nullptr, *house_ev_ = nullptr;
     std::unique_ptr<prim::Engine> engine_;

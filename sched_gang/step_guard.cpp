@@ -140,7 +140,7 @@ bool GuardState::observe(std::chrono::steady_clock::time_point now, bool listed,
 }
 
 StepGuard::StepGuard(StepGuardConfig cfg, std::function<size_t()> resume, Logger log)
-    : cfg_(std::move(cfg)), resume_(std::move(resume)), log_(std::move(log))
+    : cfg_(std::move(cfg)), resume_(std::move(resume)), log_(log.child("gang"))
 {
     thread_ = std::thread([this] { run(); });
 }
@@ -173,16 +173,15 @@ void StepGuard::run() noexcept
                 rec && rec->failsafe_ms ? std::chrono::milliseconds(rec->failsafe_ms) : GangConfig{}.failsafe;
             if (state.observe(std::chrono::steady_clock::now(), listed, alive, failsafe)) {
                 size_t n = resume_();
-                log_.error(
-                    "gang: step %s: the node agent that switches job %u (slurmd pid %d) is gone for %lld "
-                    "ms: continued %zu of the step's processes",
-                    cfg_.step.c_str(), cfg_.job, static_cast<int>(rec->pid),
-                    static_cast<long long>(failsafe.count()), n);
+                log_.error("step %s: the node agent that switches job %u (slurmd pid %d) is gone for %lld "
+                           "ms: continued %zu of the step's processes",
+                           cfg_.step.c_str(), cfg_.job, static_cast<int>(rec->pid),
+                           static_cast<long long>(failsafe.count()), n);
                 std::lock_guard<std::mutex> g(mu_);
                 resumes_++;
             }
         } catch (const std::exception &e) {
-            log_.error("gang: step %s: fail-safe check: %s", cfg_.step.c_str(), e.what());
+            log_.error("step %s: fail-safe check: %s", cfg_.step.c_str(), e.what());
         }
         lk.lock();
     }

@@ -96,7 +96,8 @@ struct StepGuardConfig {
 class StepGuard {
 public:
     // `resume` continues the step's processes and returns how many it
-    // continued; it runs on the guard's thread.
+    // continued; it runs on the guard's thread.  `log`: the component's
+    // logger (slurmstepd's switch/rdma); the guard's lines add "gang: ".
     StepGuard(StepGuardConfig cfg, std::function<size_t()> resume, Logger log);
     ~StepGuard();
     StepGuard(const StepGuard &) = delete;

@@ -51,7 +51,8 @@ std::string held_text(const std::set<uint32_t> &jobs)
 
 Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, SwitcherConfig config,
                    Logger log)
-    : base_(base), engine_(engine), lister_(std::move(lister)), cfg_(std::move(config)), log_(std::move(log))
+    : base_(base), engine_(engine), lister_(std::move(lister)), cfg_(std::move(config)),
+      log_(log.child("gang"))
 {
     tick_ = event_new(base_, -1, EV_PERSIST, on_tick, this);
     timeval tv{1, 0};
@@ -61,17 +62,16 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
         throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
     if (cfg_.freeze && !cfg_.signals_only) {
         try {
-            freezer_ = std::make_unique<Freezer>(*cfg_.freeze, log_);
-            log_.info("gang: jobs are stopped with the cgroup v2 freezer (groups under %s)",
+            freezer_ = std::make_unique<Freezer>(*cfg_.freeze, log); // names itself
+            log_.info("jobs are stopped with the cgroup v2 freezer (groups under %s)",
                       freezer_->base().c_str());
         } catch (const std::exception &e) {
-            log_.error("gang: jobs are stopped with signals: the cgroup v2 freezer cannot be used: %s",
-                       e.what());
+            log_.warning("jobs are stopped with signals: the cgroup v2 freezer cannot be used: %s", e.what());
         }
     } else if (cfg_.freeze) {
-        log_.info("gang: jobs are stopped with signals (storm_gang_stop=signal)");
+        log_.info("jobs are stopped with signals (storm_gang_stop=signal)");
         try {
-            Freezer sweep(*cfg_.freeze, log_); // thaws what an agent set to freeze left
+            Freezer sweep(*cfg_.freeze, log); // thaws what an agent set to freeze left
         } catch (const std::exception &) {
             // no usable hierarchy: nothing can have been frozen in it
         }
@@ -82,9 +82,9 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
                 base_, cfg_.mcast.group, strobe_port(cfg_.mcast), cfg_.mcast.iface, false,
                 [this](std::string_view d) { on_datagram(d); });
         } catch (const std::exception &e) {
-            log_.error("gang: this node gets only the strobes that come down the tree (about every 100 ms "
-                       "while the manager multicasts them): %s",
-                       e.what());
+            log_.warning("this node gets only the strobes that come down the tree (about every 100 ms "
+                         "while the manager multicasts them): %s",
+                         e.what());
         }
     }
     thread_ = std::thread([this] {
@@ -107,7 +107,7 @@ void Switcher::on_datagram(std::string_view d)
     } catch (const std::exception &e) {
         engine_.set_variable("gang:mcast_rejected", static_cast<int64_t>(++mc_rejected_));
         if (!mc_reject_logged_)
-            log_.error("gang: dropped a strobe datagram: %s (logged once per table)", e.what());
+            log_.error("dropped a strobe datagram: %s (logged once per table)", e.what());
         mc_reject_logged_ = true;
     }
 }
@@ -163,11 +163,11 @@ void Switcher::recover()
                     if (kill(pid, SIGCONT) == 0)
                         ++n;
         } catch (const std::exception &e) {
-            log_.error("gang: cannot list the processes of jobs a previous agent managed: %s", e.what());
+            log_.error("cannot list the processes of jobs a previous agent managed: %s", e.what());
         }
     }
-    log_.info("gang: continued %zu processes of %zu jobs a previous node agent was switching%s", n,
-              jobs.size(), held_text(slurms).c_str());
+    log_.info("continued %zu processes of %zu jobs a previous node agent was switching%s", n, jobs.size(),
+              held_text(slurms).c_str());
     remove_journal();
 }
 
@@ -212,7 +212,7 @@ std::string Switcher::on_chunk(const std::string &event, uint64_t origin, uint64
         return "";
     } catch (const std::exception &e) {
         table_part_.clear();
-        log_.error("gang: dropped a malformed %s: %s", event.c_str(), e.what());
+        log_.error("dropped a malformed %s: %s", event.c_str(), e.what());
         return std::string("gang: malformed ") + event + ": " + e.what();
     }
 }
@@ -221,7 +221,7 @@ void Switcher::signal_job(uint32_t id, Job &j, int sig)
 {
     for (auto &p : j.procs)
         if (pidfd_signal(p.fd, sig) < 0 && errno != ESRCH)
-            log_.error("gang: cannot send %s to process %d of job %u: %s", sigabbrev_np(sig), p.pid, id,
+            log_.error("cannot send %s to process %d of job %u: %s", sigabbrev_np(sig), p.pid, id,
                        std::strerror(errno));
 }
 
@@ -261,7 +261,7 @@ void Switcher::on_table(const Table &t)
     }
     for (auto &[id, j] : jobs_) {
         if (hands_off.count(id))
-            log_.verbose("gang: job %u suspended by Slurm: Slurm resumes it", id);
+            log_.verbose("job %u suspended by Slurm: Slurm resumes it", id);
         else if (j.stopped)
             continue_job(id, j);
         // Thawed even when Slurm suspended it: Slurm's SIGSTOP, held while
@@ -282,15 +282,15 @@ void Switcher::on_table(const Table &t)
     failsafe_ms_ = t.failsafe_ms;
     quantum_us_ = t.quantum_us;
     last_strobe_ = std::chrono::steady_clock::now();
-    log_.verbose("gang: table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
+    log_.verbose("table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
                  static_cast<unsigned long long>(t.epoch), jobs_.size(), t.jobs.size(), before, t.slots);
     write_journal();
     arm_tick(!jobs_.empty());
     std::string why = realtime_.want(!jobs_.empty());
     if (!why.empty())
-        log_.error("gang: cannot run the node agent at real-time priority %u (%s): strobes will be late "
-                   "under CPU-bound jobs",
-                   cfg_.rt_priority, why.c_str());
+        log_.warning("cannot run the node agent at real-time priority %u (%s): strobes will be late "
+                     "under CPU-bound jobs",
+                     cfg_.rt_priority, why.c_str());
     {
         std::lock_guard<std::mutex> lk(mu_);
         wanted_.clear();
@@ -342,7 +342,7 @@ std::string Switcher::on_strobe(const Strobe &s, bool replay)
     last_strobe_ = std::chrono::steady_clock::now();
     if (failsafe_active_) {
         failsafe_active_ = false;
-        log_.info("gang: strobes resumed: switching again");
+        log_.info("strobes resumed: switching again");
     }
     int64_t d = (realtime_ns() - s.sent_ns) / 1000;
     uint32_t us = d < 0 ? 0 : d > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(d);
@@ -383,7 +383,7 @@ bool Switcher::lends(uint64_t bit)
     for (auto &[id, j] : jobs_)
         if ((j.mask & bit) && !j.idle_logged) {
             j.idle_logged = true;
-            log_.verbose("gang: job %u has no live process on this node: its slot leaves the node to the "
+            log_.verbose("job %u has no live process on this node: its slot leaves the node to the "
                          "jobs that run",
                          id);
         }
@@ -488,7 +488,7 @@ void Switcher::continue_all(const char *why)
             ++n;
     }
     if (n || !slurms.empty())
-        log_.info("gang: %s: continued %zu stopped jobs%s", why, n, held_text(slurms).c_str());
+        log_.info("%s: continued %zu stopped jobs%s", why, n, held_text(slurms).c_str());
 }
 
 void Switcher::on_tick(int, short, void *arg) { static_cast<Switcher *>(arg)->tick(); }
@@ -601,7 +601,7 @@ void Switcher::write_journal()
     // processes if this process dies and stays away (step_guard.hpp).
     if (!replace_file(record, format_agent_record(own_agent_record(failsafe_ms_)), 0600, Spare::keep) ||
         !replace_file(path, text, 0600, Spare::keep))
-        log_.error("gang: cannot journal the switched jobs in %s: %s (a crashed agent's successor could not "
+        log_.error("cannot journal the switched jobs in %s: %s (a crashed agent's successor could not "
                    "continue them)",
                    path.c_str(), std::strerror(errno));
 }
@@ -649,7 +649,7 @@ void Switcher::scanner() noexcept
                 for (auto &p : procs)
                     close(p.fd);
             if (last_error != e.what())
-                log_.error("gang: cannot list the jobs' processes: %s", e.what());
+                log_.error("cannot list the jobs' processes: %s", e.what());
             last_error = e.what();
             continue;
         }

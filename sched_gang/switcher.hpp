@@ -134,6 +134,8 @@ struct SwitcherConfig {
 
 class Switcher : public node::SwitchControl {
 public:
+    // `log`: the component's logger (the node agent's); the switcher's lines
+    // add "gang: ", and so do its freezer's (it hands the freezer `log`).
     Switcher(event_base *base, prim::Engine &engine, StepLister lister, SwitcherConfig config, Logger log);
     ~Switcher() override;
     Switcher(const Switcher &) = delete;

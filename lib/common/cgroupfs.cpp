@@ -114,8 +114,8 @@ void empty_into(const std::string &dir, const std::string &target, const std::st
     }
 }
 
-Remover::Remover(std::string prefix, Logger log, std::function<void(const std::string &)> empty)
-    : prefix_(std::move(prefix)), log_(std::move(log)), empty_(std::move(empty))
+Remover::Remover(Logger log, std::function<void(const std::string &)> empty)
+    : log_(std::move(log)), empty_(std::move(empty))
 {
 }
 
@@ -126,7 +126,7 @@ void Remover::remove(const std::string &dir)
     if (errno == EBUSY)
         busy_.emplace(dir, 0);
     else
-        log_.error("%s cannot remove %s: %s", prefix_.c_str(), dir.c_str(), std::strerror(errno));
+        log_.error("cannot remove %s: %s", dir.c_str(), std::strerror(errno));
 }
 
 void Remover::retry()
@@ -138,7 +138,7 @@ void Remover::retry()
             continue;
         }
         if (errno != EBUSY || ++it->second == 30) { // half a minute: something lives there
-            log_.error("%s cannot remove %s: %s", prefix_.c_str(), it->first.c_str(), std::strerror(errno));
+            log_.error("cannot remove %s: %s", it->first.c_str(), std::strerror(errno));
             it = busy_.erase(it);
             continue;
         }
@@ -154,7 +154,7 @@ void Remover::drain()
             usleep(50000);
     }
     for (const auto &[dir, n] : busy_)
-        log_.error("%s cannot remove %s: %s", prefix_.c_str(), dir.c_str(), std::strerror(EBUSY));
+        log_.error("cannot remove %s: %s", dir.c_str(), std::strerror(EBUSY));
     busy_.clear();
 }
 

@@ -45,9 +45,9 @@ void empty_into(const std::string &dir, const std::string &target, const std::st
 // minute of retries about a second apart; then it logs and gives up.
 class Remover {
 public:
-    // `empty(dir)` moves what is left in a group out of it; `prefix` starts
-    // the log lines ("gang:").
-    Remover(std::string prefix, Logger log, std::function<void(const std::string &)> empty);
+    // `empty(dir)` moves what is left in a group out of it; `log` is the
+    // owner's, already carrying its service's name (Logger::child).
+    Remover(Logger log, std::function<void(const std::string &)> empty);
     // Now, or at a later retry() if busy.
     void remove(const std::string &dir);
     void retry();
@@ -56,7 +56,6 @@ public:
     bool idle() const noexcept { return busy_.empty(); }
 
 private:
-    std::string prefix_;
     Logger log_;
     std::function<void(const std::string &)> empty_;
     std::map<std::string, int> busy_; // group -> attempts
