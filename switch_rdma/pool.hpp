@@ -22,15 +22,18 @@
 //               later, and the context is swapped out then;
 //      swap:    with the leaving job stopped, its shares' headers and valid
 //               packets (or whole shares, storm_pool_swap=full) are copied
-//               to the context's backing store and the window's pages
-//               released; the running job's swapped context (if the pool is
-//               free) is copied back in and marked resident.  Nothing is
-//               copied before every thread of the leaving tasks is seen
-//               stopped (/proc): until then a timer checks again (200 us,
-//               doubling to 3.2 ms) and the switch goes on without waiting;
-//               once they are, the swap happens from the timer and the
-//               context that came in is released; after 100 ms the context
-//               stays in the pool;
+//               to the context's backing store and the context leaves the
+//               pool's accounting; its window stays mapped and its pages
+//               are kept (a task stopped inside its queues resumes on
+//               them: the pool is an accounting, not one shared buffer).
+//               The running job's swapped context (if the pool is free)
+//               has its saved packets written back into its window and is
+//               marked resident.  Nothing is copied before every thread
+//               of the leaving tasks is seen stopped (/proc): until then a
+//               timer checks again (200 us, doubling to 3.2 ms) and the
+//               switch goes on without waiting; once they are, the swap
+//               happens from the timer and the context that came in is
+//               released; after 100 ms the context stays in the pool;
 //      release: the tasks of the context swapped in are told to release:
 //               they exchange ready marks with their peers and inject
 //               again; the agent records when every one answered ready;
@@ -38,6 +41,11 @@
 //    while a context slurmctld marked coscheduled is open here (from
 //    slurmstepd's open to its close, or to the pool's end), its job is
 //    admitted; the local scheduler's verifier reads them on its thread.
+//
+// At a context's close (slurmstepd's, its id given to a new step, or the
+// pool's end) the agent unmaps its window and closes its memfd; the pages
+// are freed once the tasks, which map the window themselves until
+// storm_msg_finalize() or their exit, unmap it too.
 //
 // A context fails, and its tasks' control channels are closed (their calls
 // then fail with the reason), when a task reports failure (a peer died, or
