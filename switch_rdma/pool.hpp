@@ -56,6 +56,12 @@
 // written every second they changed to `stats_path` (replace_file, with
 // its spare kept), one "key value" per line, for storm-gang and the
 // benchmarks.
+//
+// The sources, one concern each: pool.cpp (construction, start, the
+// accounting), pool_control.cpp (the control socket and the dispatch of
+// its requests), pool_contexts.cpp (open, attach, fail, close),
+// pool_switch.cpp (halt / swap / release), pool_stats.cpp (statistics);
+// pool_internal.hpp holds what they share.
 #pragma once
 
 #include <chrono>
