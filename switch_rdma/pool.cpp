@@ -1,6 +1,7 @@
 // The buffer pool's construction, start and end, and its accounting (which
 // windows hold the pool); the rest is split by concern:
-//   pool_control.cpp   the control socket: connections and requests
+//   pool_control.cpp   the control socket: connections, requests and who
+//                      may send each
 //   pool_contexts.cpp  a context's life cycle: open, attach, fail, close
 //   pool_switch.cpp    halt / swap / release at gang switches
 //   pool_stats.cpp     the statistics file

@@ -58,8 +58,8 @@
 // benchmarks.
 //
 // The sources, one concern each: pool.cpp (construction, start, the
-// accounting), pool_control.cpp (the control socket and the dispatch of
-// its requests), pool_contexts.cpp (open, attach, fail, close),
+// accounting), pool_control.cpp (the control socket, and which sender may
+// make which request), pool_contexts.cpp (open, attach, fail, close),
 // pool_switch.cpp (halt / swap / release), pool_stats.cpp (statistics);
 // pool_internal.hpp holds what they share.
 #pragma once
@@ -137,6 +137,13 @@ private:
         void add(uint32_t v);
     };
 
+    // The control socket (pool_control.cpp): routes_ lists each request
+    // type with who may send it and its handler; handle() checks the sender.
+    enum class Sender;
+    struct Request;
+    struct Route;
+    static const Route routes_[];
+
     void on_client(int fd, const ucred &cred);
     static void on_readable(int fd, short, void *arg);
     static void on_halt_timeout(int, short, void *arg);
@@ -146,6 +153,9 @@ private:
     void drop(int fd, const char *why);
     bool reply(Client &c, const std::string &msg, int fd = -1);
 
+    void on_open(Client &c, const Context &ctx);
+    void on_close(Client &c, const control::Ids &ids);
+    void on_failed(Client &c, const std::string &why);
     void open_context(Client &c, const Context &ctx);
     // Every open window goes in and out of windows_ through these two (its
     // job's coscheduling admission follows).

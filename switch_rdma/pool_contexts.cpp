@@ -6,7 +6,8 @@
 // its memfd closed; the tasks keep their own mappings until they unmap
 // them).  Every window enters and leaves Pool::windows_ through
 // add_window() / erase_window(), which keep its job's coscheduling
-// admission.
+// admission.  The handlers of slurmstepd's open and close and of a task's
+// failed report are here too; who may send them is pool_control.cpp's.
 #include "switch_rdma/pool.hpp"
 
 #include <arpa/inet.h>
@@ -24,6 +25,35 @@
 namespace storm::rdma {
 
 using pool_detail::step_name;
+
+void Pool::on_open(Client &c, const Context &ctx)
+{
+    // A step starts: the switcher finds its tasks within about
+    // 50 ms rather than at its next scan (up to a second away).
+    if (switcher_)
+        switcher_->rescan();
+    open_context(c, ctx);
+}
+
+void Pool::on_close(Client &c, const control::Ids &ids)
+{
+    auto w = windows_.find(ids.id);
+    if (w == windows_.end() || w->second->ctx.job_id != ids.job || w->second->ctx.step_id != ids.step) {
+        reply(c,
+              control::error("no context " + std::to_string(ids.id) + " of step " + std::to_string(ids.job) +
+                             "." + std::to_string(ids.step) + " is open on this node"));
+        return;
+    }
+    close_context(ids.id, "its step ended");
+    reply(c, control::ok());
+}
+
+void Pool::on_failed(Client &c, const std::string &why)
+{
+    auto w = windows_.find(c.ctx);
+    if (w != windows_.end())
+        fail_context(*w->second, "rank " + std::to_string(c.rank) + " reports: " + why);
+}
 
 void Pool::open_context(Client &c, const Context &ctx)
 {

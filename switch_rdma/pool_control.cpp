@@ -1,8 +1,21 @@
 // The buffer pool's control socket (control.hpp): its connections, and the
-// dispatch of each request to its handler.  slurmstepd's uids (PoolSetup::
-// trusted) open and close contexts; any peer may attach (attach() checks
-// it); halted, ready and failed come from attached tasks only.  Anything
-// else, and any malformed message, closes the connection.
+// dispatch of each request to its handler after checking who sent it.
+//
+// Who may send what is declared once, in routes_ (flux-core's modules list
+// their handlers with their roles the same way), and checked in one place,
+// handle():
+//  - slurmstepd: open and close, from a trusted uid (PoolSetup::trusted:
+//    root, SlurmdUser).  Another uid is refused after its request is read:
+//    one error line "refused to <open|close> context <id> for pid <pid> of
+//    uid <uid>: only slurmstepd may" and the error reply "only slurmstepd
+//    may <open|close> a communication context"; the connection stays.
+//  - user: attach, from anyone; attach() checks the task's user against the
+//    context's (or root), its rank on this node, and that it attaches once.
+//  - task: halted, ready, failed, on a connection attached as a task only;
+//    on any other the connection is dropped as an "unexpected control
+//    message" before the body is read.
+// Any other type is unexpected too; a malformed message (or a handler that
+// throws) closes the connection with one error line.
 #include "switch_rdma/pool.hpp"
 
 #include <algorithm>
@@ -19,6 +32,74 @@
 namespace storm::rdma {
 
 using pool_detail::step_name;
+
+// Who may send a request (see above).
+enum class Pool::Sender { slurmstepd, user, task };
+
+// A request's fields, as its type's reader decodes them.
+struct Pool::Request {
+    uint32_t id = 0;    // the context it names (open, close, attach), for a refusal
+    Context ctx;        // open
+    control::Ids ids{}; // close, attach
+    uint64_t epoch = 0; // halted, ready
+    std::string reason; // failed
+
+    static Request of_context(Context ctx)
+    {
+        Request q;
+        q.id = ctx.id;
+        q.ctx = std::move(ctx);
+        return q;
+    }
+    static Request of_ids(const control::Ids &ids)
+    {
+        Request q;
+        q.id = ids.id;
+        q.ids = ids;
+        return q;
+    }
+    static Request of_epoch(uint64_t epoch)
+    {
+        Request q;
+        q.epoch = epoch;
+        return q;
+    }
+    static Request of_reason(std::string reason)
+    {
+        Request q;
+        q.reason = std::move(reason);
+        return q;
+    }
+};
+
+struct Pool::Route {
+    control::Type type;
+    Sender sender;
+    const char *verb; // what a refused sender asked for ("only slurmstepd may <verb> ...")
+    Request (*read)(net::Reader &r);
+    void (*handle)(Pool &p, Client &c, const Request &q);
+};
+
+const Pool::Route Pool::routes_[] = {
+    {control::Type::open, Sender::slurmstepd, "open",
+     [](net::Reader &r) { return Request::of_context(control::read_open(r)); },
+     [](Pool &p, Client &c, const Request &q) { p.on_open(c, q.ctx); }},
+    {control::Type::close, Sender::slurmstepd, "close",
+     [](net::Reader &r) { return Request::of_ids(control::read_close(r)); },
+     [](Pool &p, Client &c, const Request &q) { p.on_close(c, q.ids); }},
+    {control::Type::attach, Sender::user, "attach",
+     [](net::Reader &r) { return Request::of_ids(control::read_attach(r)); },
+     [](Pool &p, Client &c, const Request &q) { p.attach(c, q.ids); }},
+    {control::Type::halted, Sender::task, "report halted",
+     [](net::Reader &r) { return Request::of_epoch(control::read_epoch(r)); },
+     [](Pool &p, Client &c, const Request &q) { p.on_halted(c, q.epoch); }},
+    {control::Type::ready, Sender::task, "report ready",
+     [](net::Reader &r) { return Request::of_epoch(control::read_epoch(r)); },
+     [](Pool &p, Client &c, const Request &q) { p.on_ready(c, q.epoch); }},
+    {control::Type::failed, Sender::task, "report failure",
+     [](net::Reader &r) { return Request::of_reason(control::read_reason(r)); },
+     [](Pool &p, Client &c, const Request &q) { p.on_failed(c, q.reason); }},
+};
 
 void Pool::on_client(int fd, const ucred &cred)
 {
@@ -99,72 +180,24 @@ void Pool::drop(int fd, const char *why)
 void Pool::handle(Client &c, const std::string &msg, int)
 {
     net::Reader r(msg);
-    control::Header h{};
     try {
-        h = control::header(r);
-        switch (h.type) {
-        case control::Type::open: {
-            Context ctx = control::read_open(r);
-            if (std::find(setup_.trusted.begin(), setup_.trusted.end(), c.uid) == setup_.trusted.end()) {
-                log_.error("rdma: refused to open context %u for pid %d of uid %u: only slurmstepd may",
-                           ctx.id, c.pid, c.uid);
-                reply(c, control::error("only slurmstepd may open a communication context"));
-                return;
-            }
-            // A step starts: the switcher finds its tasks within about
-            // 50 ms rather than at its next scan (up to a second away).
-            if (switcher_)
-                switcher_->rescan();
-            open_context(c, ctx);
+        control::Header h = control::header(r);
+        auto route = std::find_if(std::begin(routes_), std::end(routes_),
+                                  [&h](const Route &rt) { return rt.type == h.type; });
+        if (route == std::end(routes_) || (route->sender == Sender::task && !c.task)) {
+            drop(c.fd, "unexpected control message");
             return;
         }
-        case control::Type::close: {
-            auto ids = control::read_close(r);
-            if (std::find(setup_.trusted.begin(), setup_.trusted.end(), c.uid) == setup_.trusted.end()) {
-                log_.error("rdma: refused to close context %u for pid %d of uid %u: only slurmstepd may",
-                           ids.id, c.pid, c.uid);
-                reply(c, control::error("only slurmstepd may close a communication context"));
-                return;
-            }
-            auto w = windows_.find(ids.id);
-            if (w == windows_.end() || w->second->ctx.job_id != ids.job ||
-                w->second->ctx.step_id != ids.step) {
-                reply(c, control::error("no context " + std::to_string(ids.id) + " of step " +
-                                        std::to_string(ids.job) + "." + std::to_string(ids.step) +
-                                        " is open on this node"));
-                return;
-            }
-            close_context(ids.id, "its step ended");
-            reply(c, control::ok());
+        Request q = route->read(r);
+        if (route->sender == Sender::slurmstepd &&
+            std::find(setup_.trusted.begin(), setup_.trusted.end(), c.uid) == setup_.trusted.end()) {
+            log_.error("rdma: refused to %s context %u for pid %d of uid %u: only slurmstepd may",
+                       route->verb, q.id, c.pid, c.uid);
+            reply(c, control::error(std::string("only slurmstepd may ") + route->verb +
+                                    " a communication context"));
             return;
         }
-        case control::Type::attach:
-            attach(c, control::read_attach(r));
-            return;
-        case control::Type::halted:
-            if (!c.task)
-                break;
-            on_halted(c, control::read_epoch(r));
-            return;
-        case control::Type::ready:
-            if (!c.task)
-                break;
-            on_ready(c, control::read_epoch(r));
-            return;
-        case control::Type::failed:
-            if (!c.task)
-                break;
-            {
-                std::string why = control::read_reason(r);
-                auto w = windows_.find(c.ctx);
-                if (w != windows_.end())
-                    fail_context(*w->second, "rank " + std::to_string(c.rank) + " reports: " + why);
-            }
-            return;
-        default:
-            break;
-        }
-        drop(c.fd, "unexpected control message");
+        route->handle(*this, c, q);
     } catch (const std::exception &e) {
         log_.error("rdma: malformed control message from pid %d (uid %u): %s", c.pid, c.uid, e.what());
         drop(c.fd, nullptr);
