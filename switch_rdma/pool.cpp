@@ -21,8 +21,8 @@
 namespace storm::rdma {
 
 Pool::Pool(event_base *base, PoolSetup setup, Logger log)
-    : base_(base), setup_(std::move(setup)), log_(std::move(log)),
-      server_(base, setup_.socket_path, log_, "rdma", "control socket",
+    : base_(base), setup_(std::move(setup)), log_(log.child("rdma")),
+      server_(base, setup_.socket_path, log, "rdma", "control socket",
               [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
 }
@@ -51,7 +51,7 @@ void Pool::start()
     timeval one{1, 0};
     if (!halt_timer_ || !stats_timer_ || event_add(stats_timer_, &one) != 0)
         throw std::runtime_error("rdma: cannot register the control socket's events");
-    log_.verbose("rdma: pool of %llu bytes, packets of %u bytes, control socket %s",
+    log_.verbose("pool of %llu bytes, packets of %u bytes, control socket %s",
                  static_cast<unsigned long long>(setup_.config.pool_size), setup_.config.packet_size,
                  setup_.socket_path.c_str());
 }

@@ -189,8 +189,8 @@ private:
 
     event_base *base_;
     PoolSetup setup_;
-    Logger log_;
-    net::UnixServer server_; // the control socket
+    Logger log_;             // the component's child "rdma"
+    net::UnixServer server_; // the control socket (the component's logger, prefix "rdma")
     gang::Switcher *switcher_ = nullptr;
     event *halt_timer_ = nullptr;
     event *stats_timer_ = nullptr;

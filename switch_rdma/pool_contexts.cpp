@@ -59,7 +59,7 @@ void Pool::open_context(Client &c, const Context &ctx)
 {
     std::string step = step_name(ctx);
     auto refuse = [&](const std::string &why) {
-        log_.error("rdma: cannot open context %u of step %s: %s", ctx.id, step.c_str(), why.c_str());
+        log_.error("cannot open context %u of step %s: %s", ctx.id, step.c_str(), why.c_str());
         reply(c, control::error(why));
     };
     auto old = windows_.find(ctx.id);
@@ -70,7 +70,7 @@ void Pool::open_context(Client &c, const Context &ctx)
         }
         // slurmctld reuses an id only after the step holding it ended; a
         // close that never came (slurmstepd killed) leaves it here.
-        log_.info("rdma: context %u reused by step %s: closing step %s's", ctx.id, step.c_str(),
+        log_.info("context %u reused by step %s: closing step %s's", ctx.id, step.c_str(),
                   step_name(old->second->ctx).c_str());
         close_context(ctx.id, "its id was given to a new step");
     }
@@ -101,7 +101,7 @@ void Pool::open_context(Client &c, const Context &ctx)
     if (!w->unusable.empty()) {
         // Opened without a window: the step runs, and a task that attaches
         // gets the reason.
-        log_.verbose("rdma: context %u of step %s cannot communicate: %s", ctx.id, step.c_str(),
+        log_.verbose("context %u of step %s cannot communicate: %s", ctx.id, step.c_str(),
                      w->unusable.c_str());
         w->failed = true;
         add_window(std::move(w));
@@ -133,12 +133,11 @@ void Pool::open_context(Client &c, const Context &ctx)
         ref.state = Window::State::out;
         ref.epoch = 1;
     }
-    log_.info(
-        "rdma: opened context %u of step %s (uid %u): %s%s, %u local tasks of %u, %llu bytes, %u send and "
-        "%u receive packets and %u credits per task%s",
-        ctx.id, step.c_str(), ctx.uid, mode_name(ctx.mode), ctx.cosched ? ", coscheduled" : "",
-        ref.local_tasks, ctx.ntasks, static_cast<unsigned long long>(ref.bytes), ref.share.send_slots,
-        ref.share.recv_slots, ref.share.credits, ref.resident ? "" : "; waits for the pool");
+    log_.info("opened context %u of step %s (uid %u): %s%s, %u local tasks of %u, %llu bytes, %u send and "
+              "%u receive packets and %u credits per task%s",
+              ctx.id, step.c_str(), ctx.uid, mode_name(ctx.mode), ctx.cosched ? ", coscheduled" : "",
+              ref.local_tasks, ctx.ntasks, static_cast<unsigned long long>(ref.bytes), ref.share.send_slots,
+              ref.share.recv_slots, ref.share.credits, ref.resident ? "" : "; waits for the pool");
     stats_dirty_ = true;
     reply(c, control::ok());
 }
@@ -170,7 +169,7 @@ void Pool::close_context(uint32_t id, const char *why)
     for (auto &[l, fd] : w.attached)
         fds.push_back(fd);
     w.attached.clear();
-    log_.verbose("rdma: closed context %u of step %s: %s", id, step_name(w.ctx).c_str(), why);
+    log_.verbose("closed context %u of step %s: %s", id, step_name(w.ctx).c_str(), why);
     if (resident_ == static_cast<int>(id))
         resident_ = -1;
     erase_window(it);
@@ -182,8 +181,8 @@ void Pool::close_context(uint32_t id, const char *why)
 void Pool::attach(Client &c, const control::Ids &ids)
 {
     auto refuse = [&](const std::string &why) {
-        log_.error("rdma: refused to attach pid %d (uid %u) to context %u as rank %u: %s", c.pid, c.uid,
-                   ids.id, ids.rank, why.c_str());
+        log_.error("refused to attach pid %d (uid %u) to context %u as rank %u: %s", c.pid, c.uid, ids.id,
+                   ids.rank, why.c_str());
         reply(c, control::error(why));
         drop(c.fd, nullptr);
     };
@@ -233,7 +232,7 @@ void Pool::attach(Client &c, const control::Ids &ids)
         // attach, and locking a window faults in all of its pages (each
         // node's agent spent about 0.6 ms of a 64-node step's start on it).
         if (mlock(w.base, w.bytes) != 0)
-            log_.verbose("rdma: context %u: cannot pin its window: %s", w.ctx.id, std::strerror(errno));
+            log_.verbose("context %u: cannot pin its window: %s", w.ctx.id, std::strerror(errno));
         w.pinned = true;
     }
     if (!reply(c, control::attached(a), w.memfd))
@@ -256,7 +255,7 @@ void Pool::attach(Client &c, const control::Ids &ids)
                 release_task(w, c.fd);
         }
     }
-    log_.verbose("rdma: rank %u (pid %d) attached to context %u of step %s", ids.rank, c.pid, ids.id,
+    log_.verbose("rank %u (pid %d) attached to context %u of step %s", ids.rank, c.pid, ids.id,
                  step_name(w.ctx).c_str());
 }
 
@@ -267,7 +266,7 @@ void Pool::fail_context(Window &w, const std::string &why)
     w.failed = true;
     ++failures_;
     stats_dirty_ = true;
-    log_.error("rdma: context %u of step %s failed: %s", w.ctx.id, step_name(w.ctx).c_str(), why.c_str());
+    log_.error("context %u of step %s failed: %s", w.ctx.id, step_name(w.ctx).c_str(), why.c_str());
     // Its tasks see their control channel close: their calls fail with it.
     std::vector<int> fds;
     for (auto &[l, fd] : w.attached)

@@ -159,11 +159,11 @@ void Pool::drop(int fd, const char *why)
             if (a != w->second->attached.end() && a->second == fd)
                 w->second->attached.erase(a);
             if (why)
-                log_.verbose("rdma: context %u (step %s): rank %u detached: %s", c.ctx,
+                log_.verbose("context %u (step %s): rank %u detached: %s", c.ctx,
                              step_name(w->second->ctx).c_str(), c.rank, why);
         }
     } else if (why) {
-        log_.error("rdma: closed a control connection of pid %d (uid %u): %s", c.pid, c.uid, why);
+        log_.error("closed a control connection of pid %d (uid %u): %s", c.pid, c.uid, why);
     }
     if (c.ev)
         event_free(c.ev);
@@ -191,15 +191,15 @@ void Pool::handle(Client &c, const std::string &msg, int)
         Request q = route->read(r);
         if (route->sender == Sender::slurmstepd &&
             std::find(setup_.trusted.begin(), setup_.trusted.end(), c.uid) == setup_.trusted.end()) {
-            log_.error("rdma: refused to %s context %u for pid %d of uid %u: only slurmstepd may",
-                       route->verb, q.id, c.pid, c.uid);
+            log_.error("refused to %s context %u for pid %d of uid %u: only slurmstepd may", route->verb,
+                       q.id, c.pid, c.uid);
             reply(c, control::error(std::string("only slurmstepd may ") + route->verb +
                                     " a communication context"));
             return;
         }
         route->handle(*this, c, q);
     } catch (const std::exception &e) {
-        log_.error("rdma: malformed control message from pid %d (uid %u): %s", c.pid, c.uid, e.what());
+        log_.error("malformed control message from pid %d (uid %u): %s", c.pid, c.uid, e.what());
         drop(c.fd, nullptr);
     }
 }

@@ -61,7 +61,7 @@ void Pool::write_stats()
         line((std::string(name) + "_p99_us").c_str(), v.empty() ? 0 : percentile(v, 0.99));
     }
     if (!replace_file(setup_.stats_path, s, 0644, Spare::keep))
-        log_.verbose("rdma: cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
+        log_.verbose("cannot write %s: %s", setup_.stats_path.c_str(), std::strerror(errno));
 }
 
 } // namespace storm::rdma

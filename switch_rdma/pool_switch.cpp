@@ -64,7 +64,7 @@ bool Pool::halt(const std::set<uint32_t> &leaving, uint64_t seq, uint32_t quantu
             w->state = w->waiting.empty() ? Window::State::halted : Window::State::halting;
         wait = wait || !w->waiting.empty();
     }
-    log_.debug("rdma: switch %llu: halting%s", static_cast<unsigned long long>(seq), wait ? ", waiting" : "");
+    log_.debug("switch %llu: halting%s", static_cast<unsigned long long>(seq), wait ? ", waiting" : "");
     if (!wait)
         return false;
     // The switch waits for the halts, at most storm_pool_halt_wait: a halt
@@ -88,12 +88,12 @@ void Pool::on_halted(Client &c, uint64_t epoch)
         return;
     Window &w = *it->second;
     if (epoch != w.epoch) {
-        log_.verbose("rdma: context %u: rank %u halted at epoch %llu, not the current %llu", c.ctx, c.rank,
+        log_.verbose("context %u: rank %u halted at epoch %llu, not the current %llu", c.ctx, c.rank,
                      static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(w.epoch));
         return;
     }
     w.halted_fds.insert(c.fd);
-    log_.debug("rdma: context %u: rank %u halted at %llu after %u us", c.ctx, c.rank,
+    log_.debug("context %u: rank %u halted at %llu after %u us", c.ctx, c.rank,
                static_cast<unsigned long long>(epoch), micros_since(w.halt_sent));
     if (w.state == Window::State::running)
         release_task(w, c.fd); // it caught up with a release it could not take yet
@@ -257,8 +257,7 @@ void Pool::wait_stopped(Window &w)
         w.pool = this;
         w.stop_timer = evtimer_new(base_, on_stop_timer, &w);
         if (!w.stop_timer) {
-            log_.error("rdma: context %u: cannot watch its tasks stop: the context stays in the pool",
-                       w.ctx.id);
+            log_.warning("context %u: cannot watch its tasks stop: the context stays in the pool", w.ctx.id);
             return;
         }
     }
@@ -276,7 +275,7 @@ void Pool::arm_stop_timer(Window &w)
     timeval tv{0, static_cast<suseconds_t>(std::clamp<int64_t>(left, 0, w.stop_delay_us))};
     if (evtimer_add(w.stop_timer, &tv) != 0) {
         w.stop_delay_us = 0;
-        log_.error("rdma: context %u: cannot watch its tasks stop: the context stays in the pool", w.ctx.id);
+        log_.warning("context %u: cannot watch its tasks stop: the context stays in the pool", w.ctx.id);
     }
 }
 
@@ -304,7 +303,7 @@ void Pool::check_stopped(Window &w)
     if (const Client *c = running_task(w)) {
         if (std::chrono::steady_clock::now() >= w.stop_until) {
             stop_waiting(w);
-            log_.verbose("rdma: context %u: rank %u (pid %d) is not stopped: the context stays in the pool",
+            log_.verbose("context %u: rank %u (pid %d) is not stopped: the context stays in the pool",
                          w.ctx.id, c->rank, c->pid);
             return;
         }
