@@ -22,15 +22,18 @@
 //               later, and the context is swapped out then;
 //      swap:    with the leaving job stopped, its shares' headers and valid
 //               packets (or whole shares, storm_pool_swap=full) are copied
-//               to the context's backing store and the window's pages
-//               released; the running job's swapped context (if the pool is
-//               free) is copied back in and marked resident.  Nothing is
-//               copied before every thread of the leaving tasks is seen
-//               stopped (/proc): until then a timer checks again (200 us,
-//               doubling to 3.2 ms) and the switch goes on without waiting;
-//               once they are, the swap happens from the timer and the
-//               context that came in is released; after 100 ms the context
-//               stays in the pool;
+//               to the context's backing store and the context leaves the
+//               pool's accounting; its window stays mapped and its pages
+//               are kept (a task stopped inside its queues resumes on
+//               them: the pool is an accounting, not one shared buffer).
+//               The running job's swapped context (if the pool is free)
+//               has its saved packets written back into its window and is
+//               marked resident.  Nothing is copied before every thread
+//               of the leaving tasks is seen stopped (/proc): until then a
+//               timer checks again (200 us, doubling to 3.2 ms) and the
+//               switch goes on without waiting; once they are, the swap
+//               happens from the timer and the context that came in is
+//               released; after 100 ms the context stays in the pool;
 //      release: the tasks of the context swapped in are told to release:
 //               they exchange ready marks with their peers and inject
 //               again; the agent records when every one answered ready;
@@ -38,6 +41,11 @@
 //    while a context slurmctld marked coscheduled is open here (from
 //    slurmstepd's open to its close, or to the pool's end), its job is
 //    admitted; the local scheduler's verifier reads them on its thread.
+//
+// At a context's close (slurmstepd's, its id given to a new step, or the
+// pool's end) the agent unmaps its window and closes its memfd; the pages
+// are freed once the tasks, which map the window themselves until
+// storm_msg_finalize() or their exit, unmap it too.
 //
 // A context fails, and its tasks' control channels are closed (their calls
 // then fail with the reason), when a task reports failure (a peer died, or
@@ -48,6 +56,12 @@
 // written every second they changed to `stats_path` (replace_file, with
 // its spare kept), one "key value" per line, for storm-gang and the
 // benchmarks.
+//
+// The sources, one concern each: pool.cpp (construction, start, the
+// accounting), pool_control.cpp (the control socket, and which sender may
+// make which request), pool_contexts.cpp (open, attach, fail, close),
+// pool_switch.cpp (halt / swap / release), pool_stats.cpp (statistics);
+// pool_internal.hpp holds what they share.
 #pragma once
 
 #include <chrono>
@@ -123,6 +137,13 @@ private:
         void add(uint32_t v);
     };
 
+    // The control socket (pool_control.cpp): routes_ lists each request
+    // type with who may send it and its handler; handle() checks the sender.
+    enum class Sender;
+    struct Request;
+    struct Route;
+    static const Route routes_[];
+
     void on_client(int fd, const ucred &cred);
     static void on_readable(int fd, short, void *arg);
     static void on_halt_timeout(int, short, void *arg);
@@ -132,6 +153,9 @@ private:
     void drop(int fd, const char *why);
     bool reply(Client &c, const std::string &msg, int fd = -1);
 
+    void on_open(Client &c, const Context &ctx);
+    void on_close(Client &c, const control::Ids &ids);
+    void on_failed(Client &c, const std::string &why);
     void open_context(Client &c, const Context &ctx);
     // Every open window goes in and out of windows_ through these two (its
     // job's coscheduling admission follows).
@@ -165,8 +189,8 @@ private:
 
     event_base *base_;
     PoolSetup setup_;
-    Logger log_;
-    net::UnixServer server_; // the control socket
+    Logger log_;             // the component's child "rdma"
+    net::UnixServer server_; // the control socket (the component's logger, prefix "rdma")
     node::SwitchControl *switcher_ = nullptr;
     event *halt_timer_ = nullptr;
     event *stats_timer_ = nullptr;
