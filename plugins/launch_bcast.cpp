@@ -23,7 +23,7 @@
 //
 // launch/slurm relies on srun's MPIR process table, which srun allocates
 // only for a LaunchType containing "slurm"; step_launch allocates it.
-#include "plugins/common/shim.hpp"
+#include "slurm_adapter/shim.hpp"
 
 // src/srun/libsrun/opt.h declares "extern enum modes mode;", which only C
 // accepts for an enum it never defines; C++ needs an opaque declaration.
@@ -42,7 +42,7 @@ extern "C" {
 #include "launch_bcast/gate.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/thread_name.hpp"
-#include "plugins/common/bcast_job.hpp"
+#include "slurm_adapter/bcast_job.hpp"
 
 STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
 

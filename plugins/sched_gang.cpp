@@ -17,8 +17,8 @@
 // Locking: slurmctld calls init() and sched_p_reconfig() with its
 // configuration write lock held, so they read the partition list without
 // locking; fini() runs without locks and joins the poller.
-#include "plugins/common/shim.hpp"
-#include "plugins/common/gang_config.hpp"
+#include "slurm_adapter/shim.hpp"
+#include "slurm_adapter/gang_config.hpp"
 
 #include <condition_variable>
 #include <map>
@@ -29,7 +29,7 @@
 #include "lib/common/params.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/common/thread_name.hpp"
-#include "plugins/common/slurm_nodes.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 #include "sched_gang/config.hpp"
 #include "sched_gang/manager.hpp"
 

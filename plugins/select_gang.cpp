@@ -33,8 +33,8 @@
 // Known limit: some Slurm code tests SelectType with xstrstr(...,
 // "cons_tres") (GPU options, TRES reservations); with SelectType=select/gang
 // those paths behave as for a non-cons_tres selector.  See README.md.
-#include "plugins/common/shim.hpp"
-#include "plugins/common/gang_config.hpp"
+#include "slurm_adapter/shim.hpp"
+#include "slurm_adapter/gang_config.hpp"
 
 #include <cstring>
 #include <mutex>

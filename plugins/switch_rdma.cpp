@@ -49,7 +49,7 @@
 // is logged (file and line), kept as <file>.bad, and slurmctld starts from
 // the re-marks alone: every step slurmctld knows re-marks its id before any
 // new step is created, so no live step's id is handed out again.
-#include "plugins/common/shim.hpp"
+#include "slurm_adapter/shim.hpp"
 
 #include <arpa/inet.h>
 #include <atomic>
@@ -71,8 +71,8 @@
 #include "lib/common/cgroupfs.hpp"
 #include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
-#include "plugins/common/sbcast_cred.hpp"
-#include "plugins/common/slurm_nodes.hpp"
+#include "slurm_adapter/sbcast_cred.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 #include "cosched/protocol.h"
 #include "launch_bcast/gate.hpp"
 #include "sched_gang/freezer.hpp"
