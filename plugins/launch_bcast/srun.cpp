@@ -164,8 +164,8 @@ int StepBroadcasts::plan(srun_job_t *job, slurm_opt_t *opt_local) noexcept
                 b->plans.emplace_back(o, std::move(src));
                 if (sropt->send_libs) {
                     if (dest.back() == '/') {
-                        log_.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
-                                   "libraries not sent");
+                        log_.warning("--send-libs needs --bcast=/absolute/path with launch/bcast: "
+                                     "libraries not sent");
                     } else {
                         auto libs = storm::shim::shared_libraries(
                             program, sropt->bcast_exclude       ? sropt->bcast_exclude

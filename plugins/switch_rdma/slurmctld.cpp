@@ -136,8 +136,8 @@ void restore_state(SwitchContext &s, const char *dir, bool recover)
     } catch (const rdma::StateError &e) {
         std::string bad = path + ".bad";
         bool kept = rename(path.c_str(), bad.c_str()) == 0;
-        s.log.error("%s; starting from the steps slurmctld recovers (each re-marks its context)%s%s",
-                    e.what(), kept ? ", the file is kept as " : "", kept ? bad.c_str() : "");
+        s.log.warning("%s; starting from the steps slurmctld recovers (each re-marks its context)%s%s",
+                      e.what(), kept ? ", the file is kept as " : "", kept ? bad.c_str() : "");
     }
     s.ctld.sweep_pending = s.ctld.table.has_unconfirmed();
     s.log.verbose("restored %zu contexts from %s", s.ctld.table.size(), path.c_str());
