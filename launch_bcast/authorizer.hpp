@@ -1,6 +1,6 @@
 // Who may broadcast into which nodes: the check of a broadcast's credential.
 //
-// Slurm's sbcast credential (plugins/common/sbcast_cred.hpp checks it in
+// Slurm's sbcast credential (slurm_adapter/sbcast_cred.hpp checks it in
 // slurmd) names a job, its owner and its nodes, and is signed by
 // slurmctld; unit tests use a fake.
 //

@@ -1,6 +1,6 @@
 // Packing: where a new job of a gang partition should go so that the gang
 // matrix (matrix.hpp) keeps few slots and few idle cells.  A pure placement
-// policy, no Slurm: select/gang (plugins/select_gang.cpp) asks it and
+// policy, no Slurm: select/gang (plugins/select_gang/) asks it and
 // narrows cons_tres's candidate nodes to its answer.
 //
 // Buddy placement, as STORM's machine manager does (seed 000 section 2.1,

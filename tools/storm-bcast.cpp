@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "launch_bcast/client.hpp"
-#include "plugins/common/bcast_job.hpp"
+#include "slurm_adapter/bcast_job.hpp"
 
 using namespace storm;
 

@@ -37,7 +37,7 @@
 #include "lib/common/signals.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/prim/engine.hpp"
-#include "plugins/common/slurm_nodes.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 
 extern "C" {
 #include "src/common/read_config.h"
@@ -94,8 +94,8 @@ struct Probe {
     bool done = false, failed = false;
 };
 
-const char *kVars[] = {"gang:strobes",      "gang:ignored",      "gang:failsafes",    "gang:jobs",
-                       "gang:stopped",      "gang:frozen_jobs",  "gang:lent",         "gang:delay_p50_us",
+const char *kVars[] = {"gang:strobes",      "gang:ignored",     "gang:failsafes", "gang:jobs",
+                       "gang:stopped",      "gang:frozen_jobs", "gang:lent",      "gang:delay_p50_us",
                        "gang:delay_p99_us", "gang:delay_max_us"};
 constexpr size_t kNVars = sizeof kVars / sizeof *kVars;
 
@@ -176,8 +176,8 @@ int nodes(const std::vector<std::string> &args)
         std::fprintf(stderr, "storm-gang: the node agents did not answer within 120 s\n");
         return 1;
     }
-    std::printf("%-12s %8s %8s %9s %5s %7s %6s %8s %10s %10s %10s\n", "node", "strobes", "ignored", "failsafes",
-                "jobs", "stopped", "frozen", "lent", "delay_p50", "delay_p99", "delay_max");
+    std::printf("%-12s %8s %8s %9s %5s %7s %6s %8s %10s %10s %10s\n", "node", "strobes", "ignored",
+                "failsafes", "jobs", "stopped", "frozen", "lent", "delay_p50", "delay_p99", "delay_max");
     int rc = 0;
     std::vector<int64_t> p50s, p99s;
     for (size_t k = 0; k < pick.size(); ++k) {

@@ -35,7 +35,7 @@
 #include "lib/prim/checksum.hpp"
 #include "lib/prim/engine.hpp"
 #include "lib/prim/heartbeat.hpp"
-#include "plugins/common/slurm_nodes.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 
 extern "C" {
 #include "src/common/read_config.h"

@@ -1,4 +1,4 @@
-// The switch/rdma shim (plugins/switch_rdma.cpp) as Slurm drives it, without
+// The switch/rdma shim (plugins/switch_rdma/) as Slurm drives it, without
 // a cluster: the built plugin is loaded into this process, which plays
 // slurmctld (slurm_prog_name, the job records, find_job_record) and
 // slurmstepd (slurmd's `conf` with a spool directory where a fake node

@@ -2,34 +2,21 @@
 //
 // SPANK is the only plugin type that runs in every context of a job:
 // srun/sbatch/salloc (local, allocator), slurmstepd (remote) and slurmd.
-// It logs one line naming itself, its version and the context, and
+// These are the entry points Slurm looks up; each does its context's part.
+// The plugin logs one line naming itself, its version and the context, and
 // registers Storm's user-visible options:
 //
 //   --storm-cosched  (srun, sbatch, salloc) implicit coscheduling for an
 //                    unmodified MPI program: in each task of the job's
-//                    steps (not the batch script, not the extern step) the
-//                    PMPI library libstorm_cosched_pmpi.so is prepended to
-//                    LD_PRELOAD, so that the tasks register with the node's
-//                    local scheduler at MPI_Init and report message
-//                    arrivals (cosched/README.md).  The node agent refuses
-//                    jobs outside storm_cosched_partitions; the library
-//                    then says so on the task's stderr and stays idle.
+//                    steps, slurmstepd's part (slurmstepd.cpp) prepends the
+//                    PMPI library libstorm_cosched_pmpi.so to LD_PRELOAD.
+//                    The node agent refuses jobs outside
+//                    storm_cosched_partitions; the library then says so on
+//                    the task's stderr and stays idle.
 //
 // In slurmd, slurm_spank_init runs before slurmd daemonizes: no thread may
 // be started here (the node agent lives in switch/rdma's init()).
-extern "C" {
-#include <slurm/slurm.h> // SLURM_MAX_NORMAL_STEP_ID
-#include <slurm/spank.h>
-}
-
-#include <cerrno>
-#include <cstring>
-#include <string>
-#include <unistd.h>
-
-#ifndef STORM_COSCHED_PMPI
-#define STORM_COSCHED_PMPI "/usr/local/lib/storm/libstorm_cosched_pmpi.so"
-#endif
+#include "plugins/spank_storm/parts.hpp"
 
 extern "C" {
 extern const char plugin_name[] = "storm";
@@ -93,37 +80,12 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
     return ESPANK_SUCCESS;
 }
 
-// In each task (remote context, as the user, before exec): with
-// --storm-cosched, the PMPI library goes first in LD_PRELOAD.  A missing
-// library is logged and the task runs without it.
+// In each task (remote context, as the user, before exec): --storm-cosched.
 extern "C" int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
     if (spank_option_getopt(sp, &cosched_opt, nullptr) != ESPANK_SUCCESS)
         return ESPANK_SUCCESS; // not given
-    uint32_t step = 0;
-    if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step > SLURM_MAX_NORMAL_STEP_ID)
-        return ESPANK_SUCCESS; // the batch script and the extern step run no MPI
-    const char *lib = STORM_COSCHED_PMPI;
-    if (access(lib, R_OK) != 0) {
-        slurm_error("spank/storm: --storm-cosched: cannot read %s: %s (the task runs without coscheduling)",
-                    lib, std::strerror(errno));
-        return ESPANK_SUCCESS;
-    }
-    char old[4096] = "";
-    std::string value = lib;
-    spank_err_t rc = spank_getenv(sp, "LD_PRELOAD", old, sizeof old);
-    if (rc == ESPANK_SUCCESS && old[0] && !std::strstr(old, lib))
-        value += std::string(" ") + old;
-    else if (rc == ESPANK_SUCCESS && std::strstr(old, lib))
-        value = old;
-    else if (rc == ESPANK_NOSPACE) {
-        slurm_error("spank/storm: --storm-cosched: LD_PRELOAD is longer than 4096 bytes: left alone");
-        return ESPANK_SUCCESS;
-    }
-    rc = spank_setenv(sp, "LD_PRELOAD", value.c_str(), 1);
-    if (rc != ESPANK_SUCCESS)
-        slurm_error("spank/storm: --storm-cosched: cannot set LD_PRELOAD: %s", spank_strerror(rc));
-    return ESPANK_SUCCESS;
+    return storm::plugins::spank_storm::slurmstepd::preload_cosched(sp);
 }
 
 // sbatch/salloc apply -v before this hook; srun only before local_user_init.

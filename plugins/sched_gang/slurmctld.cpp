@@ -1,11 +1,4 @@
-// sched/gang: Storm's machine manager inside slurmctld.
-//
-// Slurm-facing shim.  It wraps sched/backfill so that sites keep backfill
-// scheduling: init() loads sched/backfill through Slurm's own plugin loader
-// (which starts the backfill thread), sched_p_reconfig() forwards to it and
-// fini() unloads it (which stops the thread).  Storm's settings in
-// SchedulerParameters carry the prefix "storm_" (sched_gang/config.hpp);
-// the others are backfill's.
+// sched/gang in slurmctld: Storm's machine manager and its poller.
 //
 // When a partition has OverSubscribe=FORCE:N (N >= 2), init() starts the
 // machine manager (sched_gang/manager.hpp) and a poller thread that reads
@@ -17,21 +10,12 @@
 // Locking: slurmctld calls init() and sched_p_reconfig() with its
 // configuration write lock held, so they read the partition list without
 // locking; fini() runs without locks and joins the poller.
-#include "plugins/common/shim.hpp"
-#include "plugins/common/gang_config.hpp"
-
-#include <condition_variable>
-#include <map>
-#include <mutex>
-#include <thread>
+#include "plugins/sched_gang/parts.hpp"
 
 #include "agent/agent_config.hpp"
-#include "lib/common/params.hpp"
-#include "lib/net/munge_auth.hpp"
 #include "lib/common/thread_name.hpp"
-#include "plugins/common/slurm_nodes.hpp"
-#include "sched_gang/config.hpp"
-#include "sched_gang/manager.hpp"
+#include "lib/net/munge_auth.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 
 extern "C" {
 #include "src/common/job_resources.h"
@@ -40,80 +24,11 @@ extern "C" {
 #include "src/slurmctld/slurmctld.h"
 }
 
-STORM_PLUGIN_IDENTITY("Storm gang scheduler (wraps sched/backfill)", "sched/gang")
+namespace storm::plugins::sched_gang {
 
 namespace {
 
-const char *backfill_syms[] = {"sched_p_reconfig"};
-struct BackfillOps {
-    int (*reconfig)(void);
-};
-
 storm::gang::Timing timing(const storm::gang::GangConfig &c) { return {c.quantum, c.failsafe, c.mpl}; }
-
-struct SchedContext {
-    storm::Logger log{"sched/gang"};
-    storm::shim::WrappedPlugin<BackfillOps> backfill{"sched", "sched/backfill", backfill_syms,
-                                                     sizeof(backfill_syms)};
-    std::unique_ptr<storm::gang::MachineManager> manager;
-    std::map<std::string, uint32_t> index; // node name -> Storm's index
-    std::vector<std::string> gang_parts;
-    // Swapped communication contexts (switch_rdma, storm_pool_mode=auto):
-    // the node's pool goes to one job at a time, so a job holds whole
-    // nodes in the matrix, and two jobs of a node never share a slot.
-    bool whole_nodes = false;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool quit = false;
-    std::thread poller;
-
-    ~SchedContext()
-    {
-        {
-            std::lock_guard<std::mutex> lk(mu);
-            quit = true;
-        }
-        cv.notify_all();
-        if (poller.joinable())
-            poller.join();
-        manager.reset();
-    }
-
-    void start_manager(const storm::gang::GangConfig &c);
-    void poll() noexcept;
-    storm::gang::Snapshot snapshot();
-    void extend_end_times();
-    // Stopped time not yet added to each job's end time (under a second).
-    std::map<uint32_t, std::chrono::microseconds> carry;
-};
-
-SchedContext *g_ctx = nullptr;
-
-void SchedContext::start_manager(const storm::gang::GangConfig &c)
-{
-    auto agent = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
-    storm::gang::ManagerConfig mc;
-    auto table = storm::shim::slurm_node_table();
-    mc.nodes = storm::shim::agent_addresses(table, agent.port);
-    for (size_t i = 0; i < table.size(); ++i) {
-        mc.names.push_back(table[i].name);
-        index[table[i].name] = static_cast<uint32_t>(i);
-    }
-    mc.fanout = agent.fanout;
-    whole_nodes = !agent.pool.force_divided;
-    mc.rt_priority = agent.rt_priority;
-    mc.mcast = agent.mcast;
-    mc.timing = timing(c);
-    if (slurm_conf.state_save_location)
-        mc.status_path = std::string(slurm_conf.state_save_location) + "/storm-gang.status";
-    manager = std::make_unique<storm::gang::MachineManager>(std::move(mc),
-                                                            storm::shim::daemon_authenticator(), log);
-    manager->start();
-    poller = std::thread([this] {
-        storm::name_thread("storm-poll");
-        poll();
-    });
-}
 
 // The cells of a job: (Storm's node index << 20 | core) for each core
 // Slurm allocated it, or (node << 20) for each node with `whole_nodes`;
@@ -153,9 +68,51 @@ bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, 
     return !nodes.empty();
 }
 
+} // namespace
+
+GangMachine::GangMachine(const Logger &log) : log(log), gang_log(log.child("gang")) {}
+
+GangMachine::~GangMachine()
+{
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        quit = true;
+    }
+    cv.notify_all();
+    if (poller.joinable())
+        poller.join();
+    manager.reset();
+}
+
+void GangMachine::start_manager(const storm::gang::GangConfig &c)
+{
+    auto agent = storm::agent::AgentConfig::from_switch_parameters(slurm_conf.switch_param);
+    storm::gang::ManagerConfig mc;
+    auto table = storm::shim::slurm_node_table();
+    mc.nodes = storm::shim::agent_addresses(table, agent.port);
+    for (size_t i = 0; i < table.size(); ++i) {
+        mc.names.push_back(table[i].name);
+        index[table[i].name] = static_cast<uint32_t>(i);
+    }
+    mc.fanout = agent.fanout;
+    whole_nodes = !agent.pool.force_divided;
+    mc.rt_priority = agent.rt_priority;
+    mc.mcast = agent.mcast;
+    mc.timing = timing(c);
+    if (slurm_conf.state_save_location)
+        mc.status_path = std::string(slurm_conf.state_save_location) + "/storm-gang.status";
+    manager = std::make_unique<storm::gang::MachineManager>(std::move(mc),
+                                                            storm::shim::daemon_authenticator(), log);
+    manager->start();
+    poller = std::thread([this] {
+        storm::name_thread("storm-poll");
+        poll();
+    });
+}
+
 // The running and suspended jobs of the gang partitions, read under
 // slurmctld's job, node and partition read locks.
-storm::gang::Snapshot SchedContext::snapshot()
+storm::gang::Snapshot GangMachine::snapshot()
 {
     std::vector<std::string> parts;
     {
@@ -187,7 +144,7 @@ storm::gang::Snapshot SchedContext::snapshot()
 // other slots (MachineManager::take_stopped), in whole seconds, as Slurm
 // moves a suspended job's: its time limit counts the time it ran.  Under
 // slurmctld's job write lock.
-void SchedContext::extend_end_times()
+void GangMachine::extend_end_times()
 {
     auto stopped = manager->take_stopped();
     if (stopped.empty())
@@ -219,7 +176,7 @@ void SchedContext::extend_end_times()
         it = stopped.count(it->first) ? std::next(it) : carry.erase(it);
 }
 
-void SchedContext::poll() noexcept
+void GangMachine::poll() noexcept
 {
     std::unique_lock<std::mutex> lk(mu);
     unsigned round = 0;
@@ -230,47 +187,32 @@ void SchedContext::poll() noexcept
             if (++round % 20 == 0) // once a second
                 extend_end_times();
         } catch (const std::exception &e) {
-            log.error("gang: reading the job list: %s", e.what());
+            gang_log.error("reading the job list: %s", e.what());
         }
         lk.lock();
         cv.wait_for(lk, std::chrono::milliseconds(50), [this] { return quit; });
     }
 }
 
-} // namespace
-
-extern "C" int init(void)
+void GangMachine::init(const storm::gang::GangConfig &c)
 {
-    return storm::shim::init_context(g_ctx, "sched/gang", [] {
-        auto config = storm::shim::read_gang_config();
-        auto ctx = std::make_unique<SchedContext>();
-        storm::shim::log_loaded(ctx->log, running_in_daemon(),
-                                "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
-                                STORM_SLURM_VERSION);
-        ctx->gang_parts = config.partitions;
-        if (running_in_slurmctld() && !config.partitions.empty())
-            ctx->start_manager(config);
-        else if (running_in_slurmctld())
-            ctx->log.info(
-                "gang: no partition has OverSubscribe=FORCE:N with N >= 2: nothing to gang-schedule");
-        return ctx;
-    });
+    gang_parts = c.partitions;
+    if (running_in_slurmctld() && !c.partitions.empty())
+        start_manager(c);
+    else if (running_in_slurmctld())
+        gang_log.info("no partition has OverSubscribe=FORCE:N with N >= 2: nothing to gang-schedule");
 }
 
-extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
-
-extern "C" int sched_p_reconfig(void)
+void GangMachine::reconfigure(const storm::gang::GangConfig &c)
 {
-    return storm::shim::guarded(g_ctx->log, "reconfig", [] {
-        auto config = storm::shim::read_gang_config();
-        {
-            std::lock_guard<std::mutex> lk(g_ctx->mu);
-            g_ctx->gang_parts = config.partitions;
-        }
-        if (g_ctx->manager)
-            g_ctx->manager->set_timing(timing(config));
-        else if (!config.partitions.empty() && running_in_slurmctld())
-            g_ctx->start_manager(config);
-        return g_ctx->backfill.ops().reconfig();
-    });
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        gang_parts = c.partitions;
+    }
+    if (manager)
+        manager->set_timing(timing(c));
+    else if (!c.partitions.empty() && running_in_slurmctld())
+        start_manager(c);
 }
+
+} // namespace storm::plugins::sched_gang

@@ -25,7 +25,7 @@
 #include "launch_bcast/authorizer.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/net/wire.hpp"
-#include "plugins/common/slurm_nodes.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 
 namespace storm::shim {
 

@@ -1,11 +1,7 @@
-// launch/bcast: srun's step launcher with Storm's broadcast in front.
-//
-// Slurm-facing shim, loaded by srun only (LaunchType=launch/bcast).  It
-// wraps launch/slurm, loaded through Slurm's plugin loader, and forwards
-// every launch_p_* call to it.  `srun --bcast` sends the program through
-// the node agents (launch_bcast/) while Slurm launches the step:
+// launch/bcast in srun: `srun --bcast` sends the program through the node
+// agents (launch_bcast/) while Slurm launches the step.
 //  - create_job_step, once the step exists, checks the program (and its
-//    libraries with --send-libs) and gets the broadcast credential;
+//    libraries with --send-libs) and gets the broadcast credential (plan);
 //  - step_launch opens the broadcasts on every node and waits for that: a
 //    bad destination, a full disk, a refused credential end the step there
 //    with the reason, and nothing is launched.  Then a thread streams the
@@ -14,63 +10,25 @@
 //    launches it through launch/slurm at once: each node's slurmstepd
 //    (switch/rdma) holds the tasks until the program is in place on every
 //    node, or fails the step with the broadcast's error, which srun then
-//    prints once it collected the thread;
+//    prints once it collected the thread (launch);
 //  - fwd_signal: srun ending the step cancels a broadcast still under way
-//    (its nodes then fail the tasks instead of starting them).
-//
-// srun prints info() lines on the user's terminal, so the "loaded" line is
-// logged at verbose level: `srun -v` shows it.
-//
-// launch/slurm relies on srun's MPIR process table, which srun allocates
-// only for a LaunchType containing "slurm"; step_launch allocates it.
-#include "plugins/common/shim.hpp"
+//    (its nodes then fail the tasks instead of starting them) (cancel_all).
+#include "plugins/launch_bcast/parts.hpp"
 
-// src/srun/libsrun/opt.h declares "extern enum modes mode;", which only C
-// accepts for an enum it never defines; C++ needs an opaque declaration.
-enum modes : int;
-extern "C" {
-#include "src/srun/libsrun/launch.h"
-#include "src/srun/libsrun/multi_prog.h"
-}
 #include <chrono>
-#include <csignal>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "launch_bcast/gate.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/thread_name.hpp"
-#include "plugins/common/bcast_job.hpp"
+#include "slurm_adapter/bcast_job.hpp"
 
-STORM_PLUGIN_IDENTITY("Storm broadcast launcher (wraps launch/slurm)", "launch/bcast")
-
-namespace {
-
-// Must match plugin_ops_t and syms[] in src/srun/libsrun/launch.c.
-const char *launch_syms[] = {
-    "launch_p_setup_srun_opt",  "launch_p_handle_multi_prog_verify",
-    "launch_p_create_job_step", "launch_p_step_launch",
-    "launch_p_step_wait",       "launch_p_step_terminate",
-    "launch_p_print_status",    "launch_p_fwd_signal",
-};
-struct LaunchOps {
-    int (*setup_srun_opt)(char **rest, slurm_opt_t *opt_local);
-    int (*handle_multi_prog)(int command_pos, slurm_opt_t *opt_local);
-    int (*create_job_step)(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
-                           sig_atomic_t *destroy_job, slurm_opt_t *opt_local);
-    int (*step_launch)(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
-                       slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local);
-    int (*step_wait)(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local);
-    int (*step_terminate)(void);
-    void (*print_status)(void);
-    void (*fwd_signal)(int signal);
-};
+namespace storm::plugins::launch_bcast {
 
 // The broadcasts of one step's srun --bcast, opened on every node and
 // streamed by `thread` while the step launches.
-struct StepBroadcast {
+struct StepBroadcasts::Step {
     std::unique_ptr<storm::net::Authenticator> auth;
     // What to send (the program, then its libraries), checked when the
     // step was created, and the broadcasts once step_launch opened them.
@@ -110,37 +68,7 @@ struct StepBroadcast {
     }
 };
 
-struct LaunchContext {
-    storm::Logger log{"launch/bcast"};
-    storm::shim::WrappedPlugin<LaunchOps> slurm_launch{"launch", "launch/slurm", launch_syms,
-                                                       sizeof(launch_syms)};
-    // By step: het job components launch from threads of their own.  A
-    // step's entry lives until step_launch collected its thread.
-    std::mutex mu;
-    std::map<const srun_job_t *, std::unique_ptr<StepBroadcast>> broadcasts;
-
-    StepBroadcast *find(const srun_job_t *job)
-    {
-        std::lock_guard<std::mutex> l(mu);
-        auto it = broadcasts.find(job);
-        return it == broadcasts.end() ? nullptr : it->second.get();
-    }
-    void erase(const srun_job_t *job)
-    {
-        std::lock_guard<std::mutex> l(mu);
-        broadcasts.erase(job);
-    }
-    ~LaunchContext()
-    {
-        // srun ended before launching a step whose broadcast runs: wait for
-        // it (a thread must not outlive the plugin).
-        for (auto &[job, b] : broadcasts)
-            if (b->thread.joinable())
-                b->thread.join();
-    }
-};
-
-LaunchContext *g_ctx = nullptr;
+namespace {
 
 // What srun says when the program cannot be broadcast: nothing is launched.
 std::string cannot_broadcast(const std::string &program, const std::string &why)
@@ -169,44 +97,40 @@ void complete_step(const srun_job_t *job)
 
 } // namespace
 
-extern "C" int init(void)
+StepBroadcasts::StepBroadcasts(const Logger &log) : log_(log) {}
+
+StepBroadcasts::~StepBroadcasts()
 {
-    return storm::shim::init_context(g_ctx, "launch/bcast", [] {
-        auto ctx = std::make_unique<LaunchContext>();
-        storm::shim::log_loaded(ctx->log, running_in_daemon(),
-                                "Storm %s loaded (Slurm %s); wrapping launch/slurm", STORM_VERSION,
-                                STORM_SLURM_VERSION);
-        return ctx;
-    });
+    // srun ended before launching a step whose broadcast runs: wait for it
+    // (a thread must not outlive the plugin).
+    for (auto &[job, b] : steps_)
+        if (b->thread.joinable())
+            b->thread.join();
 }
 
-extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
-
-extern "C" {
-
-int launch_p_setup_srun_opt(char **rest, slurm_opt_t *opt_local)
+StepBroadcasts::Step *StepBroadcasts::find(const srun_job_t *job)
 {
-    return g_ctx->slurm_launch.ops().setup_srun_opt(rest, opt_local);
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = steps_.find(job);
+    return it == steps_.end() ? nullptr : it->second.get();
 }
-int launch_p_handle_multi_prog_verify(int command_pos, slurm_opt_t *opt_local)
+
+void StepBroadcasts::erase(const srun_job_t *job)
 {
-    return g_ctx->slurm_launch.ops().handle_multi_prog(command_pos, opt_local);
+    std::lock_guard<std::mutex> l(mu_);
+    steps_.erase(job);
 }
-int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_function)(int),
-                             sig_atomic_t *destroy_job, slurm_opt_t *opt_local)
+
+int StepBroadcasts::plan(srun_job_t *job, slurm_opt_t *opt_local) noexcept
 {
-    int rc =
-        g_ctx->slurm_launch.ops().create_job_step(job, use_all_cpus, signal_function, destroy_job, opt_local);
-    srun_opt_t *sropt = opt_local ? opt_local->srun_opt : nullptr;
-    if (rc != SLURM_SUCCESS || !job || !sropt || !sropt->bcast_flag)
-        return rc;
+    srun_opt_t *sropt = opt_local->srun_opt;
     if (!slurm_conf.switch_type || std::strcmp(slurm_conf.switch_type, "switch/rdma") != 0) {
         // No node agents to send through: srun's own broadcast does it.
-        g_ctx->log.verbose("SwitchType is %s, not switch/rdma: no Storm agents, srun broadcasts itself",
-                           slurm_conf.switch_type ? slurm_conf.switch_type : "none");
-        return rc;
+        log_.verbose("SwitchType is %s, not switch/rdma: no Storm agents, srun broadcasts itself",
+                     slurm_conf.switch_type ? slurm_conf.switch_type : "none");
+        return SLURM_SUCCESS;
     }
-    return storm::shim::guarded(g_ctx->log, "srun --bcast", [&] {
+    return storm::shim::guarded(log_, "srun --bcast", [&] {
         try {
             if (sropt->argc == 0 || !sropt->argv || !sropt->argv[0])
                 throw storm::bcast::BcastError("no command name to broadcast");
@@ -222,7 +146,7 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
             uint32_t het_offset = NO_VAL;
             if (sropt->het_grp_bits)
                 het_offset = static_cast<uint32_t>(bit_ffs(sropt->het_grp_bits));
-            auto b = std::make_unique<StepBroadcast>();
+            auto b = std::make_unique<Step>();
             b->program = program;
             b->dest = dest;
             auto target = storm::shim::bcast_target(job->step_id.job_id, job->step_id.step_id, het_offset);
@@ -240,8 +164,8 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                 b->plans.emplace_back(o, std::move(src));
                 if (sropt->send_libs) {
                     if (dest.back() == '/') {
-                        g_ctx->log.error("--send-libs needs --bcast=/absolute/path with launch/bcast: "
-                                         "libraries not sent");
+                        log_.warning("--send-libs needs --bcast=/absolute/path with launch/bcast: "
+                                     "libraries not sent");
                     } else {
                         auto libs = storm::shim::shared_libraries(
                             program, sropt->bcast_exclude       ? sropt->bcast_exclude
@@ -257,12 +181,12 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
                 throw storm::bcast::BcastError(cannot_broadcast(program, e.what()));
             }
             {
-                std::lock_guard<std::mutex> l(g_ctx->mu);
-                g_ctx->broadcasts[job] = std::move(b);
+                std::lock_guard<std::mutex> l(mu_);
+                steps_[job] = std::move(b);
             }
             // As srun does after its own broadcast: run the copy.  srun's
             // broadcast is off: the file will be there before any task
-            // starts (step_launch and the launch gate).
+            // starts (launch() and the launch gate).
             xfree(sropt->argv[0]);
             sropt->argv[0] = xstrdup(dest.c_str());
             sropt->bcast_flag = false;
@@ -273,16 +197,10 @@ int launch_p_create_job_step(srun_job_t *job, bool use_all_cpus, void (*signal_f
         }
     });
 }
-int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t *global_rc,
-                         slurm_step_launch_callbacks_t *step_callbacks, slurm_opt_t *opt_local)
+
+int StepBroadcasts::launch(srun_job_t *job, uint32_t *global_rc, const std::function<int()> &slurm_launch)
 {
-    // srun sets up the MPIR process table only when LaunchType contains
-    // "slurm" (src/srun/srun.c), and launch/slurm writes every started task
-    // into it: do what srun does for launch/slurm.  srun frees it
-    // (mpir_cleanup) whatever the launcher.
-    if (!MPIR_proctable)
-        mpir_init(job->ntasks);
-    StepBroadcast *b = g_ctx->find(job);
+    Step *b = find(job);
     if (b) {
         // Connections to the agents open here, not when the step was
         // created: srun forks its shepherd in between, which would keep
@@ -296,19 +214,18 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
             for (auto &r : b->runs)
                 b->sids.push_back(r->open());
         } catch (const std::exception &e) {
-            g_ctx->log.error("srun --bcast: %s", cannot_broadcast(b->program, e.what()).c_str());
+            log_.error("srun --bcast: %s", cannot_broadcast(b->program, e.what()).c_str());
             b->runs.clear();
-            g_ctx->erase(job);
+            erase(job);
             complete_step(job);
             if (global_rc && *global_rc == 0)
                 *global_rc = 1;
             return SLURM_ERROR;
         }
-        g_ctx->log.verbose(
-            "%s -> %s on %u nodes through Storm: opened in %.3f s, the launch goes on "
-            "while it streams",
-            b->program.c_str(), b->dest.c_str(), b->nodes,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
+        log_.verbose("%s -> %s on %u nodes through Storm: opened in %.3f s, the launch goes on "
+                     "while it streams",
+                     b->program.c_str(), b->dest.c_str(), b->nodes,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - b->start).count());
         b->thread = std::thread([b] {
             storm::name_thread("storm-bcast");
             // srun's signal thread takes the signals (and cancels us).
@@ -325,48 +242,37 @@ int launch_p_step_launch(srun_job_t *job, slurm_step_io_fds_t *cio_fds, uint32_t
         unsetenvp(job->env, storm::bcast::gate::env_name);
     // srun loads its launcher before it applies -v, so init()'s line stays
     // hidden: say at launch, when -v is in force, who launches the step.
-    g_ctx->log.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
-                       STORM_SLURM_VERSION, job->ntasks);
-    int rc = g_ctx->slurm_launch.ops().step_launch(job, cio_fds, global_rc, step_callbacks, opt_local);
+    log_.verbose("Storm %s (Slurm %s): launching %u tasks through launch/slurm", STORM_VERSION,
+                 STORM_SLURM_VERSION, job->ntasks);
+    int rc = slurm_launch();
     if (!b)
         return rc;
     // The nodes started the tasks once the broadcasts ended: the thread is
     // done, or about to be.
     b->thread.join();
     struct Erase {
+        StepBroadcasts &all;
         const srun_job_t *job;
-        ~Erase() { g_ctx->erase(job); }
-    } erase{job};
+        ~Erase() { all.erase(job); }
+    } erase_step{*this, job};
     if (b->error.empty()) {
-        g_ctx->log.verbose("%s -> %s on %u nodes through Storm in %.3f s", b->program.c_str(),
-                           b->dest.c_str(), b->nodes, b->seconds);
+        log_.verbose("%s -> %s on %u nodes through Storm in %.3f s", b->program.c_str(), b->dest.c_str(),
+                     b->nodes, b->seconds);
     } else {
         // The nodes' slurmstepd failed the tasks (launch/slurm printed a
         // line per task, and still returns success): say why, and exit 1.
-        g_ctx->log.error("%s", cannot_broadcast(b->program, b->error).c_str());
+        log_.error("%s", cannot_broadcast(b->program, b->error).c_str());
         if (global_rc && *global_rc == 0)
             *global_rc = 1;
     }
     return rc;
 }
-int launch_p_step_wait(srun_job_t *job, bool got_alloc, slurm_opt_t *opt_local)
+
+void StepBroadcasts::cancel_all()
 {
-    return g_ctx->slurm_launch.ops().step_wait(job, got_alloc, opt_local);
-}
-int launch_p_step_terminate(void) { return g_ctx->slurm_launch.ops().step_terminate(); }
-void launch_p_print_status(void) { g_ctx->slurm_launch.ops().print_status(); }
-void launch_p_fwd_signal(int signal)
-{
-    // srun ends the step (a second Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, a
-    // broken pipe: srun forwards SIGINT or SIGKILL): a program still on its
-    // way is not wanted any more.  Cancelled, the broadcast aborts on every
-    // node, whose slurmstepd then fail the tasks instead of starting them.
-    if (signal == SIGINT || signal == SIGKILL) {
-        std::lock_guard<std::mutex> l(g_ctx->mu);
-        for (auto &[job, b] : g_ctx->broadcasts)
-            b->cancel();
-    }
-    g_ctx->slurm_launch.ops().fwd_signal(signal);
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto &[job, b] : steps_)
+        b->cancel();
 }
 
-} // extern "C"
+} // namespace storm::plugins::launch_bcast

@@ -12,7 +12,7 @@
 
 #include "agent/agent_config.hpp"
 #include "launch_bcast/client.hpp"
-#include "plugins/common/slurm_nodes.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
 
 extern "C" {
 #include "slurm/slurm.h"

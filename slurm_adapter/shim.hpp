@@ -65,7 +65,8 @@ inline void slurm_log_sink(LogLevel level, const char *line)
 // reconfigure): the highest level any of its logs writes.
 inline bool slurm_log_wants(LogLevel level)
 {
-    static const int levels[] = {LOG_LEVEL_ERROR, LOG_LEVEL_INFO, LOG_LEVEL_INFO, LOG_LEVEL_VERBOSE, LOG_LEVEL_DEBUG};
+    static const int levels[] = {LOG_LEVEL_ERROR, LOG_LEVEL_INFO, LOG_LEVEL_INFO, LOG_LEVEL_VERBOSE,
+                                 LOG_LEVEL_DEBUG};
     return get_log_level() >= levels[static_cast<int>(level)];
 }
 

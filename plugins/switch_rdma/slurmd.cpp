@@ -1,0 +1,127 @@
+// switch/rdma in slurmd: the node agent (agent/).
+//
+// slurmd loads EVERY switch_*.so in PluginDir after daemonizing and calls
+// its init(); Slurm has no node-init hook, so init() is where the node agent
+// starts: only when the process is slurmd and SwitchType=switch/rdma.
+// fini() stops it (destroying what start_node_agent() returned).
+#include "plugins/switch_rdma/parts.hpp"
+
+#include <set>
+#include <unistd.h>
+#include <vector>
+
+#include "lib/common/procs.hpp"
+#include "slurm_adapter/sbcast_cred.hpp"
+#include "slurm_adapter/slurm_nodes.hpp"
+#include "lib/node/cosched_protocol.h"
+#include "launch_bcast/gate.hpp"
+#include "sched_gang/freezer.hpp"
+#include "switch_rdma/control.hpp"
+
+extern "C" {
+#include "src/common/list.h"
+#include "src/common/read_config.h"
+#include "src/common/stepd_api.h"
+}
+
+namespace storm::plugins::switch_rdma {
+
+namespace {
+
+// The processes of the steps (not batch, extern or interactive) of `jobs`
+// on this node, as each step's slurmstepd lists them (its proctrack
+// container).  Runs on the gang switcher's scanner thread.
+std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &spool, const std::string &node,
+                                                           const std::set<uint32_t> &jobs)
+{
+    std::map<uint32_t, std::vector<pid_t>> out;
+    List steps = stepd_available(spool.c_str(), node.c_str());
+    if (!steps)
+        throw std::runtime_error("cannot list the steps in " + spool);
+    ListIterator it = list_iterator_create(steps);
+    while (auto *loc = static_cast<step_loc_t *>(list_next(it))) {
+        if (!jobs.count(loc->step_id.job_id) || loc->step_id.step_id > SLURM_MAX_NORMAL_STEP_ID)
+            continue;
+        uint16_t proto = 0;
+        int fd = stepd_connect(loc->directory, loc->nodename, &loc->step_id, &proto);
+        if (fd < 0)
+            continue; // the step just ended
+        uint32_t *pids = nullptr, count = 0;
+        if (stepd_list_pids(fd, proto, &pids, &count) == SLURM_SUCCESS) {
+            auto &v = out[loc->step_id.job_id];
+            for (uint32_t i = 0; i < count; ++i)
+                if (pids[i] > 1 && !storm::kernel_thread(static_cast<pid_t>(pids[i])))
+                    v.push_back(static_cast<pid_t>(pids[i]));
+        }
+        xfree(pids);
+        close(fd);
+    }
+    list_iterator_destroy(it);
+    FREE_NULL_LIST(steps);
+    return out;
+}
+
+} // namespace
+
+namespace slurmd {
+
+// The node agent on the agents' network as slurmd sees it: Slurm's node
+// table with the agent port, this node's index, munge with SlurmUser's and
+// SlurmdUser's uids; without a network (its loop only) if this node is not
+// in the table.  Started; throws if it cannot start.
+std::unique_ptr<agent::NodeAgent> start_node_agent(const agent::AgentConfig &config, const Logger &log)
+{
+    auto agent_network = [&]() -> std::optional<storm::agent::AgentNetwork> {
+        auto table = storm::shim::slurm_node_table();
+        std::string me = slurmd_node_name();
+        storm::agent::AgentNetwork net;
+        net.self = UINT32_MAX;
+        net.nodes = storm::shim::agent_addresses(table, config.port);
+        for (size_t i = 0; i < table.size(); ++i) {
+            net.names.push_back(table[i].name);
+            if (table[i].name == me)
+                net.self = static_cast<uint32_t>(i);
+        }
+        if (net.self == UINT32_MAX) {
+            log.error("node %s is not in slurm.conf's node table: the primitives are off on this node",
+                      me.c_str());
+            return std::nullopt;
+        }
+        net.auth = storm::shim::daemon_authenticator();
+        std::string spool = slurmd_spool_dir();
+        net.trusted = {0, slurm_conf.slurmd_user_id};
+        net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
+            return list_step_processes(spool, me, jobs);
+        };
+        // Broadcasts: Slurm's sbcast credential (signed by SlurmUser, or
+        // root), open ones journaled in slurmd's spool directory.
+        storm::bcast::NodeSetup bcast;
+        bcast.authorizer = std::make_unique<storm::shim::SbcastAuthorizer>(
+            storm::net::MungeAuth::socket_from_authinfo(slurm_conf.authinfo),
+            std::vector<uid_t>{slurm_conf.slurm_user_id, 0}, table);
+        bcast.journal_dir = spool + "/storm-bcast";
+        bcast.gate_socket = spool + "/" + storm::bcast::gate::socket_name;
+        net.bcast = std::move(bcast);
+        storm::gang::NodeSetup gang;
+        gang.journal_dir = gang_journal_dir();
+        gang.freeze_group =
+            storm::gang::freeze_group_name(me); // the virtual nodes of a host share its cgroups
+        net.gang = gang;
+        storm::rdma::NodeSetup pool;
+        pool.socket_path = spool + "/" + storm::rdma::control::socket_name;
+        pool.stats_path = spool + "/storm-pool.stats";
+        net.pool = pool;
+        storm::cosched::NodeSetup cosched;
+        cosched.socket_path = spool + "/" STORM_COSCHED_SOCKET_NAME;
+        cosched.group = "storm-cosched-" + me; // the virtual nodes of a host share its cgroups
+        net.cosched = cosched;
+        return net;
+    };
+    auto agent = std::make_unique<storm::agent::NodeAgent>(config, log, agent_network());
+    agent->start();
+    return agent;
+}
+
+} // namespace slurmd
+
+} // namespace storm::plugins::switch_rdma
