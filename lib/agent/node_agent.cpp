@@ -133,9 +133,9 @@ void NodeAgent::start()
                                                    std::string_view data, bool sealed) {
                     return bcast_receiver_->on_chunk(ev, origin, data, sealed);
                 });
-                engine_->on_user_frames([this](net::Connection &c, const net::FrameHeader &h,
-                                               std::string_view p) { bcast_service_->on_frame(c, h, p); },
-                                        [this](net::Connection &c) { bcast_service_->on_closed(c); });
+                engine_->on_service_frames([this](net::Connection &c, const net::FrameHeader &h,
+                                                  std::string_view p) { bcast_service_->on_frame(c, h, p); },
+                                           [this](net::Connection &c) { bcast_service_->on_closed(c); });
             }
             engine_->listen();
         } catch (...) {

@@ -85,15 +85,16 @@ void Engine::on_accept(int fd)
 {
     std::shared_ptr<Connection> c;
     try {
-        c = Connection::accept(base_, fd, cfg_.self, auth_, static_cast<bool>(user_frames_));
+        c = Connection::accept(base_, fd, cfg_.self, auth_, static_cast<bool>(service_frames_));
     } catch (const std::exception &e) {
         log_.error("cannot accept a connection: %s", e.what());
         return;
     }
     accepted_.insert(c);
     std::weak_ptr<bool> alive = alive_;
-    c->on_frame(
-        [this](Connection &conn, const net::FrameHeader &h, std::string_view p) { on_frame(conn, h, p); });
+    c->on_frame([this](Connection &conn, const net::FrameHeader &h, std::string_view p) {
+        on_frame(conn, h, p, true);
+    });
     c->on_close([this, alive](Connection &conn, const std::string &why) {
         if (alive.expired() || !*alive.lock())
             return;
@@ -101,8 +102,8 @@ void Engine::on_accept(int fd)
             ++rejected_;
             log_.error("%s", why.c_str());
         }
-        if (user_closed_ && conn.ready())
-            user_closed_(conn);
+        if (service_closed_ && conn.ready())
+            service_closed_(conn);
         accepted_.erase(conn.shared_from_this());
     });
 }
@@ -119,8 +120,9 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
         throw std::runtime_error("failed recently");
     auto c = Connection::connect(base_, cfg_.nodes[index], index, auth_);
     std::weak_ptr<bool> alive = alive_;
-    c->on_frame(
-        [this](Connection &conn, const net::FrameHeader &h, std::string_view p) { on_frame(conn, h, p); });
+    c->on_frame([this](Connection &conn, const net::FrameHeader &h, std::string_view p) {
+        on_frame(conn, h, p, false);
+    });
     c->on_close([this, alive](Connection &conn, const std::string &why) {
         if (!alive.expired() && *alive.lock())
             on_peer_closed(conn, why);
@@ -155,22 +157,19 @@ void Engine::on_peer_closed(Connection &c, const std::string &why)
     child_lost(index, never_ready, why);
 }
 
-void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view payload)
+void Engine::on_frame(Connection &c, const net::FrameHeader &h, std::string_view payload, bool accepted)
 {
-    switch (h.type) {
-    case MsgType::bcast_open:
-    case MsgType::bcast_data:
-    case MsgType::bcast_close:
-        if (!user_frames_)
-            throw net::FrameError("this agent takes no broadcast requests");
-        user_frames_(c, h, payload);
+    if (net::is_service_frame(h.type)) {
+        if (!accepted)
+            throw net::FrameError("a service frame from an agent this one connected to");
+        if (!service_frames_)
+            throw net::FrameError("no service on this agent takes it");
+        service_frames_(c, h, payload);
         return;
-    default:
-        break;
     }
     if (!c.trusted())
         throw net::FrameError("from uid " + std::to_string(c.peer_uid()) +
-                              ", which is not a Slurm daemon: users may only ask for broadcasts");
+                              ", which is not a Slurm daemon: users may only send service frames");
     switch (h.type) {
     case MsgType::xfer:
         handle_xfer(c, h.op, payload);

@@ -228,18 +228,23 @@ public:
                                                 uint64_t total, std::string_view data, bool sealed)>;
     void add_sink(const std::string &prefix, ChunkSink sink) { sinks_.emplace_back(prefix, std::move(sink)); }
 
-    // Frames of users' broadcasts (MsgType::bcast_*) arriving on accepted
-    // connections, and the closing of connections that sent them.  Once a
-    // handler is set, the engine accepts connections from users (verified,
-    // untrusted), and takes only these frames from them; every other frame
-    // from a user is refused and closes the connection.
-    using UserFrameHandler =
+    // Service frames (net::is_service_frame: the reserved range of types a
+    // service above the engine names for itself, as launch_bcast/protocol.hpp
+    // does) arriving on accepted connections, and the closing of accepted
+    // connections once they were ready.  The engine hands every service
+    // frame to `frames` without reading it; the handler throws
+    // net::FrameError for one it does not take, which closes the
+    // connection.  Once a handler is set, the engine accepts connections
+    // from users (verified, untrusted) and takes only service frames from
+    // them: any other frame from a user is refused and closes the
+    // connection.  Without a handler, every service frame is refused.
+    using ServiceFrameHandler =
         std::function<void(net::Connection &, const net::FrameHeader &, std::string_view payload)>;
-    using UserCloseHandler = std::function<void(net::Connection &)>;
-    void on_user_frames(UserFrameHandler frames, UserCloseHandler closed)
+    using ServiceCloseHandler = std::function<void(net::Connection &)>;
+    void on_service_frames(ServiceFrameHandler frames, ServiceCloseHandler closed)
     {
-        user_frames_ = std::move(frames);
-        user_closed_ = std::move(closed);
+        service_frames_ = std::move(frames);
+        service_closed_ = std::move(closed);
     }
 
     // A variable's value (0 if never set).  Besides those set (by
@@ -276,7 +281,8 @@ private:
     // ---- engine.cpp: connections, frame dispatch, housekeeping ----------
     std::shared_ptr<net::Connection> peer(uint32_t index);
     void on_accept(int fd);
-    void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload);
+    // `accepted`: c is a connection this engine accepted (else one it made).
+    void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload, bool accepted);
     void on_peer_closed(net::Connection &c, const std::string &why);
     uint64_t next_op() { return ++op_counter_; }
     void sweep();
@@ -304,8 +310,8 @@ private:
     static constexpr std::chrono::milliseconds kFirstRetry{250};
     std::map<uint32_t, Down> down_;
     std::set<std::shared_ptr<net::Connection>> accepted_;
-    UserFrameHandler user_frames_;
-    UserCloseHandler user_closed_;
+    ServiceFrameHandler service_frames_;
+    ServiceCloseHandler service_closed_;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 
     // ---- tree.cpp: generic down-the-tree forwarding ---------------------

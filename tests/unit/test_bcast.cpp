@@ -129,9 +129,9 @@ struct BcastCluster {
                                                          ServiceConfig{i, names, control_fanout},
                                                          Logger("head" + std::to_string(i))));
             auto *svc = services.back().get();
-            cl.agents[i]->on_user_frames([svc](net::Connection &c, const net::FrameHeader &h,
-                                               std::string_view p) { svc->on_frame(c, h, p); },
-                                         [svc](net::Connection &c) { svc->on_closed(c); });
+            cl.agents[i]->on_service_frames([svc](net::Connection &c, const net::FrameHeader &h,
+                                                  std::string_view p) { svc->on_frame(c, h, p); },
+                                            [svc](net::Connection &c) { svc->on_closed(c); });
         }
         tick = event_new(
             cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *) {}, nullptr);
@@ -1036,12 +1036,12 @@ void test_early_chunks_bounded(void **)
         q.flags = kForce;
         q.timeout_ms = 3000;
         q.entries.push_back(Entry{"", false, 0644, uint64_t(chunk) * chunks, 0, 0});
-        conn->send(net::MsgType::bcast_open, 0, q.encode());
+        conn->send(kOpenFrame, 0, q.encode());
         std::string bytes(chunk, 'x');
         for (unsigned i = 0; i < chunks; ++i) {
             net::Writer w;
             ChunkHeader{0, uint64_t(i) * chunk, chunk, crc32(bytes), false}.encode(w);
-            conn->send(net::MsgType::bcast_data, i, w.take() + bytes);
+            conn->send(kDataFrame, i, w.take() + bytes);
         }
         auto t0 = std::chrono::steady_clock::now();
         timeval tv{5, 0};
@@ -1058,6 +1058,14 @@ void test_early_chunks_bounded(void **)
 
 void test_protocol_decoding(void **)
 {
+    // The frames' payload limits, as in protocol version 1: open and data
+    // a chunk's, close and reply a control frame's.
+    assert_int_equal(net::max_payload(kOpenFrame), net::kMaxDataPayload);
+    assert_int_equal(net::max_payload(kDataFrame), net::kMaxDataPayload);
+    assert_int_equal(net::max_payload(kCloseFrame), net::kMaxControlPayload);
+    assert_int_equal(net::max_payload(kReplyFrame), net::kMaxControlPayload);
+    assert_true(net::is_service_frame(kOpenFrame) && net::is_service_frame(kDataFrame) &&
+                net::is_service_frame(kCloseFrame) && net::is_service_frame(kReplyFrame));
     assert_int_equal(crc32("123456789"), 0xe3069283u); // the CRC-32C check value
     assert_int_equal(crc32(""), 0u);
     OpenRequest q;
