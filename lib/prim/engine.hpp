@@ -117,6 +117,9 @@ struct McastCounters {
 
 enum class Relation : uint8_t { ge = 1, lt = 2, eq = 3, ne = 4 };
 
+// Longest event or variable name, in bytes (names have at least one).
+constexpr size_t kMaxName = 255;
+
 // Why nodes failed, as they said (a sink's error), by node index; at most
 // kMaxReasons travel up the tree.
 using Reasons = std::map<uint32_t, std::string>;

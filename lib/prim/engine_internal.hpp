@@ -1,7 +1,6 @@
 // What the Engine's sources (engine.hpp lists them) share, and nobody else
-// includes: the net:: names they use, the limit on names, the head of an
-// xfer payload, the merging of reasons, and the record of one hop of the
-// tree.
+// includes: the net:: names they use, the head of an xfer payload, the
+// merging of reasons, and the record of one hop of the tree.
 //
 // Contract: a Hop is created by Engine::forward() (tree.cpp) and owned by
 // the engine's table of hops until every child answered or timed out; its
@@ -20,9 +19,6 @@ using net::Connection;
 using net::MsgType;
 using net::Reader;
 using net::Writer;
-
-// Longest event or variable name, in bytes.
-constexpr size_t kMaxName = 255;
 
 // Adds `from` to `to`, up to kMaxReasons in all.
 void add_reasons(Reasons &to, const Reasons &from);
