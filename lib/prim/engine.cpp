@@ -20,7 +20,8 @@ using net::Connection;
 using net::MsgType;
 
 Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, Logger log)
-    : base_(base), cfg_(std::move(config)), auth_(auth), log_(std::move(log))
+    : base_(base), cfg_(std::move(config)), auth_(auth), log_(std::move(log)),
+      mc_log_(log_.child("multicast"))
 {
     if (cfg_.fanout < 1 || cfg_.chunk_size == 0 || cfg_.chunk_size > net::kMaxDataPayload - 1024 ||
         cfg_.window == 0)

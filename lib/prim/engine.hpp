@@ -444,6 +444,7 @@ private:
     event *mc_timer_ = nullptr;
     std::unique_ptr<net::Mcast> mcast_;
     McastCounters mc_;
+    Logger mc_log_; // log_.child("multicast")
 
     // ---- caw.cpp: COMPARE-AND-WRITE and the variables ---------------------
     struct CawCall; // a COMPARE-AND-WRITE queued at the set's root

@@ -55,7 +55,7 @@ void Engine::mc_start(const sockaddr_in &addr)
                   net::cipher_description().c_str());
     } catch (const std::exception &e) {
         mcast_.reset();
-        log_.error("multicast is off on this node, transfers use the tree alone: %s", e.what());
+        log_.warning("multicast is off on this node, transfers use the tree alone: %s", e.what());
     }
 }
 
@@ -123,7 +123,7 @@ void Engine::forward_chunk(const RangeSet &set, Route route, uint64_t origin, co
     try {
         c.seal = net::seal_chunk(chunk.ptr, len, sealed->data());
     } catch (const std::exception &e) {
-        log_.error("multicast: cannot seal a chunk (%s): sending it over the tree", e.what());
+        mc_log_.warning("cannot seal a chunk (%s): sending it over the tree", e.what());
         return by_tree();
     }
     // The announcement leaves once the bytes are in the kernel, behind them.
