@@ -1,30 +1,22 @@
 #include "lib/net/mcast.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
-#include <dlfcn.h>
 #include <netinet/udp.h>
 #include <stdexcept>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <system_error>
-#include <type_traits>
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <openssl/evp.h>
-#include <openssl/opensslv.h>
-#ifdef STORM_WITH_IPSEC_MB
-#include <intel-ipsec-mb.h>
-#endif
 
 #include "lib/common/timeval.hpp"
 #include "lib/net/frame.hpp"
+#include "lib/net/mcast_cipher.hpp"
 #include "lib/net/wire.hpp"
 
 #ifndef UDP_SEGMENT
@@ -86,264 +78,9 @@ uint32_t segments(size_t len, size_t seg_bytes)
     return static_cast<uint32_t>(std::max<size_t>(1, (len + seg_bytes - 1) / seg_bytes));
 }
 
-// libcrypto, loaded on first use rather than linked: of the processes
-// that load Storm's plugins, only the node agents (slurmd) and the machine
-// manager (slurmctld) seal anything, and loading libcrypto cost every
-// slurmstepd and srun about 1.2 ms, a third of what Storm adds to a step's
-// start on a node.  The functions are the ones of the headers compiled
-// against (the same major version's library).
-struct Crypto {
-    decltype(&EVP_CIPHER_CTX_new) ctx_new = nullptr;
-    decltype(&EVP_CIPHER_CTX_free) ctx_free = nullptr;
-    decltype(&EVP_CIPHER_fetch) fetch = nullptr;
-    decltype(&EVP_CipherInit_ex) init = nullptr;
-    decltype(&EVP_CipherUpdate) update = nullptr;
-    decltype(&EVP_CipherFinal_ex) final = nullptr;
-    decltype(&EVP_CIPHER_CTX_ctrl) ctrl = nullptr;
-    std::string error; // why it could not be loaded ("" when loaded)
-};
-
-const Crypto &crypto()
-{
-    static const Crypto c = [] {
-        Crypto c;
-        std::string name = "libcrypto.so." + std::to_string(OPENSSL_VERSION_MAJOR);
-        void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            const char *e = dlerror();
-            c.error = "cannot load " + name + ": " + (e ? e : "unknown error");
-            return c;
-        }
-        auto get = [&](auto &fn, const char *sym) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, sym));
-            if (!fn && c.error.empty())
-                c.error = name + " has no " + sym;
-        };
-        get(c.ctx_new, "EVP_CIPHER_CTX_new");
-        get(c.ctx_free, "EVP_CIPHER_CTX_free");
-        get(c.fetch, "EVP_CIPHER_fetch");
-        get(c.init, "EVP_CipherInit_ex");
-        get(c.update, "EVP_CipherUpdate");
-        get(c.final, "EVP_CipherFinal_ex");
-        get(c.ctrl, "EVP_CIPHER_CTX_ctrl");
-        return c; // the library stays loaded for the process's life
-    }();
-    return c;
-}
-
-struct CipherCtx {
-    EVP_CIPHER_CTX *ctx = crypto().error.empty() ? crypto().ctx_new() : nullptr;
-    ~CipherCtx()
-    {
-        if (ctx)
-            crypto().ctx_free(ctx);
-    }
-};
-
-// AES-128-GCM by OpenSSL (see gcm below for the contract).
-bool gcm_openssl(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
-                 unsigned char *tag, const char *in, char *out, size_t len)
-{
-    // The cipher is fetched once, and the key schedule kept while the same
-    // key comes back (a table's strobes): then only the IV is set.  Chunks
-    // bring a new key each.
-    const Crypto &k = crypto();
-    if (!k.error.empty())
-        return false;
-    static EVP_CIPHER *const aes = k.fetch(nullptr, "AES-128-GCM", nullptr);
-    static thread_local CipherCtx c;
-    static thread_local unsigned char last_key[kMcastKey];
-    static thread_local int last_enc = -1;
-    if (!c.ctx || !aes)
-        return false;
-    if (last_enc == (enc ? 1 : 0) && std::memcmp(last_key, key, kMcastKey) == 0) {
-        if (k.init(c.ctx, nullptr, nullptr, nullptr, iv, enc ? 1 : 0) != 1)
-            return false;
-    } else {
-        last_enc = -1;
-        if (k.init(c.ctx, aes, nullptr, key, iv, enc ? 1 : 0) != 1)
-            return false;
-        std::memcpy(last_key, key, kMcastKey);
-        last_enc = enc ? 1 : 0;
-    }
-    if (!aad.empty()) {
-        int outl = 0;
-        if (k.update(c.ctx, nullptr, &outl, reinterpret_cast<const unsigned char *>(aad.data()),
-                     static_cast<int>(aad.size())) != 1)
-            return false;
-    }
-    size_t done = 0;
-    while (done < len) { // EVP takes int lengths
-        int n = static_cast<int>(std::min<size_t>(len - done, 1u << 30)), outl = 0;
-        if (k.update(c.ctx, reinterpret_cast<unsigned char *>(out + done), &outl,
-                     reinterpret_cast<const unsigned char *>(in + done), n) != 1)
-            return false;
-        done += static_cast<size_t>(n);
-    }
-    if (!enc && k.ctrl(c.ctx, EVP_CTRL_GCM_SET_TAG, kMcastTag, tag) != 1)
-        return false;
-    int outl = 0;
-    unsigned char end[16];
-    if (k.final(c.ctx, end, &outl) != 1)
-        return false; // decryption: the tag did not match
-    if (enc && k.ctrl(c.ctx, EVP_CTRL_GCM_GET_TAG, kMcastTag, tag) != 1)
-        return false;
-    return true;
-}
-
-#ifdef STORM_WITH_IPSEC_MB
-// Intel's multi-buffer crypto library, loaded on first use as libcrypto is.
-// On CPUs with VAES and VPCLMULQDQ its AES-GCM runs on AVX-512 registers,
-// which OpenSSL 3.0 does not do: 15.7 against 5.7 GB/s on 256 KiB chunks
-// on this project's test machine, where every agent opens every byte of a
-// multicast broadcast.  Elsewhere OpenSSL is as fast, and stays in use.
-// Both compute the same standard AES-128-GCM: nodes that use either one
-// understand each other.
-struct Imb {
-    decltype(&alloc_mb_mgr) alloc = nullptr;
-    decltype(&init_mb_mgr_auto) init = nullptr;
-    decltype(&free_mb_mgr) free = nullptr;
-    decltype(&imb_get_errno) error = nullptr;
-    std::string name;         // for the log: "intel-ipsec-mb 1.3.0 (VAES, AVX-512)"
-    bool vaes_avx512 = false; // the library chose its VAES code here
-};
-
-const Imb &imb()
-{
-    static const Imb i = [] {
-        Imb i;
-        void *h = dlopen("libIPSec_MB.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            return i;
-        i.alloc = reinterpret_cast<decltype(i.alloc)>(dlsym(h, "alloc_mb_mgr"));
-        i.init = reinterpret_cast<decltype(i.init)>(dlsym(h, "init_mb_mgr_auto"));
-        i.free = reinterpret_cast<decltype(i.free)>(dlsym(h, "free_mb_mgr"));
-        i.error = reinterpret_cast<decltype(i.error)>(dlsym(h, "imb_get_errno"));
-        auto version = reinterpret_cast<decltype(&imb_get_version_str)>(dlsym(h, "imb_get_version_str"));
-        if (!i.alloc || !i.init || !i.free || !i.error || !version)
-            return i;
-        IMB_MGR *m = i.alloc(0);
-        if (!m)
-            return i;
-        IMB_ARCH arch = IMB_ARCH_NONE;
-        i.init(m, &arch);
-        constexpr uint64_t need = IMB_FEATURE_VAES | IMB_FEATURE_VPCLMULQDQ;
-        i.vaes_avx512 = arch == IMB_ARCH_AVX512 && (m->features & need) == need && i.error(m) == 0;
-        i.free(m);
-        i.name = std::string("intel-ipsec-mb ") + version() + " (VAES, AVX-512)";
-        return i; // the library stays loaded for the process's life
-    }();
-    return i;
-}
-
-// One manager per thread (a manager is not thread safe), with the last
-// key's schedule, kept while the same key comes back (a table's strobes).
-struct ImbThread {
-    IMB_MGR *mgr = nullptr;
-    alignas(64) gcm_key_data keys; // the header aligns it only where LINUX is defined
-    unsigned char key[kMcastKey];
-    bool keyed = false;
-    ImbThread()
-    {
-        if ((mgr = imb().alloc(0)))
-            imb().init(mgr, nullptr);
-    }
-    ~ImbThread()
-    {
-        if (mgr)
-            imb().free(mgr);
-    }
-};
-
-bool gcm_ipsec_mb(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
-                  unsigned char *tag, const char *in, char *out, size_t len)
-{
-    static thread_local ImbThread t;
-    if (!t.mgr)
-        return false;
-    if (!t.keyed || std::memcmp(t.key, key, kMcastKey) != 0) {
-        IMB_AES128_GCM_PRE(t.mgr, key, &t.keys);
-        std::memcpy(t.key, key, kMcastKey);
-        t.keyed = true;
-    }
-    alignas(64) gcm_context_data ctx;
-    unsigned char got[kMcastTag];
-    auto *dst = reinterpret_cast<uint8_t *>(out);
-    auto *src = reinterpret_cast<const uint8_t *>(in);
-    auto *a = reinterpret_cast<const uint8_t *>(aad.data());
-    if (enc)
-        IMB_AES128_GCM_ENC(t.mgr, &t.keys, &ctx, dst, src, len, iv, a, aad.size(), got, kMcastTag);
-    else
-        IMB_AES128_GCM_DEC(t.mgr, &t.keys, &ctx, dst, src, len, iv, a, aad.size(), got, kMcastTag);
-    if (imb().error(t.mgr) != 0)
-        return false;
-    if (enc) {
-        std::memcpy(tag, got, kMcastTag);
-        return true;
-    }
-    unsigned char diff = 0; // in constant time, as OpenSSL compares tags
-    for (size_t i = 0; i < kMcastTag; ++i)
-        diff |= static_cast<unsigned char>(got[i] ^ tag[i]);
-    return diff == 0;
-}
-#endif
-
-// Whether Intel's library is built in, loads, and has its VAES code here.
-bool ipsec_mb_usable()
-{
-#ifdef STORM_WITH_IPSEC_MB
-    return imb().vaes_avx512;
-#else
-    return false;
-#endif
-}
-
-// The implementation in use: Intel's library where it is usable, else
-// OpenSSL (tests may choose; see select_cipher).
-std::atomic<Cipher> &cipher_in_use()
-{
-    static std::atomic<Cipher> c{ipsec_mb_usable() ? Cipher::ipsec_mb : Cipher::openssl};
-    return c;
-}
-
-// AES-128-GCM; `aad` is authenticated, not encrypted.  A key must never
-// seal two messages under one IV: chunks use a fresh key and a zero IV,
-// datagrams a shared key and a counter.  Opening (enc false) checks `tag`
-// and writes the plaintext whatever the outcome; sealing writes `tag`.
-// `out` may be `in`.
-bool gcm(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
-         unsigned char *tag, const char *in, char *out, size_t len)
-{
-#ifdef STORM_WITH_IPSEC_MB
-    if (cipher_in_use().load(std::memory_order_relaxed) == Cipher::ipsec_mb)
-        return gcm_ipsec_mb(enc, key, iv, aad, tag, in, out, len);
-#endif
-    return gcm_openssl(enc, key, iv, aad, tag, in, out, len);
-}
-
-// Why sealing cannot work at all in this process ("" when it can).
-std::string cipher_unavailable()
-{
-    return cipher_in_use().load() == Cipher::ipsec_mb ? std::string() : crypto().error;
-}
-
-// What seal_chunk and seal_datagram throw when the cipher fails.
-std::runtime_error sealing_failed()
-{
-    std::string why = cipher_unavailable();
-    return std::runtime_error("AES-GCM sealing failed" + (why.empty() ? "" : ": " + why));
-}
-
 std::system_error sys_error(const std::string &what)
 {
     return std::system_error(errno, std::generic_category(), what);
-}
-
-void counter_iv(uint64_t nonce, unsigned char iv[12])
-{
-    std::memset(iv, 0, 12);
-    for (int i = 0; i < 8; ++i)
-        iv[4 + i] = static_cast<unsigned char>(nonce >> (56 - 8 * i));
 }
 
 // A UDP socket sending to the group from `iface` (TTL 1), and with
@@ -382,25 +119,6 @@ int open_group_socket(const in_addr &group, uint16_t port, const in_addr &iface,
 }
 } // namespace
 
-Cipher cipher() { return cipher_in_use().load(); }
-
-std::string cipher_description()
-{
-#ifdef STORM_WITH_IPSEC_MB
-    if (cipher() == Cipher::ipsec_mb)
-        return imb().name;
-#endif
-    return "OpenSSL (libcrypto.so." + std::to_string(OPENSSL_VERSION_MAJOR) + ")";
-}
-
-bool select_cipher(Cipher c)
-{
-    if (c == Cipher::ipsec_mb && !ipsec_mb_usable())
-        return false;
-    cipher_in_use().store(c);
-    return true;
-}
-
 void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port)
 {
     auto colon = text.rfind(':');
@@ -415,58 +133,6 @@ void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port)
         std::stoul(p) < 1 || std::stoul(p) > 65535)
         throw std::invalid_argument("'" + p + "' is not a port from 1 to 65535");
     port = static_cast<uint16_t>(std::stoul(p));
-}
-
-ChunkSeal seal_chunk(const char *data, size_t len, char *out)
-{
-    ChunkSeal s;
-    if (getrandom(s.key, sizeof s.key, 0) != static_cast<ssize_t>(sizeof s.key))
-        throw sys_error("getrandom");
-    static const unsigned char zero_iv[12] = {};
-    if (!gcm(true, s.key, zero_iv, {}, s.tag, data, out, len))
-        throw sealing_failed();
-    return s;
-}
-
-bool open_chunk(const ChunkSeal &seal, char *data, size_t len)
-{
-    static const unsigned char zero_iv[12] = {};
-    unsigned char tag[kMcastTag];
-    std::memcpy(tag, seal.tag, sizeof tag);
-    return gcm(false, seal.key, zero_iv, {}, tag, data, data, len);
-}
-
-std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, std::string_view header,
-                          std::string_view body)
-{
-    std::string d(header);
-    Writer w;
-    w.u64(nonce);
-    d += w.data();
-    size_t at = d.size();
-    d.resize(at + body.size() + kMcastTag);
-    unsigned char iv[12];
-    counter_iv(nonce, iv);
-    unsigned char tag[kMcastTag];
-    if (!gcm(true, key, iv, d.substr(0, at), tag, body.data(), d.data() + at, body.size()))
-        throw sealing_failed();
-    std::memcpy(d.data() + at + body.size(), tag, kMcastTag);
-    return d;
-}
-
-bool open_datagram(const unsigned char key[kMcastKey], std::string_view d, size_t header_len, uint64_t &nonce,
-                   std::string &body)
-{
-    if (d.size() < header_len + 8 + kMcastTag)
-        return false;
-    Reader r(d.data() + header_len, 8);
-    nonce = r.u64();
-    size_t at = header_len + 8, len = d.size() - at - kMcastTag;
-    unsigned char iv[12], tag[kMcastTag];
-    counter_iv(nonce, iv);
-    std::memcpy(tag, d.data() + at + len, kMcastTag);
-    body.resize(len);
-    return gcm(false, key, iv, d.substr(0, at), tag, d.data() + at, body.data(), len);
 }
 
 in_addr local_address_towards(const sockaddr_in &to)
@@ -614,7 +280,7 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
 {
     if (cfg_.mtu < 576 || cfg_.mtu > 65535)
         throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
-    if (std::string why = cipher_unavailable(); !why.empty())
+    if (std::string why = cipher_backend().error(); !why.empty())
         throw std::runtime_error("chunks cannot be sealed: " + why);
     fd_ = open_group_socket(cfg_.group, cfg_.port, cfg_.iface, cfg_.loop, true);
     try {
