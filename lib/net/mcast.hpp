@@ -174,7 +174,7 @@ struct McastStats {
 // in fresh pages for every chunk (the allocator gives memory of this size
 // back to the kernel when it is freed).  A buffer freed after the set is
 // gone is deleted.  Buffers are not inherited by forked children (see
-// mcast.cpp): a child of the process cannot read them.
+// mcast_buffers.cpp): a child of the process cannot read them.
 class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
 public:
     explicit ChunkBuffers(size_t keep) : keep_(keep) { free_.reserve(keep); }
