@@ -1,38 +1,29 @@
+// Mcast (lib/net/mcast.hpp): chunks cut into segments of datagrams and put
+// back together.  It queues the chunks to send and cuts each into batches of
+// segments; it receives the segments expected next straight into their
+// chunk's buffer, stores the others, and hands whole chunks over once they
+// match their seal.  Its socket (mcast_socket.hpp) moves the segments, the
+// chunk buffers (mcast_buffers.cpp) hold them, and the sealing
+// (mcast_cipher.cpp) opens them.
 #include "lib/net/mcast.hpp"
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
-#include <netinet/udp.h>
 #include <stdexcept>
-#include <sys/socket.h>
 #include <sys/uio.h>
-#include <system_error>
-#include <unistd.h>
 
-#include <event2/event.h>
-
-#include "lib/common/timeval.hpp"
 #include "lib/net/frame.hpp"
 #include "lib/net/mcast_cipher.hpp"
+#include "lib/net/mcast_socket.hpp"
 #include "lib/net/wire.hpp"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 
 namespace storm::net {
 namespace {
 
+// A segment: this 32-byte header, then its share of the chunk's bytes.
 constexpr uint32_t kMagic = 0x53544d43; // "STMC"
 constexpr size_t kHeader = 32;
-constexpr size_t kIpUdp = 28;
-constexpr size_t kMaxDatagram = 65507;
-constexpr unsigned kMaxGsoSegments = 64;
 
 struct SegHeader {
     uint32_t sender;
@@ -77,128 +68,10 @@ uint32_t segments(size_t len, size_t seg_bytes)
     return static_cast<uint32_t>(std::max<size_t>(1, (len + seg_bytes - 1) / seg_bytes));
 }
 
-std::system_error sys_error(const std::string &what)
-{
-    return std::system_error(errno, std::generic_category(), what);
-}
-
-// A UDP socket sending to the group from `iface` (TTL 1), and with
-// `receive`, bound to the group's port and a member on `iface`.
-int open_group_socket(const in_addr &group, uint16_t port, const in_addr &iface, bool loop, bool receive)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw sys_error("multicast socket");
-    try {
-        if (receive) {
-            int one = 1;
-            if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
-                throw sys_error("multicast socket: SO_REUSEADDR");
-            sockaddr_in a{};
-            a.sin_family = AF_INET;
-            a.sin_port = htons(port);
-            a.sin_addr = group; // only the group's datagrams
-            if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
-                throw sys_error("multicast socket: bind to port " + std::to_string(port));
-            ip_mreq m{};
-            m.imr_multiaddr = group;
-            m.imr_interface = iface;
-            if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
-                throw sys_error("multicast socket: joining the group");
-        }
-        if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &iface, sizeof iface) < 0)
-            throw sys_error("multicast socket: IP_MULTICAST_IF");
-        unsigned char l = loop ? 1 : 0;
-        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &l, sizeof l);
-    } catch (...) {
-        ::close(fd);
-        throw;
-    }
-    return fd;
-}
 } // namespace
 
-void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port)
-{
-    auto colon = text.rfind(':');
-    if (colon == std::string::npos)
-        throw std::invalid_argument("'" + text + "' is not GROUP:PORT");
-    std::string host = text.substr(0, colon), p = text.substr(colon + 1);
-    if (inet_pton(AF_INET, host.c_str(), &group) != 1)
-        throw std::invalid_argument("'" + host + "' is not an IPv4 address");
-    if (!IN_MULTICAST(ntohl(group.s_addr)))
-        throw std::invalid_argument("'" + host + "' is not a multicast group (224.0.0.0/4)");
-    if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(p) < 1 || std::stoul(p) > 65535)
-        throw std::invalid_argument("'" + p + "' is not a port from 1 to 65535");
-    port = static_cast<uint16_t>(std::stoul(p));
-}
-
-in_addr local_address_towards(const sockaddr_in &to)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw sys_error("socket");
-    sockaddr_in me{};
-    socklen_t len = sizeof me;
-    bool ok = connect(fd, reinterpret_cast<const sockaddr *>(&to), sizeof to) == 0 &&
-              getsockname(fd, reinterpret_cast<sockaddr *>(&me), &len) == 0;
-    int e = errno;
-    ::close(fd);
-    if (!ok) {
-        errno = e;
-        throw sys_error("no route to the nodes");
-    }
-    return me.sin_addr;
-}
-
-GroupSocket::GroupSocket(event_base *base, const in_addr &group, uint16_t port, const in_addr &iface,
-                         bool loop, std::function<void(std::string_view)> receive)
-    : receive_(std::move(receive))
-{
-    to_.sin_family = AF_INET;
-    to_.sin_port = htons(port);
-    to_.sin_addr = group;
-    fd_ = open_group_socket(group, port, iface, loop, static_cast<bool>(receive_));
-    if (receive_) {
-        ev_ = event_new(base, fd_, EV_READ | EV_PERSIST, on_readable, this);
-        if (!ev_ || event_add(ev_, nullptr) < 0) {
-            if (ev_)
-                event_free(ev_);
-            ::close(fd_);
-            throw std::runtime_error("multicast socket: cannot watch it");
-        }
-    }
-}
-
-GroupSocket::~GroupSocket()
-{
-    if (ev_)
-        event_free(ev_);
-    ::close(fd_);
-}
-
-bool GroupSocket::send(std::string_view d)
-{
-    return sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr *>(&to_), sizeof to_) ==
-           static_cast<ssize_t>(d.size());
-}
-
-void GroupSocket::on_readable(int, short, void *arg)
-{
-    auto *self = static_cast<GroupSocket *>(arg);
-    char buf[2048];
-    for (int i = 0; i < 64; ++i) { // then back to the loop
-        ssize_t n = recv(self->fd_, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
-        if (n < 0)
-            return;
-        if (static_cast<size_t>(n) <= sizeof buf) // longer ones are not ours
-            self->receive_(std::string_view(buf, static_cast<size_t>(n)));
-    }
-}
-
 Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log)
-    : base_(base), cfg_(cfg), self_(self), log_(std::move(log)),
+    : cfg_(cfg), self_(self), log_(std::move(log)),
       // A few chunks: those being received, and those taken but not yet
       // written and passed on.
       buffers_(std::make_shared<ChunkBuffers>(8))
@@ -207,50 +80,19 @@ Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log
         throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
     if (std::string why = cipher_backend().error(); !why.empty())
         throw std::runtime_error("chunks cannot be sealed: " + why);
-    fd_ = open_group_socket(cfg_.group, cfg_.port, cfg_.iface, cfg_.loop, true);
-    try {
-        int one = 1;
-        // Receive: room for a window of chunks in flight (root may exceed
-        // rmem_max).  Send: little, so that the chunks queued before the
-        // link (a few ms of it) do not delay the tree's frames that share
-        // it, such as the answers to the initiator.
-        int rcv = 32 << 20, snd = static_cast<int>(cfg_.sndbuf);
-        if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) < 0)
-            setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-        if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) < 0)
-            setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
-        int gso = static_cast<int>(cfg_.mtu - kIpUdp);
-        gso_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &gso, sizeof gso) == 0;
-        setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one); // best effort
-        rbuf_.resize(kMaxDatagram + 1);
-        scratch_.resize(kMaxDatagram + 1);
-        hdrs_.resize(kMaxGsoSegments * kHeader);
-        rev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_readable, this);
-        wev_ = event_new(base_, fd_, EV_WRITE, on_writable, this);
-        hold_ev_ = evtimer_new(
-            base_, [](evutil_socket_t, short, void *arg) { static_cast<Mcast *>(arg)->resume_reads(); },
-            this);
-        if (!rev_ || !wev_ || !hold_ev_ || event_add(rev_, nullptr) < 0)
-            throw std::runtime_error("multicast socket: cannot watch it");
-    } catch (...) {
-        if (rev_)
-            event_free(rev_);
-        if (wev_)
-            event_free(wev_);
-        if (hold_ev_)
-            event_free(hold_ev_);
-        ::close(fd_);
-        throw;
-    }
+    socket_ = std::make_unique<McastSocket>(
+        base, cfg_, log_,
+        [this] {
+            stats_.wakeups++;
+            drain();
+        },
+        [this] { pump(); });
+    rbuf_.resize(kMaxDatagram + 1);
+    scratch_.resize(kMaxDatagram + 1);
+    hdrs_.resize(kMaxGsoSegments * kHeader);
 }
 
-Mcast::~Mcast()
-{
-    event_free(rev_);
-    event_free(wev_);
-    event_free(hold_ev_);
-    ::close(fd_);
-}
+Mcast::~Mcast() = default;
 
 size_t Mcast::seg_bytes() const noexcept { return cfg_.mtu - kIpUdp - kHeader; }
 
@@ -268,7 +110,7 @@ void Mcast::pump()
     while (!out_.empty()) {
         Outgoing &o = out_.front();
         if (!send_batch(o)) {
-            event_add(wev_, nullptr);
+            socket_->wait_writable();
             return;
         }
         if (o.next_seg >= segments(o.data.len, seg_bytes())) {
@@ -281,18 +123,11 @@ void Mcast::pump()
     }
 }
 
-void Mcast::on_writable(int, short, void *arg) { static_cast<Mcast *>(arg)->pump(); }
-
 bool Mcast::send_batch(Outgoing &o)
 {
     const size_t seg_bytes = this->seg_bytes(), gso_size = seg_bytes + kHeader;
     const uint32_t nsegs = segments(o.data.len, seg_bytes);
-    const unsigned per_call =
-        gso_ ? static_cast<unsigned>(std::min<size_t>(kMaxGsoSegments, kMaxDatagram / gso_size)) : 1;
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(cfg_.port);
-    to.sin_addr = cfg_.group;
+    unsigned per_call = socket_->per_send(gso_size);
     unsigned char headers[kMaxGsoSegments][kHeader];
     iovec iov[2 * kMaxGsoSegments];
     while (o.next_seg < nsegs) {
@@ -306,27 +141,17 @@ bool Mcast::send_batch(Outgoing &o)
             iov[2 * k] = {headers[k], kHeader};
             iov[2 * k + 1] = {const_cast<char *>(o.data.ptr + from), n};
         }
-        msghdr m{};
-        m.msg_name = &to;
-        m.msg_namelen = sizeof to;
-        m.msg_iov = iov;
-        m.msg_iovlen = 2 * k;
-        if (sendmsg(fd_, &m, 0) >= 0) {
+        switch (socket_->send(iov, 2 * k)) {
+        case McastSocket::Sent::done:
             o.next_seg += k;
             continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+        case McastSocket::Sent::busy:
             return false;
-        if (errno == EINTR)
+        case McastSocket::Sent::unbatch:
+            per_call = socket_->per_send(gso_size);
             continue;
-        if (gso_ && (errno == EIO || errno == EINVAL)) { // no segmentation offload on this path
-            int zero = 0;
-            setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &zero, sizeof zero);
-            gso_ = false;
-            log_.info(
-                "multicast: the kernel refused segmentation offload (%s); sending one datagram per call",
-                std::strerror(errno));
-            return send_batch(o);
+        case McastSocket::Sent::failed:
+            break;
         }
         stats_.send_errors++;
         if (!warned_send_)
@@ -340,41 +165,11 @@ bool Mcast::send_batch(Outgoing &o)
     return true;
 }
 
-void Mcast::on_readable(int, short, void *arg)
-{
-    auto *self = static_cast<Mcast *>(arg);
-    self->stats_.wakeups++;
-    self->drain();
-}
+bool Mcast::reads_held() const noexcept { return socket_->reads_held(); }
 
-bool Mcast::reads_held() const noexcept { return !event_pending(rev_, EV_READ, nullptr); }
+void Mcast::hold_reads() { socket_->hold_reads(); }
 
-void Mcast::arm_hold()
-{
-    timeval tv = to_timeval(cfg_.hold);
-    evtimer_add(hold_ev_, &tv);
-}
-
-void Mcast::hold_reads()
-{
-    if (!reads_held())
-        event_del(rev_);
-    if (reads_held())
-        arm_hold();
-}
-
-void Mcast::resume_reads()
-{
-    if (!reads_held())
-        return;
-    evtimer_del(hold_ev_);
-    if (event_add(rev_, nullptr) == 0)
-        return;
-    // epoll could not take it back (short of memory): try again later
-    log_.error("multicast: cannot watch the socket again (%s): trying again in %lld ms", std::strerror(errno),
-               static_cast<long long>(cfg_.hold.count()));
-    arm_hold();
-}
+void Mcast::resume_reads() { socket_->resume_reads(); }
 
 namespace {
 // Copies bytes [at, at + len) of what recvmsg() spread over `iov`.
@@ -429,31 +224,19 @@ void Mcast::drain()
         }
         const size_t niov = 2 * nslots + 1;
         iov[2 * nslots] = {rbuf_.data(), rbuf_.size()};
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        msghdr m{};
-        m.msg_iov = iov;
-        m.msg_iovlen = niov;
-        m.msg_control = control;
-        m.msg_controllen = sizeof control;
-        ssize_t got = recvmsg(fd_, &m, MSG_DONTWAIT);
+        size_t seg = 0;
+        bool truncated = false;
+        ssize_t got = socket_->receive(iov, niov, seg, truncated);
         if (got < 0) {
             if (errno == EINTR)
                 continue;
             return; // EAGAIN, or an error queued on the socket: nothing more now
         }
-        if (m.msg_flags & MSG_TRUNC) {
+        if (truncated) {
             stats_.datagrams_rejected++;
             continue;
         }
         const size_t n = static_cast<size_t>(got);
-        size_t seg = n;
-        for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                int g;
-                std::memcpy(&g, CMSG_DATA(c), sizeof g);
-                if (g > 0)
-                    seg = static_cast<size_t>(g);
-            }
         if (seg == 0)
             continue; // an empty datagram: no header
         // Pass 1: which segments stay in place, and where the others are.
