@@ -155,8 +155,8 @@ bool Mcast::send_batch(Outgoing &o)
         }
         stats_.send_errors++;
         if (!warned_send_)
-            log_.error("multicast send to the group failed (%s); the nodes fetch the data over the tree",
-                       std::strerror(errno));
+            log_.warning("multicast send to the group failed (%s); the nodes fetch the data over the tree",
+                         std::strerror(errno));
         warned_send_ = true;
         o.next_seg = nsegs; // given up: the receivers ask for repairs
         return true;
@@ -378,7 +378,7 @@ std::shared_ptr<char[]> Mcast::take(uint64_t origin, uint64_t offset, size_t len
     pending_bytes_ -= have;
     pending_.erase(it);
     if (have != len || !open_chunk(seal, buf.get(), have)) {
-        log_.error(
+        log_.warning(
             "multicast chunk %016llx+%llu does not match its seal (forged or corrupt): fetching it over "
             "the tree",
             static_cast<unsigned long long>(origin), static_cast<unsigned long long>(offset));

@@ -150,7 +150,8 @@ void GroupSocket::on_readable(int, short, void *arg)
 
 McastSocket::McastSocket(event_base *base, const McastConfig &cfg, Logger log, std::function<void()> readable,
                          std::function<void()> writable)
-    : log_(std::move(log)), hold_(cfg.hold), readable_(std::move(readable)), writable_(std::move(writable))
+    : log_(log.child("multicast")), hold_(cfg.hold), readable_(std::move(readable)),
+      writable_(std::move(writable))
 {
     to_.sin_family = AF_INET;
     to_.sin_port = htons(cfg.port);
@@ -224,9 +225,8 @@ McastSocket::Sent McastSocket::send(iovec *iov, size_t niov)
             int zero = 0;
             setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &zero, sizeof zero);
             gso_ = false;
-            log_.info(
-                "multicast: the kernel refused segmentation offload (%s); sending one datagram per call",
-                std::strerror(errno));
+            log_.info("the kernel refused segmentation offload (%s); sending one datagram per call",
+                      std::strerror(errno));
             return Sent::unbatch;
         }
         return Sent::failed;
@@ -284,8 +284,8 @@ void McastSocket::resume_reads()
     if (event_add(rev_, nullptr) == 0)
         return;
     // epoll could not take it back (short of memory): try again later
-    log_.error("multicast: cannot watch the socket again (%s): trying again in %lld ms", std::strerror(errno),
-               static_cast<long long>(hold_.count()));
+    log_.warning("cannot watch the socket again (%s): trying again in %lld ms", std::strerror(errno),
+                 static_cast<long long>(hold_.count()));
     arm_hold();
 }
 

@@ -33,7 +33,7 @@ public:
     // there), sizes its buffers, turns on GSO and GRO where the kernel has
     // them, and watches it: `readable` is called on each wakeup while reads
     // are not held, `writable` once after each wait_writable() when there is
-    // room.  Its lines go to `log`.  Throws
+    // room.  Its lines go to log.child("multicast").  Throws
     // std::system_error naming the step that failed, or std::runtime_error
     // if libevent cannot watch it.
     McastSocket(event_base *base, const McastConfig &cfg, Logger log, std::function<void()> readable,
