@@ -1,47 +1,29 @@
+// Mcast (lib/net/mcast.hpp): chunks cut into segments of datagrams and put
+// back together.  It queues the chunks to send and cuts each into batches of
+// segments; it receives the segments expected next straight into their
+// chunk's buffer, stores the others, and hands whole chunks over once they
+// match their seal.  Its socket (mcast_socket.hpp) moves the segments, the
+// chunk buffers (mcast_buffers.cpp) hold them, and the sealing
+// (mcast_cipher.cpp) opens them.
 #include "lib/net/mcast.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
-#include <dlfcn.h>
-#include <netinet/udp.h>
 #include <stdexcept>
-#include <sys/mman.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
-#include <system_error>
-#include <type_traits>
-#include <unistd.h>
 
-#include <event2/event.h>
-#include <openssl/evp.h>
-#include <openssl/opensslv.h>
-#ifdef STORM_WITH_IPSEC_MB
-#include <intel-ipsec-mb.h>
-#endif
-
-#include "lib/common/timeval.hpp"
 #include "lib/net/frame.hpp"
+#include "lib/net/mcast_cipher.hpp"
+#include "lib/net/mcast_socket.hpp"
 #include "lib/net/wire.hpp"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 
 namespace storm::net {
 namespace {
 
+// A segment: this 32-byte header, then its share of the chunk's bytes.
 constexpr uint32_t kMagic = 0x53544d43; // "STMC"
 constexpr size_t kHeader = 32;
-constexpr size_t kIpUdp = 28;
-constexpr size_t kMaxDatagram = 65507;
-constexpr unsigned kMaxGsoSegments = 64;
 
 struct SegHeader {
     uint32_t sender;
@@ -86,580 +68,31 @@ uint32_t segments(size_t len, size_t seg_bytes)
     return static_cast<uint32_t>(std::max<size_t>(1, (len + seg_bytes - 1) / seg_bytes));
 }
 
-// libcrypto, loaded on first use rather than linked: of the processes
-// that load Storm's plugins, only the node agents (slurmd) and the machine
-// manager (slurmctld) seal anything, and loading libcrypto cost every
-// slurmstepd and srun about 1.2 ms, a third of what Storm adds to a step's
-// start on a node.  The functions are the ones of the headers compiled
-// against (the same major version's library).
-struct Crypto {
-    decltype(&EVP_CIPHER_CTX_new) ctx_new = nullptr;
-    decltype(&EVP_CIPHER_CTX_free) ctx_free = nullptr;
-    decltype(&EVP_CIPHER_fetch) fetch = nullptr;
-    decltype(&EVP_CipherInit_ex) init = nullptr;
-    decltype(&EVP_CipherUpdate) update = nullptr;
-    decltype(&EVP_CipherFinal_ex) final = nullptr;
-    decltype(&EVP_CIPHER_CTX_ctrl) ctrl = nullptr;
-    std::string error; // why it could not be loaded ("" when loaded)
-};
-
-const Crypto &crypto()
-{
-    static const Crypto c = [] {
-        Crypto c;
-        std::string name = "libcrypto.so." + std::to_string(OPENSSL_VERSION_MAJOR);
-        void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            const char *e = dlerror();
-            c.error = "cannot load " + name + ": " + (e ? e : "unknown error");
-            return c;
-        }
-        auto get = [&](auto &fn, const char *sym) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, sym));
-            if (!fn && c.error.empty())
-                c.error = name + " has no " + sym;
-        };
-        get(c.ctx_new, "EVP_CIPHER_CTX_new");
-        get(c.ctx_free, "EVP_CIPHER_CTX_free");
-        get(c.fetch, "EVP_CIPHER_fetch");
-        get(c.init, "EVP_CipherInit_ex");
-        get(c.update, "EVP_CipherUpdate");
-        get(c.final, "EVP_CipherFinal_ex");
-        get(c.ctrl, "EVP_CIPHER_CTX_ctrl");
-        return c; // the library stays loaded for the process's life
-    }();
-    return c;
-}
-
-struct CipherCtx {
-    EVP_CIPHER_CTX *ctx = crypto().error.empty() ? crypto().ctx_new() : nullptr;
-    ~CipherCtx()
-    {
-        if (ctx)
-            crypto().ctx_free(ctx);
-    }
-};
-
-// AES-128-GCM by OpenSSL (see gcm below for the contract).
-bool gcm_openssl(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
-                 unsigned char *tag, const char *in, char *out, size_t len)
-{
-    // The cipher is fetched once, and the key schedule kept while the same
-    // key comes back (a table's strobes): then only the IV is set.  Chunks
-    // bring a new key each.
-    const Crypto &k = crypto();
-    if (!k.error.empty())
-        return false;
-    static EVP_CIPHER *const aes = k.fetch(nullptr, "AES-128-GCM", nullptr);
-    static thread_local CipherCtx c;
-    static thread_local unsigned char last_key[kMcastKey];
-    static thread_local int last_enc = -1;
-    if (!c.ctx || !aes)
-        return false;
-    if (last_enc == (enc ? 1 : 0) && std::memcmp(last_key, key, kMcastKey) == 0) {
-        if (k.init(c.ctx, nullptr, nullptr, nullptr, iv, enc ? 1 : 0) != 1)
-            return false;
-    } else {
-        last_enc = -1;
-        if (k.init(c.ctx, aes, nullptr, key, iv, enc ? 1 : 0) != 1)
-            return false;
-        std::memcpy(last_key, key, kMcastKey);
-        last_enc = enc ? 1 : 0;
-    }
-    if (!aad.empty()) {
-        int outl = 0;
-        if (k.update(c.ctx, nullptr, &outl, reinterpret_cast<const unsigned char *>(aad.data()),
-                     static_cast<int>(aad.size())) != 1)
-            return false;
-    }
-    size_t done = 0;
-    while (done < len) { // EVP takes int lengths
-        int n = static_cast<int>(std::min<size_t>(len - done, 1u << 30)), outl = 0;
-        if (k.update(c.ctx, reinterpret_cast<unsigned char *>(out + done), &outl,
-                     reinterpret_cast<const unsigned char *>(in + done), n) != 1)
-            return false;
-        done += static_cast<size_t>(n);
-    }
-    if (!enc && k.ctrl(c.ctx, EVP_CTRL_GCM_SET_TAG, kMcastTag, tag) != 1)
-        return false;
-    int outl = 0;
-    unsigned char end[16];
-    if (k.final(c.ctx, end, &outl) != 1)
-        return false; // decryption: the tag did not match
-    if (enc && k.ctrl(c.ctx, EVP_CTRL_GCM_GET_TAG, kMcastTag, tag) != 1)
-        return false;
-    return true;
-}
-
-#ifdef STORM_WITH_IPSEC_MB
-// Intel's multi-buffer crypto library, loaded on first use as libcrypto is.
-// On CPUs with VAES and VPCLMULQDQ its AES-GCM runs on AVX-512 registers,
-// which OpenSSL 3.0 does not do: 15.7 against 5.7 GB/s on 256 KiB chunks
-// on this project's test machine, where every agent opens every byte of a
-// multicast broadcast.  Elsewhere OpenSSL is as fast, and stays in use.
-// Both compute the same standard AES-128-GCM: nodes that use either one
-// understand each other.
-struct Imb {
-    decltype(&alloc_mb_mgr) alloc = nullptr;
-    decltype(&init_mb_mgr_auto) init = nullptr;
-    decltype(&free_mb_mgr) free = nullptr;
-    decltype(&imb_get_errno) error = nullptr;
-    std::string name;         // for the log: "intel-ipsec-mb 1.3.0 (VAES, AVX-512)"
-    bool vaes_avx512 = false; // the library chose its VAES code here
-};
-
-const Imb &imb()
-{
-    static const Imb i = [] {
-        Imb i;
-        void *h = dlopen("libIPSec_MB.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            return i;
-        i.alloc = reinterpret_cast<decltype(i.alloc)>(dlsym(h, "alloc_mb_mgr"));
-        i.init = reinterpret_cast<decltype(i.init)>(dlsym(h, "init_mb_mgr_auto"));
-        i.free = reinterpret_cast<decltype(i.free)>(dlsym(h, "free_mb_mgr"));
-        i.error = reinterpret_cast<decltype(i.error)>(dlsym(h, "imb_get_errno"));
-        auto version = reinterpret_cast<decltype(&imb_get_version_str)>(dlsym(h, "imb_get_version_str"));
-        if (!i.alloc || !i.init || !i.free || !i.error || !version)
-            return i;
-        IMB_MGR *m = i.alloc(0);
-        if (!m)
-            return i;
-        IMB_ARCH arch = IMB_ARCH_NONE;
-        i.init(m, &arch);
-        constexpr uint64_t need = IMB_FEATURE_VAES | IMB_FEATURE_VPCLMULQDQ;
-        i.vaes_avx512 = arch == IMB_ARCH_AVX512 && (m->features & need) == need && i.error(m) == 0;
-        i.free(m);
-        i.name = std::string("intel-ipsec-mb ") + version() + " (VAES, AVX-512)";
-        return i; // the library stays loaded for the process's life
-    }();
-    return i;
-}
-
-// One manager per thread (a manager is not thread safe), with the last
-// key's schedule, kept while the same key comes back (a table's strobes).
-struct ImbThread {
-    IMB_MGR *mgr = nullptr;
-    alignas(64) gcm_key_data keys; // the header aligns it only where LINUX is defined
-    unsigned char key[kMcastKey];
-    bool keyed = false;
-    ImbThread()
-    {
-        if ((mgr = imb().alloc(0)))
-            imb().init(mgr, nullptr);
-    }
-    ~ImbThread()
-    {
-        if (mgr)
-            imb().free(mgr);
-    }
-};
-
-bool gcm_ipsec_mb(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
-                  unsigned char *tag, const char *in, char *out, size_t len)
-{
-    static thread_local ImbThread t;
-    if (!t.mgr)
-        return false;
-    if (!t.keyed || std::memcmp(t.key, key, kMcastKey) != 0) {
-        IMB_AES128_GCM_PRE(t.mgr, key, &t.keys);
-        std::memcpy(t.key, key, kMcastKey);
-        t.keyed = true;
-    }
-    alignas(64) gcm_context_data ctx;
-    unsigned char got[kMcastTag];
-    auto *dst = reinterpret_cast<uint8_t *>(out);
-    auto *src = reinterpret_cast<const uint8_t *>(in);
-    auto *a = reinterpret_cast<const uint8_t *>(aad.data());
-    if (enc)
-        IMB_AES128_GCM_ENC(t.mgr, &t.keys, &ctx, dst, src, len, iv, a, aad.size(), got, kMcastTag);
-    else
-        IMB_AES128_GCM_DEC(t.mgr, &t.keys, &ctx, dst, src, len, iv, a, aad.size(), got, kMcastTag);
-    if (imb().error(t.mgr) != 0)
-        return false;
-    if (enc) {
-        std::memcpy(tag, got, kMcastTag);
-        return true;
-    }
-    unsigned char diff = 0; // in constant time, as OpenSSL compares tags
-    for (size_t i = 0; i < kMcastTag; ++i)
-        diff |= static_cast<unsigned char>(got[i] ^ tag[i]);
-    return diff == 0;
-}
-#endif
-
-// Whether Intel's library is built in, loads, and has its VAES code here.
-bool ipsec_mb_usable()
-{
-#ifdef STORM_WITH_IPSEC_MB
-    return imb().vaes_avx512;
-#else
-    return false;
-#endif
-}
-
-// The implementation in use: Intel's library where it is usable, else
-// OpenSSL (tests may choose; see select_cipher).
-std::atomic<Cipher> &cipher_in_use()
-{
-    static std::atomic<Cipher> c{ipsec_mb_usable() ? Cipher::ipsec_mb : Cipher::openssl};
-    return c;
-}
-
-// AES-128-GCM; `aad` is authenticated, not encrypted.  A key must never
-// seal two messages under one IV: chunks use a fresh key and a zero IV,
-// datagrams a shared key and a counter.  Opening (enc false) checks `tag`
-// and writes the plaintext whatever the outcome; sealing writes `tag`.
-// `out` may be `in`.
-bool gcm(bool enc, const unsigned char *key, const unsigned char iv[12], std::string_view aad,
-         unsigned char *tag, const char *in, char *out, size_t len)
-{
-#ifdef STORM_WITH_IPSEC_MB
-    if (cipher_in_use().load(std::memory_order_relaxed) == Cipher::ipsec_mb)
-        return gcm_ipsec_mb(enc, key, iv, aad, tag, in, out, len);
-#endif
-    return gcm_openssl(enc, key, iv, aad, tag, in, out, len);
-}
-
-// Why sealing cannot work at all in this process ("" when it can).
-std::string cipher_unavailable()
-{
-    return cipher_in_use().load() == Cipher::ipsec_mb ? std::string() : crypto().error;
-}
-
-// What seal_chunk and seal_datagram throw when the cipher fails.
-std::runtime_error sealing_failed()
-{
-    std::string why = cipher_unavailable();
-    return std::runtime_error("AES-GCM sealing failed" + (why.empty() ? "" : ": " + why));
-}
-
-std::system_error sys_error(const std::string &what)
-{
-    return std::system_error(errno, std::generic_category(), what);
-}
-
-void counter_iv(uint64_t nonce, unsigned char iv[12])
-{
-    std::memset(iv, 0, 12);
-    for (int i = 0; i < 8; ++i)
-        iv[4 + i] = static_cast<unsigned char>(nonce >> (56 - 8 * i));
-}
-
-// A UDP socket sending to the group from `iface` (TTL 1), and with
-// `receive`, bound to the group's port and a member on `iface`.
-int open_group_socket(const in_addr &group, uint16_t port, const in_addr &iface, bool loop, bool receive)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw sys_error("multicast socket");
-    try {
-        if (receive) {
-            int one = 1;
-            if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
-                throw sys_error("multicast socket: SO_REUSEADDR");
-            sockaddr_in a{};
-            a.sin_family = AF_INET;
-            a.sin_port = htons(port);
-            a.sin_addr = group; // only the group's datagrams
-            if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) < 0)
-                throw sys_error("multicast socket: bind to port " + std::to_string(port));
-            ip_mreq m{};
-            m.imr_multiaddr = group;
-            m.imr_interface = iface;
-            if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) < 0)
-                throw sys_error("multicast socket: joining the group");
-        }
-        if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &iface, sizeof iface) < 0)
-            throw sys_error("multicast socket: IP_MULTICAST_IF");
-        unsigned char l = loop ? 1 : 0;
-        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &l, sizeof l);
-    } catch (...) {
-        ::close(fd);
-        throw;
-    }
-    return fd;
-}
 } // namespace
-
-Cipher cipher() { return cipher_in_use().load(); }
-
-std::string cipher_description()
-{
-#ifdef STORM_WITH_IPSEC_MB
-    if (cipher() == Cipher::ipsec_mb)
-        return imb().name;
-#endif
-    return "OpenSSL (libcrypto.so." + std::to_string(OPENSSL_VERSION_MAJOR) + ")";
-}
-
-bool select_cipher(Cipher c)
-{
-    if (c == Cipher::ipsec_mb && !ipsec_mb_usable())
-        return false;
-    cipher_in_use().store(c);
-    return true;
-}
-
-void parse_mcast_group(const std::string &text, in_addr &group, uint16_t &port)
-{
-    auto colon = text.rfind(':');
-    if (colon == std::string::npos)
-        throw std::invalid_argument("'" + text + "' is not GROUP:PORT");
-    std::string host = text.substr(0, colon), p = text.substr(colon + 1);
-    if (inet_pton(AF_INET, host.c_str(), &group) != 1)
-        throw std::invalid_argument("'" + host + "' is not an IPv4 address");
-    if (!IN_MULTICAST(ntohl(group.s_addr)))
-        throw std::invalid_argument("'" + host + "' is not a multicast group (224.0.0.0/4)");
-    if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(p) < 1 || std::stoul(p) > 65535)
-        throw std::invalid_argument("'" + p + "' is not a port from 1 to 65535");
-    port = static_cast<uint16_t>(std::stoul(p));
-}
-
-ChunkSeal seal_chunk(const char *data, size_t len, char *out)
-{
-    ChunkSeal s;
-    if (getrandom(s.key, sizeof s.key, 0) != static_cast<ssize_t>(sizeof s.key))
-        throw sys_error("getrandom");
-    static const unsigned char zero_iv[12] = {};
-    if (!gcm(true, s.key, zero_iv, {}, s.tag, data, out, len))
-        throw sealing_failed();
-    return s;
-}
-
-bool open_chunk(const ChunkSeal &seal, char *data, size_t len)
-{
-    static const unsigned char zero_iv[12] = {};
-    unsigned char tag[kMcastTag];
-    std::memcpy(tag, seal.tag, sizeof tag);
-    return gcm(false, seal.key, zero_iv, {}, tag, data, data, len);
-}
-
-std::string seal_datagram(const unsigned char key[kMcastKey], uint64_t nonce, std::string_view header,
-                          std::string_view body)
-{
-    std::string d(header);
-    Writer w;
-    w.u64(nonce);
-    d += w.data();
-    size_t at = d.size();
-    d.resize(at + body.size() + kMcastTag);
-    unsigned char iv[12];
-    counter_iv(nonce, iv);
-    unsigned char tag[kMcastTag];
-    if (!gcm(true, key, iv, d.substr(0, at), tag, body.data(), d.data() + at, body.size()))
-        throw sealing_failed();
-    std::memcpy(d.data() + at + body.size(), tag, kMcastTag);
-    return d;
-}
-
-bool open_datagram(const unsigned char key[kMcastKey], std::string_view d, size_t header_len, uint64_t &nonce,
-                   std::string &body)
-{
-    if (d.size() < header_len + 8 + kMcastTag)
-        return false;
-    Reader r(d.data() + header_len, 8);
-    nonce = r.u64();
-    size_t at = header_len + 8, len = d.size() - at - kMcastTag;
-    unsigned char iv[12], tag[kMcastTag];
-    counter_iv(nonce, iv);
-    std::memcpy(tag, d.data() + at + len, kMcastTag);
-    body.resize(len);
-    return gcm(false, key, iv, d.substr(0, at), tag, d.data() + at, body.data(), len);
-}
-
-in_addr local_address_towards(const sockaddr_in &to)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        throw sys_error("socket");
-    sockaddr_in me{};
-    socklen_t len = sizeof me;
-    bool ok = connect(fd, reinterpret_cast<const sockaddr *>(&to), sizeof to) == 0 &&
-              getsockname(fd, reinterpret_cast<sockaddr *>(&me), &len) == 0;
-    int e = errno;
-    ::close(fd);
-    if (!ok) {
-        errno = e;
-        throw sys_error("no route to the nodes");
-    }
-    return me.sin_addr;
-}
-
-GroupSocket::GroupSocket(event_base *base, const in_addr &group, uint16_t port, const in_addr &iface,
-                         bool loop, std::function<void(std::string_view)> receive)
-    : receive_(std::move(receive))
-{
-    to_.sin_family = AF_INET;
-    to_.sin_port = htons(port);
-    to_.sin_addr = group;
-    fd_ = open_group_socket(group, port, iface, loop, static_cast<bool>(receive_));
-    if (receive_) {
-        ev_ = event_new(base, fd_, EV_READ | EV_PERSIST, on_readable, this);
-        if (!ev_ || event_add(ev_, nullptr) < 0) {
-            if (ev_)
-                event_free(ev_);
-            ::close(fd_);
-            throw std::runtime_error("multicast socket: cannot watch it");
-        }
-    }
-}
-
-GroupSocket::~GroupSocket()
-{
-    if (ev_)
-        event_free(ev_);
-    ::close(fd_);
-}
-
-bool GroupSocket::send(std::string_view d)
-{
-    return sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr *>(&to_), sizeof to_) ==
-           static_cast<ssize_t>(d.size());
-}
-
-void GroupSocket::on_readable(int, short, void *arg)
-{
-    auto *self = static_cast<GroupSocket *>(arg);
-    char buf[2048];
-    for (int i = 0; i < 64; ++i) { // then back to the loop
-        ssize_t n = recv(self->fd_, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
-        if (n < 0)
-            return;
-        if (static_cast<size_t>(n) <= sizeof buf) // longer ones are not ours
-            self->receive_(std::string_view(buf, static_cast<size_t>(n)));
-    }
-}
-
-namespace {
-// Chunk buffers are mappings of their own that forked children do not
-// inherit (MADV_DONTFORK).  slurmd, which the agents run in, forks for
-// every job step it starts (and stock sbcast for every block it writes);
-// after a fork, every page a process shares with its child is write
-// protected, and the agents' next writes into their buffers fault on each
-// page: a 12 MB storm-bcast to 256 virtual nodes right after an srun took
-// about 225,000 page faults, against 4,000 after another broadcast.
-char *map_buffer(size_t n)
-{
-    void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        throw std::bad_alloc();
-    madvise(p, n, MADV_DONTFORK); // best effort: faults, not failures, without it
-    return static_cast<char *>(p);
-}
-
-void unmap_buffer(char *p, size_t n) noexcept { munmap(p, n); }
-} // namespace
-
-ChunkBuffers::~ChunkBuffers()
-{
-    for (auto &f : free_)
-        unmap_buffer(f.second, f.first);
-}
-
-std::shared_ptr<char[]> ChunkBuffers::get(size_t len, bool &reused)
-{
-    char *p = nullptr;
-    size_t capacity = std::max<size_t>(len, kMcastChunkSize);
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (auto it = free_.begin(); it != free_.end(); ++it)
-            if (it->first >= len) {
-                capacity = it->first;
-                p = it->second;
-                free_.erase(it);
-                break;
-            }
-    }
-    reused = p != nullptr;
-    if (!p)
-        p = map_buffer(capacity);
-    try {
-        return std::shared_ptr<char[]>(p, [w = weak_from_this(), capacity](char *b) {
-            if (auto set = w.lock())
-                set->put(b, capacity);
-            else
-                unmap_buffer(b, capacity);
-        });
-    } catch (...) {
-        unmap_buffer(p, capacity); // the control block could not be allocated
-        throw;
-    }
-}
-
-size_t ChunkBuffers::kept() const
-{
-    std::lock_guard<std::mutex> lock(mu_);
-    return free_.size();
-}
-
-void ChunkBuffers::put(char *p, size_t capacity) noexcept
-{
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (free_.size() < keep_) { // reserved: no allocation here
-            free_.emplace_back(capacity, p);
-            return;
-        }
-    }
-    unmap_buffer(p, capacity);
-}
 
 Mcast::Mcast(event_base *base, const McastConfig &cfg, uint32_t self, Logger log)
-    : base_(base), cfg_(cfg), self_(self), log_(std::move(log)),
+    : cfg_(cfg), self_(self), log_(std::move(log)),
       // A few chunks: those being received, and those taken but not yet
       // written and passed on.
       buffers_(std::make_shared<ChunkBuffers>(8))
 {
     if (cfg_.mtu < 576 || cfg_.mtu > 65535)
         throw std::invalid_argument("multicast MTU " + std::to_string(cfg_.mtu) + " outside 576-65535");
-    if (std::string why = cipher_unavailable(); !why.empty())
+    if (std::string why = cipher_backend().error(); !why.empty())
         throw std::runtime_error("chunks cannot be sealed: " + why);
-    fd_ = open_group_socket(cfg_.group, cfg_.port, cfg_.iface, cfg_.loop, true);
-    try {
-        int one = 1;
-        // Receive: room for a window of chunks in flight (root may exceed
-        // rmem_max).  Send: little, so that the chunks queued before the
-        // link (a few ms of it) do not delay the tree's frames that share
-        // it, such as the answers to the initiator.
-        int rcv = 32 << 20, snd = static_cast<int>(cfg_.sndbuf);
-        if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) < 0)
-            setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
-        if (setsockopt(fd_, SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof snd) < 0)
-            setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &snd, sizeof snd);
-        int gso = static_cast<int>(cfg_.mtu - kIpUdp);
-        gso_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &gso, sizeof gso) == 0;
-        setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one); // best effort
-        rbuf_.resize(kMaxDatagram + 1);
-        scratch_.resize(kMaxDatagram + 1);
-        hdrs_.resize(kMaxGsoSegments * kHeader);
-        rev_ = event_new(base_, fd_, EV_READ | EV_PERSIST, on_readable, this);
-        wev_ = event_new(base_, fd_, EV_WRITE, on_writable, this);
-        hold_ev_ = evtimer_new(
-            base_, [](evutil_socket_t, short, void *arg) { static_cast<Mcast *>(arg)->resume_reads(); },
-            this);
-        if (!rev_ || !wev_ || !hold_ev_ || event_add(rev_, nullptr) < 0)
-            throw std::runtime_error("multicast socket: cannot watch it");
-    } catch (...) {
-        if (rev_)
-            event_free(rev_);
-        if (wev_)
-            event_free(wev_);
-        if (hold_ev_)
-            event_free(hold_ev_);
-        ::close(fd_);
-        throw;
-    }
+    socket_ = std::make_unique<McastSocket>(
+        base, cfg_, log_,
+        [this] {
+            stats_.wakeups++;
+            drain();
+        },
+        [this] { pump(); });
+    rbuf_.resize(kMaxDatagram + 1);
+    scratch_.resize(kMaxDatagram + 1);
+    hdrs_.resize(kMaxGsoSegments * kHeader);
 }
 
-Mcast::~Mcast()
-{
-    event_free(rev_);
-    event_free(wev_);
-    event_free(hold_ev_);
-    ::close(fd_);
-}
+Mcast::~Mcast() = default;
 
 size_t Mcast::seg_bytes() const noexcept { return cfg_.mtu - kIpUdp - kHeader; }
 
@@ -677,7 +110,7 @@ void Mcast::pump()
     while (!out_.empty()) {
         Outgoing &o = out_.front();
         if (!send_batch(o)) {
-            event_add(wev_, nullptr);
+            socket_->wait_writable();
             return;
         }
         if (o.next_seg >= segments(o.data.len, seg_bytes())) {
@@ -690,18 +123,11 @@ void Mcast::pump()
     }
 }
 
-void Mcast::on_writable(int, short, void *arg) { static_cast<Mcast *>(arg)->pump(); }
-
 bool Mcast::send_batch(Outgoing &o)
 {
     const size_t seg_bytes = this->seg_bytes(), gso_size = seg_bytes + kHeader;
     const uint32_t nsegs = segments(o.data.len, seg_bytes);
-    const unsigned per_call =
-        gso_ ? static_cast<unsigned>(std::min<size_t>(kMaxGsoSegments, kMaxDatagram / gso_size)) : 1;
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(cfg_.port);
-    to.sin_addr = cfg_.group;
+    unsigned per_call = socket_->per_send(gso_size);
     unsigned char headers[kMaxGsoSegments][kHeader];
     iovec iov[2 * kMaxGsoSegments];
     while (o.next_seg < nsegs) {
@@ -715,32 +141,22 @@ bool Mcast::send_batch(Outgoing &o)
             iov[2 * k] = {headers[k], kHeader};
             iov[2 * k + 1] = {const_cast<char *>(o.data.ptr + from), n};
         }
-        msghdr m{};
-        m.msg_name = &to;
-        m.msg_namelen = sizeof to;
-        m.msg_iov = iov;
-        m.msg_iovlen = 2 * k;
-        if (sendmsg(fd_, &m, 0) >= 0) {
+        switch (socket_->send(iov, 2 * k)) {
+        case McastSocket::Sent::done:
             o.next_seg += k;
             continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+        case McastSocket::Sent::busy:
             return false;
-        if (errno == EINTR)
+        case McastSocket::Sent::unbatch:
+            per_call = socket_->per_send(gso_size);
             continue;
-        if (gso_ && (errno == EIO || errno == EINVAL)) { // no segmentation offload on this path
-            int zero = 0;
-            setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &zero, sizeof zero);
-            gso_ = false;
-            log_.info(
-                "multicast: the kernel refused segmentation offload (%s); sending one datagram per call",
-                std::strerror(errno));
-            return send_batch(o);
+        case McastSocket::Sent::failed:
+            break;
         }
         stats_.send_errors++;
         if (!warned_send_)
-            log_.error("multicast send to the group failed (%s); the nodes fetch the data over the tree",
-                       std::strerror(errno));
+            log_.warning("multicast send to the group failed (%s); the nodes fetch the data over the tree",
+                         std::strerror(errno));
         warned_send_ = true;
         o.next_seg = nsegs; // given up: the receivers ask for repairs
         return true;
@@ -749,41 +165,11 @@ bool Mcast::send_batch(Outgoing &o)
     return true;
 }
 
-void Mcast::on_readable(int, short, void *arg)
-{
-    auto *self = static_cast<Mcast *>(arg);
-    self->stats_.wakeups++;
-    self->drain();
-}
+bool Mcast::reads_held() const noexcept { return socket_->reads_held(); }
 
-bool Mcast::reads_held() const noexcept { return !event_pending(rev_, EV_READ, nullptr); }
+void Mcast::hold_reads() { socket_->hold_reads(); }
 
-void Mcast::arm_hold()
-{
-    timeval tv = to_timeval(cfg_.hold);
-    evtimer_add(hold_ev_, &tv);
-}
-
-void Mcast::hold_reads()
-{
-    if (!reads_held())
-        event_del(rev_);
-    if (reads_held())
-        arm_hold();
-}
-
-void Mcast::resume_reads()
-{
-    if (!reads_held())
-        return;
-    evtimer_del(hold_ev_);
-    if (event_add(rev_, nullptr) == 0)
-        return;
-    // epoll could not take it back (short of memory): try again later
-    log_.error("multicast: cannot watch the socket again (%s): trying again in %lld ms", std::strerror(errno),
-               static_cast<long long>(cfg_.hold.count()));
-    arm_hold();
-}
+void Mcast::resume_reads() { socket_->resume_reads(); }
 
 namespace {
 // Copies bytes [at, at + len) of what recvmsg() spread over `iov`.
@@ -838,31 +224,19 @@ void Mcast::drain()
         }
         const size_t niov = 2 * nslots + 1;
         iov[2 * nslots] = {rbuf_.data(), rbuf_.size()};
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        msghdr m{};
-        m.msg_iov = iov;
-        m.msg_iovlen = niov;
-        m.msg_control = control;
-        m.msg_controllen = sizeof control;
-        ssize_t got = recvmsg(fd_, &m, MSG_DONTWAIT);
+        size_t seg = 0;
+        bool truncated = false;
+        ssize_t got = socket_->receive(iov, niov, seg, truncated);
         if (got < 0) {
             if (errno == EINTR)
                 continue;
             return; // EAGAIN, or an error queued on the socket: nothing more now
         }
-        if (m.msg_flags & MSG_TRUNC) {
+        if (truncated) {
             stats_.datagrams_rejected++;
             continue;
         }
         const size_t n = static_cast<size_t>(got);
-        size_t seg = n;
-        for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-                int g;
-                std::memcpy(&g, CMSG_DATA(c), sizeof g);
-                if (g > 0)
-                    seg = static_cast<size_t>(g);
-            }
         if (seg == 0)
             continue; // an empty datagram: no header
         // Pass 1: which segments stay in place, and where the others are.
@@ -1004,7 +378,7 @@ std::shared_ptr<char[]> Mcast::take(uint64_t origin, uint64_t offset, size_t len
     pending_bytes_ -= have;
     pending_.erase(it);
     if (have != len || !open_chunk(seal, buf.get(), have)) {
-        log_.error(
+        log_.warning(
             "multicast chunk %016llx+%llu does not match its seal (forged or corrupt): fetching it over "
             "the tree",
             static_cast<unsigned long long>(origin), static_cast<unsigned long long>(offset));

@@ -23,6 +23,12 @@
 // chunk's bytes: once per chunk rather than at every batch that arrives.
 //
 // Threading: everything runs on the event_base's thread.  Not thread safe.
+//
+// Files: mcast.cpp (Mcast: chunks cut into segments and put back together),
+// mcast_socket.hpp/.cpp (the sockets: Mcast's with its GSO and GRO path,
+// GroupSocket, the group's addresses), mcast_buffers.cpp (ChunkBuffers),
+// mcast_cipher.hpp/.cpp (the sealing, and which AES-GCM backend does it:
+// mcast_cipher_openssl.cpp or mcast_cipher_ipsec_mb.cpp).
 #pragma once
 
 #include <chrono>
@@ -174,7 +180,7 @@ struct McastStats {
 // in fresh pages for every chunk (the allocator gives memory of this size
 // back to the kernel when it is freed).  A buffer freed after the set is
 // gone is deleted.  Buffers are not inherited by forked children (see
-// mcast.cpp): a child of the process cannot read them.
+// mcast_buffers.cpp): a child of the process cannot read them.
 class ChunkBuffers : public std::enable_shared_from_this<ChunkBuffers> {
 public:
     explicit ChunkBuffers(size_t keep) : keep_(keep) { free_.reserve(keep); }
@@ -192,6 +198,8 @@ private:
     mutable std::mutex mu_;
     std::vector<std::pair<size_t, char *>> free_; // capacity, buffer
 };
+
+class McastSocket;
 
 class Mcast {
 public:
@@ -265,23 +273,16 @@ private:
         uint32_t next_seg = 0;
         std::function<void()> sent;
     };
-    size_t seg_bytes() const noexcept; // a full segment's data: mtu - 60
-    static void on_readable(int, short, void *arg);
-    static void on_writable(int, short, void *arg);
+    size_t seg_bytes() const noexcept;     // a full segment's data: mtu - 60
     void segment(const char *p, size_t n); // a header and its data, contiguous
     void stored(const std::pair<uint64_t, uint64_t> &key, Pending &pd, uint16_t seg, uint32_t nsegs);
     void pump();
     bool send_batch(Outgoing &o); // false: would block
 
-    event_base *base_;
     McastConfig cfg_;
     uint32_t self_;
     Logger log_;
-    int fd_ = -1;
-    bool gso_ = false;
-    event *rev_ = nullptr, *wev_ = nullptr;
-    event *hold_ev_ = nullptr; // resume_reads() at the end of a hold
-    void arm_hold();           // hold_ev_ in cfg_.hold
+    std::unique_ptr<McastSocket> socket_; // mcast_socket.hpp: the socket, its events, GSO and GRO
     std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
     std::shared_ptr<ChunkBuffers> buffers_; // where Pending::buf comes from
     size_t pending_bytes_ = 0;

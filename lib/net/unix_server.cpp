@@ -14,7 +14,7 @@ namespace storm::net {
 
 UnixServer::UnixServer(event_base *base, std::string path, Logger log, std::string prefix, std::string what,
                        OnClient on_client)
-    : base_(base), path_(std::move(path)), log_(std::move(log)), prefix_(std::move(prefix)),
+    : base_(base), path_(std::move(path)), log_(log.child(prefix)), prefix_(std::move(prefix)),
       what_(std::move(what)), on_client_(std::move(on_client))
 {
 }
@@ -73,15 +73,13 @@ void UnixServer::on_accept(int fd, short, void *arg)
         int c = accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                self->log_.error("%s: accept on %s: %s", self->prefix_.c_str(), self->path_.c_str(),
-                                 std::strerror(errno));
+                self->log_.error("accept on %s: %s", self->path_.c_str(), std::strerror(errno));
             return;
         }
         ucred cred{};
         socklen_t len = sizeof cred;
         if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-            self->log_.error("%s: cannot read a client's credentials: %s", self->prefix_.c_str(),
-                             std::strerror(errno));
+            self->log_.error("cannot read a client's credentials: %s", std::strerror(errno));
             ::close(c);
             continue;
         }

@@ -69,8 +69,8 @@ private:
 
     event_base *base_;
     std::string path_;
-    Logger log_;
-    std::string prefix_, what_;
+    Logger log_;                // log's child named `prefix`
+    std::string prefix_, what_; // prefix_ starts the errors thrown
     OnClient on_client_;
     int fd_ = -1;
     event *ev_ = nullptr;
