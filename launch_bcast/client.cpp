@@ -172,7 +172,7 @@ namespace {
 class ChunkReader {
 public:
     struct Chunk {
-        std::shared_ptr<std::string> frame; // the bcast_data payload: header and bytes
+        std::shared_ptr<std::string> frame; // the data frame's payload: header and bytes
         uint32_t raw_len = 0;
     };
 
@@ -408,12 +408,12 @@ struct Run {
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {
                     close_sent = true;
-                    conn->send(net::MsgType::bcast_close, 0, std::string_view());
+                    conn->send(kCloseFrame, 0, std::string_view());
                 }
                 return;
             }
             net::DataRef ref{c->frame, c->frame->data(), c->frame->size()};
-            conn->send(net::MsgType::bcast_data, seq++, std::string_view(), ref);
+            conn->send(kDataFrame, seq++, std::string_view(), ref);
             inflight.push_back(c->raw_len);
             if (!opened)
                 early_bytes += c->frame->size();
@@ -511,7 +511,7 @@ Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
         throw BcastError("cannot connect to the Storm agent on " + run.o.agent_name + ": " + e.what());
     }
     run.conn->on_frame([&run](net::Connection &, const net::FrameHeader &h, std::string_view p) {
-        if (h.type != net::MsgType::bcast_reply)
+        if (h.type != kReplyFrame)
             throw net::FrameError("unexpected frame from the agent");
         try {
             run.on_reply(h, p);
@@ -550,7 +550,7 @@ Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
         },
         &run);
     event_add(run.cancelled, nullptr);
-    run.conn->send(net::MsgType::bcast_open, 0, open);
+    run.conn->send(kOpenFrame, 0, open);
     run.arm();
 }
 

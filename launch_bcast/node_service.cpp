@@ -34,9 +34,9 @@ NodeService::NodeService(node::Host &host, NodeSetup setup)
     host.engine->add_sink(
         "bcast:", [this](const std::string &ev, uint64_t origin, uint64_t, uint64_t, std::string_view data,
                          bool sealed) { return receiver_.on_chunk(ev, origin, data, sealed); });
-    host.engine->on_user_frames([this](net::Connection &c, const net::FrameHeader &h,
-                                       std::string_view p) { service_.on_frame(c, h, p); },
-                                [this](net::Connection &c) { service_.on_closed(c); });
+    host.engine->on_service_frames([this](net::Connection &c, const net::FrameHeader &h,
+                                          std::string_view p) { service_.on_frame(c, h, p); },
+                                   [this](net::Connection &c) { service_.on_closed(c); });
 }
 
 std::unique_ptr<NodeService> make_node_service(node::Host &host, NodeSetup setup)

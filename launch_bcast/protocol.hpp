@@ -1,18 +1,19 @@
 // The broadcast protocol: what a user's client asks of the agent that
-// heads a transfer (MsgType::bcast_*), and what that agent sends down the
-// tree to every node of the job (XFER-AND-SIGNAL events "bcast:...").
+// heads a transfer (the service frames kOpenFrame ... kReplyFrame below),
+// and what that agent sends down the tree to every node of the job
+// (XFER-AND-SIGNAL events "bcast:...").
 //
-//   client -> head agent   bcast_open   OpenRequest
+//   client -> head agent   open    OpenRequest
 //   head -> every node     event "bcast:open:<sid>"   the same OpenRequest
-//   head -> client         bcast_reply  Reply{opened, sid}
-//   client -> head         bcast_data   Chunk (header + bytes), any number,
-//                                       at most `window` unanswered
+//   head -> client         reply   Reply{opened, sid}
+//   client -> head         data    Chunk (header + bytes), any number,
+//                                  at most `window` unanswered
 //   head -> every node     event "bcast:data:<sid>"   the same bytes
-//   head -> client         bcast_reply  Reply{done, sequence}
-//   client -> head         bcast_close  (empty)
+//   head -> client         reply   Reply{done, sequence}
+//   client -> head         close   (empty)
 //   head -> every node     COMPARE-AND-WRITE "bcast:<sid>:complete" == 1
 //                          then event "bcast:commit:<sid>"
-//   head -> client         bcast_reply  Reply{committed}
+//   head -> client         reply   Reply{committed}
 //   on any failure         event "bcast:abort:<sid>"; Reply{failed, why}
 //
 // Contract: every decode throws net::DecodeError on a malformed message and
@@ -24,9 +25,19 @@
 #include <string_view>
 #include <vector>
 
+#include "lib/net/frame.hpp"
 #include "lib/net/wire.hpp"
 
 namespace storm::bcast {
+
+// The frames between a user's client and the head agent: service frames
+// (lib/net/frame.hpp), which the head's engine hands to the Service.  open
+// and data carry up to net::kMaxDataPayload bytes, close and reply up to
+// net::kMaxControlPayload.
+constexpr net::MsgType kOpenFrame = net::service_data(0);     // client -> head: OpenRequest
+constexpr net::MsgType kDataFrame = net::service_data(1);     // client -> head: one chunk of a file
+constexpr net::MsgType kCloseFrame = net::service_control(0); // client -> head: every chunk sent, commit
+constexpr net::MsgType kReplyFrame = net::service_control(1); // head -> client: Reply
 
 enum Flags : uint32_t {
     kForce = 1,    // replace an existing destination

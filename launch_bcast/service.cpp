@@ -59,13 +59,15 @@ void Service::send_reply(const std::shared_ptr<Session> &s, const Reply &r)
 {
     auto c = s->conn.lock();
     if (c && !c->closed())
-        c->send(net::MsgType::bcast_reply, s->sid, r.encode());
+        c->send(kReplyFrame, s->sid, r.encode());
 }
 
 void Service::on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload)
 {
+    if (h.type != kOpenFrame && h.type != kDataFrame && h.type != kCloseFrame)
+        throw net::FrameError("not a broadcast request");
     auto it = sessions_.find(&c);
-    if (h.type == net::MsgType::bcast_open) {
+    if (h.type == kOpenFrame) {
         if (it != sessions_.end() && it->second->state != Session::finished)
             throw net::FrameError("a broadcast is already open on this connection");
         open(c, payload);
@@ -78,7 +80,7 @@ void Service::on_frame(net::Connection &c, const net::FrameHeader &h, std::strin
         return; // it failed: the client was told; chunks still in flight are dropped
     if ((s->state != Session::open && s->state != Session::opening) || s->close_asked)
         throw net::FrameError("broadcast frame out of sequence");
-    if (h.type != net::MsgType::bcast_data)
+    if (h.type != kDataFrame)
         return close(s);
     net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
     if (s->state == Session::opening) {

@@ -44,8 +44,10 @@ public:
     Service(const Service &) = delete;
     Service &operator=(const Service &) = delete;
 
-    // The engine's user-frame handlers.  Throws net::FrameError for a frame
-    // that makes no sense on this connection (closes it).
+    // The engine's service-frame handlers (Engine::on_service_frames).
+    // Throws net::FrameError (which closes the connection) for a frame that
+    // is not a request (kOpenFrame, kDataFrame, kCloseFrame) or makes no
+    // sense on this connection.
     void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload);
     void on_closed(net::Connection &c);
 

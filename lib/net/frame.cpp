@@ -1,5 +1,6 @@
 #include "lib/net/frame.hpp"
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <endian.h>
@@ -14,10 +15,44 @@ std::string hex(uint32_t v, int width)
     return b;
 }
 
+// Whether a receiver knows type `v`: one of MsgType's, or a service frame.
+bool known_type(uint8_t v) noexcept
+{
+    auto t = static_cast<MsgType>(v);
+    if (is_service_frame(t))
+        return true;
+    switch (t) {
+    case MsgType::hello:
+    case MsgType::hello_ok:
+    case MsgType::xfer:
+    case MsgType::xfer_ack:
+    case MsgType::caw:
+    case MsgType::caw_ack:
+    case MsgType::heartbeat:
+    case MsgType::xfer_mc:
+    case MsgType::xfer_nack:
+        return true;
+    }
+    return false;
+}
+
+const char *service_name(MsgType t) noexcept
+{
+    static const auto names = [] {
+        std::array<std::array<char, 12>, 2 * kServiceTypes> n{};
+        for (unsigned i = 0; i < n.size(); ++i)
+            std::snprintf(n[i].data(), n[i].size(), "service#%u", kServiceDataFirst + i);
+        return n;
+    }();
+    return names[static_cast<uint8_t>(t) - kServiceDataFirst].data();
+}
+
 } // namespace
 
 const char *msg_type_name(MsgType t) noexcept
 {
+    if (is_service_frame(t))
+        return service_name(t);
     switch (t) {
     case MsgType::hello:
         return "hello";
@@ -33,14 +68,6 @@ const char *msg_type_name(MsgType t) noexcept
         return "caw_ack";
     case MsgType::heartbeat:
         return "heartbeat";
-    case MsgType::bcast_open:
-        return "bcast_open";
-    case MsgType::bcast_data:
-        return "bcast_data";
-    case MsgType::bcast_close:
-        return "bcast_close";
-    case MsgType::bcast_reply:
-        return "bcast_reply";
     case MsgType::xfer_mc:
         return "xfer_mc";
     case MsgType::xfer_nack:
@@ -51,9 +78,9 @@ const char *msg_type_name(MsgType t) noexcept
 
 uint32_t max_payload(MsgType t) noexcept
 {
-    return t == MsgType::xfer || t == MsgType::xfer_mc || t == MsgType::bcast_open || t == MsgType::bcast_data
-               ? kMaxDataPayload
-               : kMaxControlPayload;
+    bool data = t == MsgType::xfer || t == MsgType::xfer_mc ||
+                (is_service_frame(t) && static_cast<uint8_t>(t) < kServiceControlFirst);
+    return data ? kMaxDataPayload : kMaxControlPayload;
 }
 
 void encode_header(char *out, MsgType type, uint64_t op, size_t length)
@@ -90,7 +117,7 @@ FrameHeader decode_header(const void *p)
         throw FrameError("protocol version " + std::to_string(version) + " (this agent speaks " +
                          std::to_string(kProtocolVersion) + ")");
     uint8_t type = r.u8();
-    if (type < static_cast<uint8_t>(MsgType::hello) || type > static_cast<uint8_t>(MsgType::xfer_nack))
+    if (!known_type(type))
         throw FrameError("unknown message type " + std::to_string(type));
     uint16_t flags = r.u16();
     if (flags)

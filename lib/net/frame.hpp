@@ -14,9 +14,18 @@
 // length within the type's limit) and throws FrameError naming what is
 // wrong; a receiver closes the connection on FrameError and never acts on
 // the frame.
+//
+// Service frames: the types kServiceDataFirst to kServiceLast are reserved
+// for the services above lib/prim, which name their own types in the range
+// with service_data(n) and service_control(n).  lib/net carries them, and
+// lib/prim's engine hands every one to the handler a service registered,
+// without knowing whose they are.  A service frame's payload limit is its
+// class's: kMaxDataPayload for service_data(), kMaxControlPayload for
+// service_control().
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -25,7 +34,7 @@
 namespace storm::net {
 
 constexpr uint32_t kFrameMagic = 0x53544f52;
-constexpr uint8_t kProtocolVersion = 1;
+constexpr uint8_t kProtocolVersion = 2; // 2: types 8-11 retired, 32-63 service frames
 constexpr size_t kHeaderSize = 20;
 // Largest payload of a data frame (one broadcast chunk plus its header).
 constexpr uint32_t kMaxDataPayload = 16u << 20;
@@ -40,16 +49,38 @@ enum class MsgType : uint8_t {
     caw = 5,      // COMPARE-AND-WRITE down the tree
     caw_ack = 6,  // result up the tree
     heartbeat = 7,
-    // A user's broadcast (launch_bcast), between the user's client and the
-    // agent that heads the transfer:
-    bcast_open = 8,   // client -> agent: credential, destination, files
-    bcast_data = 9,   // client -> agent: one chunk of a file
-    bcast_close = 10, // client -> agent: every chunk sent, commit
-    bcast_reply = 11, // agent -> client: opened / chunks done / committed / failed
+    // 8-11: unused since version 2.
     // XFER-AND-SIGNAL whose data travels by multicast (lib/net/mcast.hpp):
     xfer_mc = 12,   // down the tree: a chunk's announcement and seal (its data only as a repair)
     xfer_nack = 13, // up one hop: the chunk's data did not arrive, send it over this connection
+    // 32-63: service frames (below), named by the services themselves.
 };
+
+// The range of service frames: kServiceTypes types of each class.
+constexpr unsigned kServiceTypes = 16;
+constexpr uint8_t kServiceDataFirst = 32;    // 32-47: payloads up to kMaxDataPayload
+constexpr uint8_t kServiceControlFirst = 48; // 48-63: payloads up to kMaxControlPayload
+constexpr uint8_t kServiceLast = kServiceControlFirst + kServiceTypes - 1;
+
+constexpr bool is_service_frame(MsgType t) noexcept
+{
+    return static_cast<uint8_t>(t) >= kServiceDataFirst && static_cast<uint8_t>(t) <= kServiceLast;
+}
+
+// A service's n-th type of data (n < kServiceTypes; else std::out_of_range,
+// which fails the build where the type is a constant).
+constexpr MsgType service_data(unsigned n)
+{
+    return n < kServiceTypes ? static_cast<MsgType>(kServiceDataFirst + n)
+                             : throw std::out_of_range("service data frame types are 0 to 15");
+}
+
+// A service's n-th control type (n < kServiceTypes; else std::out_of_range).
+constexpr MsgType service_control(unsigned n)
+{
+    return n < kServiceTypes ? static_cast<MsgType>(kServiceControlFirst + n)
+                             : throw std::out_of_range("service control frame types are 0 to 15");
+}
 
 class FrameError : public std::runtime_error {
 public:
@@ -62,9 +93,10 @@ struct FrameHeader {
     uint64_t op = 0;
 };
 
+// A type's name; a service frame's is "service#<type>" ("service#32").
 const char *msg_type_name(MsgType t) noexcept;
-// The payload limit of a type: kMaxDataPayload for xfer, xfer_mc,
-// bcast_open and bcast_data, else control.
+// The payload limit of a type: kMaxDataPayload for xfer, xfer_mc and the
+// service data types, else kMaxControlPayload.
 uint32_t max_payload(MsgType t) noexcept;
 
 // Writes the kHeaderSize bytes of a frame's header at out.  Throws

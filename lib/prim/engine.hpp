@@ -55,6 +55,13 @@
 // called from it.  Not thread safe.  That thread must block or ignore
 // SIGPIPE (the node agent's thread blocks it), so that a write to a peer
 // that died fails with EPIPE instead of killing the daemon.
+//
+// Sources, one concern each: engine.cpp (construction, listening,
+// connections to peers, frame dispatch), tree.cpp (forwarding down the
+// tree, answers up it, routing around dead agents), xfer.cpp
+// (XFER-AND-SIGNAL and TEST-EVENT), xfer_mc.cpp (XFER-AND-SIGNAL by
+// multicast), caw.cpp (COMPARE-AND-WRITE and the variables);
+// engine_internal.hpp holds what several of them share.
 #pragma once
 
 #include <chrono>
@@ -109,6 +116,9 @@ struct McastCounters {
 };
 
 enum class Relation : uint8_t { ge = 1, lt = 2, eq = 3, ne = 4 };
+
+// Longest event or variable name, in bytes (names have at least one).
+constexpr size_t kMaxName = 255;
 
 // Why nodes failed, as they said (a sink's error), by node index; at most
 // kMaxReasons travel up the tree.
@@ -221,18 +231,23 @@ public:
                                                 uint64_t total, std::string_view data, bool sealed)>;
     void add_sink(const std::string &prefix, ChunkSink sink) { sinks_.emplace_back(prefix, std::move(sink)); }
 
-    // Frames of users' broadcasts (MsgType::bcast_*) arriving on accepted
-    // connections, and the closing of connections that sent them.  Once a
-    // handler is set, the engine accepts connections from users (verified,
-    // untrusted), and takes only these frames from them; every other frame
-    // from a user is refused and closes the connection.
-    using UserFrameHandler =
+    // Service frames (net::is_service_frame: the reserved range of types a
+    // service above the engine names for itself, as launch_bcast/protocol.hpp
+    // does) arriving on accepted connections, and the closing of accepted
+    // connections once they were ready.  The engine hands every service
+    // frame to `frames` without reading it; the handler throws
+    // net::FrameError for one it does not take, which closes the
+    // connection.  Once a handler is set, the engine accepts connections
+    // from users (verified, untrusted) and takes only service frames from
+    // them: any other frame from a user is refused and closes the
+    // connection.  Without a handler, every service frame is refused.
+    using ServiceFrameHandler =
         std::function<void(net::Connection &, const net::FrameHeader &, std::string_view payload)>;
-    using UserCloseHandler = std::function<void(net::Connection &)>;
-    void on_user_frames(UserFrameHandler frames, UserCloseHandler closed)
+    using ServiceCloseHandler = std::function<void(net::Connection &)>;
+    void on_service_frames(ServiceFrameHandler frames, ServiceCloseHandler closed)
     {
-        user_frames_ = std::move(frames);
-        user_closed_ = std::move(closed);
+        service_frames_ = std::move(frames);
+        service_closed_ = std::move(closed);
     }
 
     // A variable's value (0 if never set).  Besides those set (by
@@ -266,20 +281,47 @@ public:
     size_t partial_transfers() const noexcept { return incoming_.size(); }
 
 private:
-    struct Hop;      // an operation this node forwarded and awaits answers for
-    struct Transfer; // an XFER-AND-SIGNAL this engine initiates
-    struct Incoming; // a multi-chunk transfer being received
-    struct CawCall;  // a COMPARE-AND-WRITE queued at the set's root
-
+    // ---- engine.cpp: connections, frame dispatch, housekeeping ----------
     std::shared_ptr<net::Connection> peer(uint32_t index);
     void on_accept(int fd);
-    void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload);
+    // `accepted`: c is a connection this engine accepted (else one it made).
+    void on_frame(net::Connection &c, const net::FrameHeader &h, std::string_view payload, bool accepted);
     void on_peer_closed(net::Connection &c, const std::string &why);
     uint64_t next_op() { return ++op_counter_; }
+    void sweep();
 
-    // Generic down-the-tree forwarding: sends `type` with `body` to the
-    // children of `set` (routing around unreachable ones), and calls
-    // `finish` with the aggregate once every child answered or timed out.
+    event_base *base_;
+    EngineConfig cfg_;
+    net::Authenticator &auth_;
+    Logger log_;
+    evconnlistener *listener_ = nullptr;
+    event *sweep_ = nullptr;
+    uint64_t op_counter_ = 0;
+    uint64_t rejected_ = 0;
+    std::map<uint32_t, std::shared_ptr<net::Connection>> peers_; // outgoing, by node index
+    // Agents whose connection failed: routed around without a new connect
+    // attempt until `until`.  A connection refused, closed or reset by the
+    // agent (its daemon is down or restarting: a new attempt fails or succeeds at
+    // once) is tried again after kFirstRetry, doubling up to the timeout
+    // while it keeps failing; any other failure (an unreachable host, an
+    // error, a failed authentication) pauses the agent for the timeout.
+    // Forgotten once a connection to the agent is ready again.
+    struct Down {
+        std::chrono::steady_clock::time_point until;
+        std::chrono::milliseconds pause{0};
+    };
+    static constexpr std::chrono::milliseconds kFirstRetry{250};
+    std::map<uint32_t, Down> down_;
+    std::set<std::shared_ptr<net::Connection>> accepted_;
+    ServiceFrameHandler service_frames_;
+    ServiceCloseHandler service_closed_;
+    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+    // ---- tree.cpp: generic down-the-tree forwarding ---------------------
+    // Sends `type` with `body` to the children of `set` (routing around
+    // unreachable ones), and calls `finish` with the aggregate once every
+    // child answered or timed out.
+    struct Hop; // an operation this node forwarded and awaits answers for (engine_internal.hpp)
     struct Answer {
         RangeSet failed;
         bool holds = true;
@@ -304,10 +346,38 @@ private:
     each_child(const RangeSet &set, unsigned fanout, bool whole,
                const std::function<void(const RangeSet &, const std::shared_ptr<net::Connection> &)> &send,
                const std::function<void(uint32_t, const std::string &)> &unreachable);
+    void hop_answer(uint64_t op, const Answer &a);
+    void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);
+    void hop_timeout(uint64_t op);
+    // The connection to agent `index` closed (`never_ready`: it never
+    // answered the connection): what was sent to it fails, or is routed
+    // around it to its children.
+    void child_lost(uint32_t index, bool never_ready, const std::string &why);
+    // An xfer_ack or caw_ack from `c`.
+    void handle_answer(net::Connection &c, uint64_t op, std::string_view payload);
+    void reply(const std::weak_ptr<net::Connection> &to, net::MsgType type, uint64_t op, const Answer &a);
+    void reply(net::Connection &to, net::MsgType type, uint64_t op, const Answer &a);
+
+    std::map<uint64_t, std::shared_ptr<Hop>> hops_;               // by our op id
+    std::map<uint64_t, std::pair<uint64_t, RangeSet>> child_ops_; // child op -> (hop op, child's slice)
+
+    // ---- xfer.cpp: XFER-AND-SIGNAL, TEST-EVENT ----------------------------
+    struct Transfer; // an XFER-AND-SIGNAL this engine initiates
+    struct Incoming; // a multi-chunk transfer being received
+    void start_chunks(const std::shared_ptr<Transfer> &t);
+    void handle_xfer(net::Connection &c, uint64_t op, std::string_view payload);
+    void apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                     std::string_view data, Answer &local, bool sealed = false); // sealed: see ChunkSink
     // Sends an unanswered transfer down the tree below this node (or, with
     // `whole`, to the first member of `set`, which heads it).
     void spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
                 const net::DataRef &data, bool whole = false);
+    // Unanswered transfers queued for agent `index`, whose connection
+    // closed: routed around it if it never answered the connection.
+    void respread(uint32_t index, bool never_ready);
+    // Drops transfers without a chunk since `stale`.
+    void sweep_incoming(std::chrono::steady_clock::time_point stale);
+
     struct UnreadySend {
         RangeSet slice;
         Route route;
@@ -318,12 +388,16 @@ private:
     // Unanswered transfers sent on connections not ready yet, by agent: if
     // the connection fails, they are routed around that agent.
     std::map<uint32_t, std::vector<UnreadySend>> unready_sends_;
-    void hop_answer(uint64_t op, const Answer &a);
-    void hop_child_failed(uint64_t op, uint64_t child_op, const std::string &why);
-    void hop_timeout(uint64_t op);
+    std::map<std::string, std::pair<uint64_t, std::string>> events_;
+    std::map<std::pair<std::string, uint64_t>, std::shared_ptr<Incoming>> incoming_;
+    SignalHook signal_hook_;
+    std::vector<std::pair<std::string, ChunkSink>> sinks_;
 
-    // XFER pieces
-    void start_chunks(const std::shared_ptr<Transfer> &t);
+    // ---- xfer_mc.cpp: XFER-AND-SIGNAL by multicast ------------------------
+    // Opens the multicast data path (listen()), if configured, on the
+    // interface of this node's address `addr` unless mcast.iface names
+    // one; logs it off if it cannot.
+    void mc_start(const sockaddr_in &addr);
     // This node heads `set` and holds the chunk: multicasts it and forwards
     // its announcement where that applies, else forwards the chunk.
     void forward_chunk(const RangeSet &set, Route route, uint64_t origin, const std::string &event,
@@ -361,60 +435,27 @@ private:
     // transfer.  Nodes that hold no announcement never hold.
     void mc_reads();
     void mc_count(uint64_t McastCounters::*field);
+    // Drops announcements waiting since `stale` for bytes that never came.
+    void sweep_mc(std::chrono::steady_clock::time_point stale);
+
     std::map<uint64_t, std::deque<McWait>> mc_waits_;
     bool mc_pumping_ = false;
     std::set<uint64_t> mc_repump_;
     event *mc_timer_ = nullptr;
     std::unique_ptr<net::Mcast> mcast_;
     McastCounters mc_;
-    void handle_xfer(net::Connection &c, uint64_t op, std::string_view payload);
-    void apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
-                     std::string_view data, Answer &local, bool sealed = false); // sealed: see ChunkSink
-    // CAW pieces
+    Logger mc_log_; // log_.child("multicast")
+
+    // ---- caw.cpp: COMPARE-AND-WRITE and the variables ---------------------
+    struct CawCall; // a COMPARE-AND-WRITE queued at the set's root
     void handle_caw(net::Connection &c, uint64_t op, std::string_view payload);
     void caw_next();
     bool caw_local(uint8_t phase, const std::string &var, Relation rel, int64_t value,
                    const std::string &wvar, int64_t wval);
 
-    void reply(const std::weak_ptr<net::Connection> &to, net::MsgType type, uint64_t op, const Answer &a);
-    void reply(net::Connection &to, net::MsgType type, uint64_t op, const Answer &a);
-    void sweep();
-    event *sweep_ = nullptr;
-
-    event_base *base_;
-    EngineConfig cfg_;
-    net::Authenticator &auth_;
-    Logger log_;
-    evconnlistener *listener_ = nullptr;
-    uint64_t op_counter_ = 0;
-    uint64_t rejected_ = 0;
-    std::map<uint32_t, std::shared_ptr<net::Connection>> peers_; // outgoing, by node index
-    // Agents whose connection failed: routed around without a new connect
-    // attempt until `until`.  A connection refused, closed or reset by the
-    // agent (its daemon is down or restarting: a new attempt fails or succeeds at
-    // once) is tried again after kFirstRetry, doubling up to the timeout
-    // while it keeps failing; any other failure (an unreachable host, an
-    // error, a failed authentication) pauses the agent for the timeout.
-    // Forgotten once a connection to the agent is ready again.
-    struct Down {
-        std::chrono::steady_clock::time_point until;
-        std::chrono::milliseconds pause{0};
-    };
-    static constexpr std::chrono::milliseconds kFirstRetry{250};
-    std::map<uint32_t, Down> down_;
-    std::set<std::shared_ptr<net::Connection>> accepted_;
-    std::map<uint64_t, std::shared_ptr<Hop>> hops_;               // by our op id
-    std::map<uint64_t, std::pair<uint64_t, RangeSet>> child_ops_; // child op -> (hop op, child's slice)
-    std::map<std::string, std::pair<uint64_t, std::string>> events_;
-    std::map<std::pair<std::string, uint64_t>, std::shared_ptr<Incoming>> incoming_;
     std::map<std::string, int64_t> vars_;
     std::vector<std::shared_ptr<CawCall>> caw_queue_;
     bool caw_busy_ = false;
-    SignalHook signal_hook_;
-    std::vector<std::pair<std::string, ChunkSink>> sinks_;
-    UserFrameHandler user_frames_;
-    UserCloseHandler user_closed_;
-    std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 } // namespace storm::prim

@@ -12,6 +12,22 @@
 // terminated:J = 1, write terminated:J := 0) until it holds everywhere, and
 // reports the job ended.  Nodes that do not answer end the detection with
 // a failure that names them.
+//
+// Why nothing in the running system calls it (only test_queue does), and
+// why it stays.  In Slurm, a job's end is Slurm's to detect: slurmd and
+// slurmstepd report each step's and job's completion to slurmctld by
+// Slurm's own RPCs, and slurmctld alone frees the job's nodes, with no
+// plugin hook to take that over; sched/gang reads which jobs still run
+// from slurmctld's job list too.  Running this detector beside Slurm would add
+// traffic whose answer nobody acts on.  A broadcast's completion needs no
+// detection either: the head learns it from the client's close and checks
+// it with one COMPARE-AND-WRITE ("bcast:<sid>:complete"), which is this
+// algorithm's second phase without its wait.  It stays as the third of
+// seed 000's resource-management functions built on the primitives
+// (beside queue.hpp and heartbeat.hpp), tested, for a master that learns
+// of an end only from the nodes: a launcher that starts jobs through the
+// agents itself, or a scheduler that must reclaim a job's slot the moment
+// its processes ended everywhere, before Slurm's completion arrives.
 #pragma once
 
 #include <chrono>

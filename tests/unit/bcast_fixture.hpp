@@ -133,9 +133,9 @@ struct BcastCluster {
                                                          ServiceConfig{i, names, control_fanout},
                                                          Logger("head" + std::to_string(i))));
             auto *svc = services.back().get();
-            cl.agents[i]->on_user_frames([svc](net::Connection &c, const net::FrameHeader &h,
-                                               std::string_view p) { svc->on_frame(c, h, p); },
-                                         [svc](net::Connection &c) { svc->on_closed(c); });
+            cl.agents[i]->on_service_frames([svc](net::Connection &c, const net::FrameHeader &h,
+                                                  std::string_view p) { svc->on_frame(c, h, p); },
+                                            [svc](net::Connection &c) { svc->on_closed(c); });
         }
         tick = event_new(
             cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *) {}, nullptr);

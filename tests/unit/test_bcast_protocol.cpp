@@ -5,6 +5,7 @@
 #include <string>
 
 #include "launch_bcast/protocol.hpp"
+#include "lib/net/frame.hpp"
 #include "lib/net/wire.hpp"
 #include "tests/unit/cmocka.hpp"
 #include "tests/unit/helpers.hpp"
@@ -17,6 +18,14 @@ namespace {
 
 void test_protocol_decoding(void **)
 {
+    // The frames' payload limits, as in protocol version 1: open and data
+    // a chunk's, close and reply a control frame's.
+    assert_int_equal(net::max_payload(kOpenFrame), net::kMaxDataPayload);
+    assert_int_equal(net::max_payload(kDataFrame), net::kMaxDataPayload);
+    assert_int_equal(net::max_payload(kCloseFrame), net::kMaxControlPayload);
+    assert_int_equal(net::max_payload(kReplyFrame), net::kMaxControlPayload);
+    assert_true(net::is_service_frame(kOpenFrame) && net::is_service_frame(kDataFrame) &&
+                net::is_service_frame(kCloseFrame) && net::is_service_frame(kReplyFrame));
     assert_int_equal(crc32("123456789"), 0xe3069283u); // the CRC-32C check value
     assert_int_equal(crc32(""), 0u);
     OpenRequest q;

@@ -129,12 +129,12 @@ void test_early_chunks_bounded(void **)
         q.flags = kForce;
         q.timeout_ms = 3000;
         q.entries.push_back(Entry{"", false, 0644, uint64_t(chunk) * chunks, 0, 0});
-        conn->send(net::MsgType::bcast_open, 0, q.encode());
+        conn->send(kOpenFrame, 0, q.encode());
         std::string bytes(chunk, 'x');
         for (unsigned i = 0; i < chunks; ++i) {
             net::Writer w;
             ChunkHeader{0, uint64_t(i) * chunk, chunk, crc32(bytes), false}.encode(w);
-            conn->send(net::MsgType::bcast_data, i, w.take() + bytes);
+            conn->send(kDataFrame, i, w.take() + bytes);
         }
         auto t0 = std::chrono::steady_clock::now();
         timeval tv{5, 0};

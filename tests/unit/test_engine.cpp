@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "lib/common/signals.hpp"
 #include "lib/prim/checksum.hpp"
 #include "lib/prim/engine.hpp"
+#include "tests/unit/helpers.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
 using namespace storm;
@@ -377,6 +379,57 @@ void test_bad_input_rejected(void **)
     assert_int_equal(cl.agents[0]->test_event("after"), 1);
 }
 
+// Service frames (the reserved range of lib/net/frame.hpp) reach the
+// handler a service registered, unread and in order, each class with its
+// own payload limit; a user may send nothing else, an agent without a
+// handler refuses them, and a type outside the range closes the connection
+// before any handler sees it.
+void test_service_frames_forwarded(void **)
+{
+    Cluster cl(2, 2);
+    std::vector<std::pair<net::MsgType, std::string>> got;
+    unsigned closed = 0;
+    cl.agents[0]->on_service_frames([&](net::Connection &, const net::FrameHeader &h,
+                                        std::string_view p) { got.emplace_back(h.type, std::string(p)); },
+                                    [&](net::Connection &) { ++closed; });
+    auto connect = [&](unsigned agent, net::Authenticator &auth, bool &gone) {
+        auto c = net::Connection::connect(cl.base, cl.table[agent], agent, auth);
+        c->on_frame([](net::Connection &, const net::FrameHeader &, std::string_view) {});
+        c->on_close([&gone](net::Connection &, const std::string &) { gone = true; });
+        return c;
+    };
+    auto run_until = [&](const std::function<bool()> &done) { return cl.initiator->run_until(done, 3000ms); };
+    FakeAuth user(1000);
+    bool gone = false;
+    auto c = connect(0, user, gone);
+    std::string big(net::kMaxControlPayload + 1, 'd');
+    c->send(net::service_data(3), 1, big); // data class: beyond a control payload
+    c->send(net::service_control(7), 2, "ctl");
+    assert_true(test_helpers::contains(
+        test_helpers::error_of<net::FrameError>([&] { c->send(net::service_control(7), 3, big); }),
+        "exceeds the limit"));
+    assert_true(run_until([&] { return got.size() == 2; }));
+    assert_true(got[0].first == net::service_data(3) && got[0].second == big);
+    assert_true(got[1].first == net::service_control(7) && got[1].second == "ctl");
+    c->send(net::MsgType::heartbeat, 4, ""); // not a service frame: refused from a user
+    assert_true(run_until([&] { return gone && closed == 1; }));
+    // A daemon's type outside the range: refused on its header.
+    uint64_t rejected = cl.agents[0]->frames_rejected();
+    gone = false;
+    auto d = connect(0, cl.auth, gone);
+    d->send(static_cast<net::MsgType>(net::kServiceLast + 1), 5, "");
+    assert_true(run_until([&] { return gone; }));
+    assert_int_equal(got.size(), 2);
+    assert_int_equal(cl.agents[0]->frames_rejected(), rejected + 1);
+    // An agent without a handler refuses service frames, even a daemon's.
+    gone = false;
+    auto e = connect(1, cl.auth, gone);
+    e->send(net::service_data(0), 6, "x");
+    assert_true(run_until([&] { return gone; }));
+    assert_int_equal(got.size(), 2);
+    assert_true(cl.xfer(RangeSet::range(0, 2), "after", "ok").ok);
+}
+
 } // namespace
 
 int main()
@@ -394,6 +447,7 @@ int main()
         cmocka_unit_test(test_abandoned_transfer_reclaimed),
         cmocka_unit_test(test_silent_node_times_out),
         cmocka_unit_test(test_bad_input_rejected),
+        cmocka_unit_test(test_service_frames_forwarded),
     };
     return cmocka_run_group_tests_name("engine", tests, nullptr, nullptr);
 }

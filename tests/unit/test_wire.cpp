@@ -5,6 +5,7 @@
 
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "lib/net/frame.hpp"
@@ -87,7 +88,7 @@ void test_frame_rejects_bad_headers(void **)
         return error_of<FrameError>([&] { decode_header(b.data()); });
     };
     assert_true(contains(bad(0, 'X'), "bad magic"));
-    assert_true(contains(bad(4, 2), "protocol version 2"));
+    assert_true(contains(bad(4, 1), "protocol version 1 (this agent speaks 2)")); // the old one too
     assert_true(contains(bad(5, 0), "unknown message type 0"));
     assert_true(contains(bad(5, 99), "unknown message type 99"));
     assert_true(contains(bad(7, 1), "reserved flags"));
@@ -110,6 +111,59 @@ void test_frame_rejects_bad_headers(void **)
     assert_true(contains(error_of<FrameError>([&] { encode_frame(out, MsgType::heartbeat, 1, big); }),
                          "exceeds the limit"));
     encode_frame(out, MsgType::xfer, 1, big); // data frames may be larger
+}
+
+// The service frames: a reserved range whose types net carries without
+// knowing whose they are, data-class payloads below, control-class above.
+void test_service_frames(void **)
+{
+    assert_int_equal(static_cast<int>(service_data(0)), 32);
+    assert_int_equal(static_cast<int>(service_data(15)), 47);
+    assert_int_equal(static_cast<int>(service_control(0)), 48);
+    assert_int_equal(static_cast<int>(service_control(15)), 63);
+    assert_true(contains(error_of<std::out_of_range>([] { (void)service_data(16); }), "0 to 15"));
+    assert_true(contains(error_of<std::out_of_range>([] { (void)service_control(16); }), "0 to 15"));
+    assert_true(is_service_frame(service_data(0)) && is_service_frame(service_control(15)));
+    assert_false(is_service_frame(MsgType::xfer) || is_service_frame(static_cast<MsgType>(31)) ||
+                 is_service_frame(static_cast<MsgType>(64)));
+    assert_string_equal(msg_type_name(service_data(0)), "service#32");
+    assert_string_equal(msg_type_name(service_control(15)), "service#63");
+    // Every type of the range is decoded; none around it.
+    auto header = [](uint8_t type, uint32_t length) {
+        std::string f;
+        encode_frame(f, MsgType::caw, 9, "");
+        f[5] = static_cast<char>(type);
+        f[8] = static_cast<char>(length >> 24);
+        f[9] = static_cast<char>(length >> 16);
+        f[10] = static_cast<char>(length >> 8);
+        f[11] = static_cast<char>(length);
+        return f;
+    };
+    for (unsigned t = 32; t <= 63; ++t) {
+        FrameHeader h = decode_header(header(static_cast<uint8_t>(t), 0).data());
+        assert_int_equal(static_cast<int>(h.type), t);
+        assert_int_equal(h.op, 9);
+    }
+    for (unsigned t : {8u, 11u, 14u, 31u, 64u, 255u})
+        assert_true(
+            contains(error_of<FrameError>([&] { decode_header(header(static_cast<uint8_t>(t), 0).data()); }),
+                     "unknown message type " + std::to_string(t)));
+    // The limits: data's for 32-47, control's for 48-63, both ways.
+    for (unsigned n = 0; n < kServiceTypes; ++n) {
+        assert_int_equal(max_payload(service_data(n)), kMaxDataPayload);
+        assert_int_equal(max_payload(service_control(n)), kMaxControlPayload);
+    }
+    decode_header(header(47, kMaxDataPayload).data());
+    decode_header(header(48, kMaxControlPayload).data());
+    assert_true(contains(error_of<FrameError>([&] { decode_header(header(47, kMaxDataPayload + 1).data()); }),
+                         "service#47 frame of 16777217 bytes exceeds the limit of 16777216"));
+    assert_true(
+        contains(error_of<FrameError>([&] { decode_header(header(48, kMaxControlPayload + 1).data()); }),
+                 "service#48 frame of 65537 bytes exceeds the limit of 65536"));
+    std::string big(kMaxControlPayload + 1, 'x'), out;
+    encode_frame(out, service_data(3), 1, big);
+    assert_true(contains(error_of<FrameError>([&] { encode_frame(out, service_control(3), 1, big); }),
+                         "service#51 payload of 65537 bytes exceeds the limit of 65536"));
 }
 
 void test_rangeset_basics(void **)
@@ -246,6 +300,7 @@ int main()
         cmocka_unit_test(test_reader_rejects_overruns),
         cmocka_unit_test(test_frame_roundtrip),
         cmocka_unit_test(test_frame_rejects_bad_headers),
+        cmocka_unit_test(test_service_frames),
         cmocka_unit_test(test_rangeset_basics),
         cmocka_unit_test(test_rangeset_wire),
         cmocka_unit_test(test_tree_split),
