@@ -76,7 +76,7 @@ Verifier make_verifier(node::StepLister lister, std::shared_ptr<const Admissions
     auto cache = std::make_shared<Cache>();
     return [lister = std::move(lister), admissions = std::move(admissions),
             partitions = std::move(partitions), proc_root = std::move(proc_root),
-            cache](pid_t pid, uid_t, uint32_t job) {
+            cache](pid_t pid, uid_t uid, uint32_t job) {
         Verdict v;
         std::map<std::string, std::string> env;
         if (!environ_of(proc_root, pid, env)) {
@@ -109,6 +109,15 @@ Verifier make_verifier(node::StepLister lister, std::shared_ptr<const Admissions
                     v.error +=
                         " (SLURM_JOB_PARTITION=\"" + part->second + "\" in its environment does not count)";
             }
+            return v;
+        }
+        // The kernel's uid of the peer (SO_PEERCRED), against the owner
+        // slurmctld named: checked at every registration, cached listing or
+        // not, so a process of another user that inherits a freed pid of
+        // the job's is refused.
+        if (!admissions->admitted_for(job, uid)) {
+            v.error = "pid " + std::to_string(pid) + " runs as uid " + std::to_string(uid) + ", not as job " +
+                      std::to_string(job) + "'s owner";
             return v;
         }
         if (!lister) {

@@ -148,7 +148,7 @@ void Pool::add_window(std::unique_ptr<Window> w)
     if (windows_.count(id))
         throw std::logic_error("rdma: context " + std::to_string(id) + " is open already");
     if (w->ctx.cosched && setup_.admissions)
-        setup_.admissions->open(w->ctx.job_id);
+        setup_.admissions->open(w->ctx.job_id, w->ctx.uid);
     windows_[id] = std::move(w);
 }
 

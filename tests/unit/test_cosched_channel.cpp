@@ -177,8 +177,8 @@ void test_channel_registration(void **)
 {
     Bench b;
     b.steps[7] = {getpid(), 99999};
-    b.admissions->open(7);
-    b.admissions->open(8);
+    b.admissions->open(7, getuid());
+    b.admissions->open(8, getuid());
     b.environ_says("7", "work");
     Task t1(b), t2(b);
     // Not scheduled at registration: at the next aligned instant.
@@ -245,8 +245,8 @@ void test_channel_refusals(void **)
     Bench b;
     b.steps[7] = {getpid()};
     b.steps[9] = {12345}; // this process is not among job 9's
-    b.admissions->open(7);
-    b.admissions->open(9);
+    b.admissions->open(7, getuid());
+    b.admissions->open(9, getuid());
     b.environ_says("7", "work");
     g_log.clear();
     {
@@ -296,7 +296,7 @@ void test_channel_refusals(void **)
         // Once slurmstepd opened a coscheduled context of job 10, it may
         // register, whatever its environment says of the partition; once
         // closed, no more.
-        b.admissions->open(10);
+        b.admissions->open(10, getuid());
         Task t(b);
         assert_string_equal(t.reg(b, 10).c_str(), "K0");
         assert_int_equal(b.local->tasks(10), 1);
@@ -308,6 +308,31 @@ void test_channel_refusals(void **)
         t.fd = -1;
         b.spin();
         assert_int_equal(b.local->scheduler().jobs(), 0);
+    }
+    {
+        // Job 11 is another user's: a process of this uid, which slurmstepd
+        // lists among job 11's and whose environment names job 11 (a pid
+        // reused by another user), may not register for it.
+        b.steps[11] = {getpid()};
+        b.admissions->open(11, getuid() + 1);
+        b.environ_says("11", "work");
+        Task t(b);
+        int listed = b.listings;
+        assert_true(contains(t.reg(b, 11), "pid " + std::to_string(getpid()) + " runs as uid " +
+                                               std::to_string(getuid()) + ", not as job 11's owner"));
+        assert_int_equal(b.listings, listed); // refused before asking slurmstepd
+        assert_int_equal(b.local->tasks(11), 0);
+    }
+    {
+        // The owner is checked at every registration, against the
+        // admission as it is now.
+        b.admissions->close(7);
+        b.admissions->open(7, getuid() + 1);
+        b.environ_says("7", "work");
+        Task t(b);
+        assert_true(contains(t.reg(b, 7), "not as job 7's owner"));
+        b.admissions->close(7);
+        b.admissions->open(7, getuid());
     }
     {
         b.environ_says("7", "work");

@@ -106,7 +106,7 @@ void test_pmpi_end_to_end(void **)
     s.config.gmet = 0us;
     auto admissions = std::make_shared<Admissions>();
     for (uint32_t j : {41, 42, 43})
-        admissions->open(j);
+        admissions->open(j, getuid());
     s.verifier = make_verifier(nullptr, admissions, {"work"});
     s.make_enforcer = [&calls] { return std::make_unique<FakeEnforcer>(&calls); };
     auto local = std::make_unique<Local>(base, std::move(s), Logger("cosched-test"));
