@@ -19,7 +19,7 @@
 #define FUZZ_REQUIRE(cond)                                                                                   \
     do {                                                                                                     \
         if (!(cond)) {                                                                                       \
-            std::fprintf(stderr, "fuzz: %s:%d: %s does not hold\n", __FILE__, __LINE__, #cond);           \
+            std::fprintf(stderr, "fuzz: %s:%d: %s does not hold\n", __FILE__, __LINE__, #cond);              \
             std::abort();                                                                                    \
         }                                                                                                    \
     } while (0)

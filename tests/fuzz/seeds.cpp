@@ -112,6 +112,7 @@ int main(int argc, char **argv)
     seed("fuzz_settings", 1, 0,
          "storm_agent_port=6830,storm_fanout=8,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500,"
          "storm_gang_stop=signal,storm_cosched_partitions=work,storm_cosched_slice=2s");
-    seed("fuzz_settings", 2, 1, "bf_interval=1,storm_gang_quantum=10ms,storm_gang_failsafe=2s,storm_gang_mpl=2");
+    seed("fuzz_settings", 2, 1,
+         "bf_interval=1,storm_gang_quantum=10ms,storm_gang_failsafe=2s,storm_gang_mpl=2");
     return 0;
 }
