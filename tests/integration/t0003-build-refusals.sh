@@ -12,7 +12,7 @@ slurm_src=$(sed -n 's/^SLURM_SRC = //p' "$STORM_BUILDDIR/Makefile")
 b="$T_WORK/build"
 mkdir -p "$b"
 (cd "$STORM_SRCDIR" && cp -pR configure configure.ac Makefile.in Makefile.am aclocal.m4 storm_config.h.in \
-    build-aux m4 lib launch_bcast sched_gang switch_rdma cosched plugins tools tests contrib "$b/") || t_bail "cannot copy the sources to $b"
+    build-aux m4 lib launch_bcast sched_gang switch_rdma cosched agent slurm_adapter plugins tools tests contrib "$b/") || t_bail "cannot copy the sources to $b"
 
 conf() { (cd "$b" && ./configure -q "$@") > "$T_WORK/conf.out" 2>&1; }
 expect_refusal() { # description expected-message configure-args...
