@@ -14,6 +14,8 @@ VC="$STORM_SRCDIR/contrib/vcluster/storm-vcluster"
 # empty: the system's): the clusters run its daemons, and its commands come
 # first in PATH.
 : "${STORM_SLURM_PREFIX:=$(sed -n 's/^SLURM_PREFIX = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
+: "${STORM_SLURM_VERSION:=$(sed -n 's/^STORM_SLURM_VERSION = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
+export STORM_SLURM_VERSION
 if [ -n "$STORM_SLURM_PREFIX" ]; then
     export STORM_VC_SLURM=$STORM_SLURM_PREFIX
     case ":$PATH:" in
