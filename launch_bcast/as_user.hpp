@@ -6,7 +6,11 @@
 // change every thread of slurmd).  While an AsUser is alive, files this
 // thread creates belong to the user, and every permission check (open,
 // mkdir, rename, unlink, chmod, utimes) is the user's: root's capabilities
-// for the file system are dropped with the uid (see setfsuid(2)).
+// for the file system are dropped with the uid (see setfsuid(2)).  So is
+// CAP_SYS_RESOURCE, which setfsuid keeps and which lets a write exceed the
+// file owner's disk quota and reserved blocks: the user's quota holds for
+// everything written meanwhile, writes included, as for stock sbcast,
+// whose child becomes the user.
 //
 // Contract: the constructor throws std::system_error if it cannot switch;
 // the destructor restores root and the original groups.  Not reentrant.
@@ -28,6 +32,7 @@ public:
 
 private:
     bool switched_ = false;
+    bool dropped_resource_ = false; // CAP_SYS_RESOURCE was effective and is off
     std::vector<gid_t> saved_groups_;
 };
 

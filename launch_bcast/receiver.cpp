@@ -390,6 +390,9 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
         }
         f.fd = fd;
     }
+    // As the user: the user's disk quota and reserved blocks hold for the
+    // data as for the files' creation (AsUser drops CAP_SYS_RESOURCE).
+    AsUser as(s.grant.uid, s.grant.gid, s.groups);
     size_t done = 0;
     while (done < bytes.size()) {
         ssize_t n =
