@@ -131,6 +131,8 @@ struct Receiver::Session {
     // until the head says every node committed (finish) or not (abort).
     bool committed = false;
     bool kept_old = false;
+    dev_t parent_dev = 0; // the destination's directory
+    ino_t parent_ino = 0;
     std::chrono::steady_clock::time_point last;
     std::chrono::milliseconds idle_limit{30000};
     ~Session()
@@ -241,6 +243,18 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
             return err("destination directory " + parent, errno);
         if (!S_ISDIR(st.st_mode))
             return parent + " is not a directory";
+        // One broadcast at a time per destination (the same name in the
+        // same directory, however it is spelled): a later one would swap
+        // files under the earlier, whose abort could then undo a broadcast
+        // that reported success.  The later one fails, clearly.
+        s->parent_dev = st.st_dev;
+        s->parent_ino = st.st_ino;
+        for (const auto &[other, o] : sessions_)
+            if (o->parent_dev == st.st_dev && o->parent_ino == st.st_ino &&
+                basename_of(o->dest) == basename_of(s->dest))
+                return s->dest + " is being written by broadcast " + session_hex(other) + " (job " +
+                       std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
+                       ": one broadcast at a time per destination";
 
         // A disk too small fails here, not midway: first against the free
         // space, then exactly, as each file's blocks are reserved below.

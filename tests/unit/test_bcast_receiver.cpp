@@ -304,6 +304,47 @@ void test_swapped_staging_file_refused(void **)
     assert_int_equal(stat(q.dest.c_str(), &st), -1); // nothing committed
 }
 
+// Two --force broadcasts of one user to one destination (issue 39, hole
+// 8): the later is refused while the earlier is open, naming it, also
+// under another spelling of the path; the earlier completes, and its file
+// stays; once it finished, a new one may write there.
+void test_one_broadcast_per_destination(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}},
+                Logger("n0"));
+    rx.recover();
+    const std::string dest = t.path + "/file";
+    std::ofstream(dest) << "the old one";
+    assert_int_equal(chown(dest.c_str(), kUser, kGroup), 0);
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = dest;
+    q.flags = kForce;
+    q.entries.push_back(Entry{"", false, 0644, 10, 0, 0});
+    assert_string_equal(rx.on_chunk(event_name("open", 31), 31, q.encode()).c_str(), "");
+    std::string why = rx.on_chunk(event_name("open", 32), 32, q.encode());
+    assert_true(contains(why, "is being written by broadcast 000000000000001f"));
+    OpenRequest q2 = q;
+    q2.dest = t.path + "//./file"; // the same file, spelt otherwise
+    why = rx.on_chunk(event_name("open", 33), 33, q2.encode());
+    assert_true(contains(why, "one broadcast at a time per destination"));
+    net::Writer w;
+    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
+    assert_string_equal(rx.on_chunk(event_name("data", 31), 31, w.take() + "0123456789").c_str(), "");
+    cl.agents[0]->set_variable(var_prefix(31) + "commit", 1);
+    assert_string_equal(rx.on_chunk(event_name("commit", 31), 31, "").c_str(), "");
+    assert_string_equal(rx.on_chunk(event_name("finish", 31), 31, "").c_str(), "");
+    assert_true(slurp(dest) == "0123456789");
+    assert_string_equal(rx.on_chunk(event_name("open", 34), 34, q.encode()).c_str(), "");
+    assert_string_equal(rx.on_chunk(event_name("abort", 34), 34, "").c_str(), "");
+    assert_true(slurp(dest) == "0123456789"); // the finished one stays
+}
+
 // CAP_SYS_RESOURCE in this thread's effective set (/proc/thread-self).
 bool sys_resource_effective()
 {
@@ -374,6 +415,7 @@ int main()
         cmocka_unit_test(test_receiver_rejects_and_recovers),
         cmocka_unit_test(test_swapped_staging_file_refused),
         cmocka_unit_test(test_user_quota_holds),
+        cmocka_unit_test(test_one_broadcast_per_destination),
     };
     return cmocka_run_group_tests_name("bcast_receiver", tests, nullptr, nullptr);
 }
