@@ -329,24 +329,26 @@ void Mcast::segment(const char *p, size_t n)
     auto key = std::make_pair(h.origin, h.offset);
     auto it = pending_.find(key);
     if (it == pending_.end()) {
-        if (h.chunk_len > cfg_.max_pending) {
+        size_t charge = std::max<size_t>(h.chunk_len, kMcastChunkSize); // what a new buffer holds at least
+        if (charge > cfg_.max_pending) {
             stats_.chunks_dropped++;
             return;
         }
-        // Oldest first out when full: chunks of sets this node is not in
-        // are never claimed.
-        while (pending_bytes_ + h.chunk_len > cfg_.max_pending && !pending_.empty()) {
-            auto oldest =
-                std::min_element(pending_.begin(), pending_.end(), [](const auto &a, const auto &b) {
-                    return a.second.first < b.second.first;
-                });
-            pending_bytes_ -= oldest->second.len;
-            pending_.erase(oldest);
-            stats_.chunks_dropped++;
+        // Oldest first out when full, by the buffers' real sizes and by
+        // count (tiny forged chunks would otherwise cost a buffer each
+        // unchecked): chunks of sets this node is not in are never claimed.
+        while ((pending_bytes_ + charge > cfg_.max_pending || pending_.size() >= cfg_.max_pending_chunks) &&
+               !pending_order_.empty()) {
+            auto oldest = pending_.find(pending_order_.front());
+            pending_order_.pop_front();
+            if (oldest != pending_.end()) {
+                drop_pending(oldest);
+                stats_.chunks_dropped++;
+            }
         }
         Pending pd;
         bool reused = false;
-        pd.buf = buffers_->get(h.chunk_len, reused);
+        pd.buf = buffers_->get(h.chunk_len, reused, pd.capacity);
         if (reused)
             stats_.buffers_reused++;
         pd.len = h.chunk_len;
@@ -354,8 +356,18 @@ void Mcast::segment(const char *p, size_t n)
         pd.missing = nsegs;
         pd.seg_bytes = h.seg_bytes;
         pd.first = std::chrono::steady_clock::now();
-        pending_bytes_ += h.chunk_len;
+        pending_bytes_ += pd.capacity;
         it = pending_.emplace(key, std::move(pd)).first;
+        pending_order_.push_back(key);
+        // Keys of chunks taken or forgotten meanwhile linger in the order
+        // until they reach its front: compact it when they dominate.
+        if (pending_order_.size() > 2 * pending_.size() + 1024) {
+            std::deque<std::pair<uint64_t, uint64_t>> live;
+            for (const auto &k : pending_order_)
+                if (pending_.count(k))
+                    live.push_back(k);
+            pending_order_.swap(live);
+        }
     }
     Pending &pd = it->second;
     if (pd.len != h.chunk_len || pd.seg_bytes != h.seg_bytes) {
@@ -375,8 +387,7 @@ std::shared_ptr<char[]> Mcast::take(uint64_t origin, uint64_t offset, size_t len
         return nullptr;
     auto buf = it->second.buf;
     size_t have = it->second.len;
-    pending_bytes_ -= have;
-    pending_.erase(it);
+    drop_pending(it);
     if (have != len || !open_chunk(seal, buf.get(), have)) {
         log_.warning(
             "multicast chunk %016llx+%llu does not match its seal (forged or corrupt): fetching it over "
@@ -392,7 +403,12 @@ void Mcast::forget(uint64_t origin, uint64_t offset)
     auto it = pending_.find({origin, offset});
     if (it == pending_.end())
         return;
-    pending_bytes_ -= it->second.len;
+    drop_pending(it);
+}
+
+void Mcast::drop_pending(std::map<std::pair<uint64_t, uint64_t>, Pending>::iterator it)
+{
+    pending_bytes_ -= it->second.capacity;
     pending_.erase(it);
 }
 
@@ -401,7 +417,7 @@ void Mcast::expire(std::chrono::steady_clock::duration age)
     auto limit = std::chrono::steady_clock::now() - age;
     for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.first < limit) {
-            pending_bytes_ -= it->second.len;
+            pending_bytes_ -= it->second.capacity;
             stats_.chunks_dropped++;
             it = pending_.erase(it);
         } else {

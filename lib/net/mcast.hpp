@@ -52,14 +52,16 @@ struct event;
 namespace storm::net {
 
 struct McastConfig {
-    in_addr group{};                     // an IPv4 multicast group (224.0.0.0/4)
-    uint16_t port = 0;                   // 0: multicast is off
-    in_addr iface{};                     // this node's address: outgoing interface and membership
-    unsigned mtu = 1500;                 // of the network that carries the group
-    bool loop = false;                   // deliver to this host's sockets too (several agents on one host)
-    size_t min_chunk = 8u << 10;         // smaller transfers stay on the tree
-    std::chrono::milliseconds wait{30};  // an announced chunk's bytes may lag this long before a repair
-    size_t max_pending = 256u << 20;     // bytes of chunks received, whole or not, not yet announced
+    in_addr group{};                    // an IPv4 multicast group (224.0.0.0/4)
+    uint16_t port = 0;                  // 0: multicast is off
+    in_addr iface{};                    // this node's address: outgoing interface and membership
+    unsigned mtu = 1500;                // of the network that carries the group
+    bool loop = false;                  // deliver to this host's sockets too (several agents on one host)
+    size_t min_chunk = 8u << 10;        // smaller transfers stay on the tree
+    std::chrono::milliseconds wait{30}; // an announced chunk's bytes may lag this long before a repair
+    size_t max_pending =
+        256u << 20; // bytes of buffers held for chunks received, whole or not, not yet announced
+    size_t max_pending_chunks = 4096;    // and at most this many such chunks (forged tiny ones included)
     size_t sndbuf = 256u << 10;          // bytes queued towards the link
     std::chrono::milliseconds hold{250}; // hold_reads(): at most this long
     bool enabled() const { return port != 0; }
@@ -190,6 +192,8 @@ public:
     // A buffer of at least `len` bytes (at least kMcastChunkSize), not
     // zeroed; `reused` says whether it was one kept.
     std::shared_ptr<char[]> get(size_t len, bool &reused);
+    // The same, and `capacity` is the buffer's real size (what it holds).
+    std::shared_ptr<char[]> get(size_t len, bool &reused, size_t &capacity);
     size_t kept() const;
 
 private:
@@ -253,6 +257,9 @@ public:
     void expire(std::chrono::steady_clock::duration age);
 
     const McastStats &stats() const noexcept { return stats_; }
+    // Chunks held unannounced, and the real size of their buffers.
+    size_t pending_chunks() const noexcept { return pending_.size(); }
+    size_t pending_bytes() const noexcept { return pending_bytes_; }
     const McastConfig &config() const noexcept { return cfg_; }
     // Tests: datagram segments for which this returns true are dropped on
     // arrival, as if lost.
@@ -262,6 +269,7 @@ private:
     struct Pending {
         std::shared_ptr<char[]> buf; // not zeroed: every byte is written before it is read
         size_t len = 0;
+        size_t capacity = 0; // buf's real size, what counts against max_pending
         std::vector<bool> have;
         uint32_t missing = 0;
         uint16_t seg_bytes = 0;
@@ -284,8 +292,10 @@ private:
     Logger log_;
     std::unique_ptr<McastSocket> socket_; // mcast_socket.hpp: the socket, its events, GSO and GRO
     std::map<std::pair<uint64_t, uint64_t>, Pending> pending_;
-    std::shared_ptr<ChunkBuffers> buffers_; // where Pending::buf comes from
-    size_t pending_bytes_ = 0;
+    std::shared_ptr<ChunkBuffers> buffers_;                   // where Pending::buf comes from
+    size_t pending_bytes_ = 0;                                // the buffers' capacities
+    std::deque<std::pair<uint64_t, uint64_t>> pending_order_; // keys by arrival (some gone): oldest first
+    void drop_pending(std::map<std::pair<uint64_t, uint64_t>, Pending>::iterator it);
     std::deque<Outgoing> out_;
     std::vector<char> rbuf_;    // what drain() does not receive in place
     std::vector<char> scratch_; // drain(): segments not received in place, copied whole

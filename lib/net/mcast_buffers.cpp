@@ -40,8 +40,14 @@ ChunkBuffers::~ChunkBuffers()
 
 std::shared_ptr<char[]> ChunkBuffers::get(size_t len, bool &reused)
 {
+    size_t capacity;
+    return get(len, reused, capacity);
+}
+
+std::shared_ptr<char[]> ChunkBuffers::get(size_t len, bool &reused, size_t &capacity)
+{
     char *p = nullptr;
-    size_t capacity = std::max<size_t>(len, kMcastChunkSize);
+    capacity = std::max<size_t>(len, kMcastChunkSize);
     {
         std::lock_guard<std::mutex> lock(mu_);
         for (auto it = free_.begin(); it != free_.end(); ++it)

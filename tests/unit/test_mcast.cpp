@@ -259,7 +259,9 @@ void test_pending_bounded(void **)
 {
     event_base *base = event_base_new();
     net::McastConfig cfg = mcast_config();
-    cfg.max_pending = 100000;
+    // Room for two chunk buffers (each at least kMcastChunkSize, whatever
+    // the chunk's length), not three.
+    cfg.max_pending = 2 * net::kMcastChunkSize + net::kMcastChunkSize / 2;
     auto m = std::make_unique<net::Mcast>(base, cfg, 7, Logger("bounded"));
     Injector inj;
     const uint16_t seg_bytes = 1500 - 60;
@@ -279,12 +281,12 @@ void test_pending_bounded(void **)
     settle_base();
     assert_int_equal(m->stats().chunks_received, 2);
     assert_true(m->complete(1, 0) && m->complete(2, 0));
-    whole_chunk(3, 40000); // 120000 > 100000: chunk 1, the oldest, goes
+    whole_chunk(3, 40000); // a third buffer does not fit: chunk 1, the oldest, goes
     settle_base();
     assert_int_equal(m->stats().chunks_dropped, 1);
     assert_false(m->complete(1, 0));
     assert_true(m->complete(2, 0) && m->complete(3, 0));
-    whole_chunk(4, 200000); // larger than the cap alone: refused, nothing evicted
+    whole_chunk(4, 3 * net::kMcastChunkSize); // larger than the cap alone: refused, nothing evicted
     settle_base();
     assert_false(m->complete(4, 0));
     assert_true(m->complete(2, 0) && m->complete(3, 0));
@@ -298,6 +300,45 @@ void test_pending_bounded(void **)
     assert_false(m->complete(5, 0));
     m.reset();
     event_base_free(base);
+}
+
+// Forged tiny chunks (issue 39, hole 5): 20,000 datagrams of 96 bytes, each
+// a new (origin, offset), one datagram reaching every agent.  Each costs a
+// buffer of kMcastChunkSize, counted as such: at most max_pending_chunks
+// of them and max_pending bytes are held, however many come.
+void test_forged_tiny_chunks_bounded(void **)
+{
+    // By real size first (32 buffers), then by count (64 chunks).
+    for (auto [chunks, bytes, most_allowed] :
+         {std::tuple<size_t, size_t, size_t>{64, 32 * net::kMcastChunkSize, 32},
+          std::tuple<size_t, size_t, size_t>{64, 1024 * net::kMcastChunkSize, 64}}) {
+        event_base *base = event_base_new();
+        net::McastConfig cfg = mcast_config();
+        cfg.max_pending_chunks = chunks;
+        cfg.max_pending = bytes;
+        auto m = std::make_unique<net::Mcast>(base, cfg, 7, Logger("forged"));
+        Injector inj;
+        size_t most_chunks = 0, most_bytes = 0;
+        auto settle = [&](long us) {
+            timeval tv{0, us};
+            event_base_loopexit(base, &tv);
+            event_base_dispatch(base);
+            most_chunks = std::max(most_chunks, m->pending_chunks());
+            most_bytes = std::max(most_bytes, m->pending_bytes());
+        };
+        for (uint64_t i = 0; i < 20000; ++i) {
+            inj.raw(Injector::header(kMagic, 1, 1000 + i, i * 4096, 96, 0, 1440) + std::string(96, 'f'));
+            if (i % 500 == 499)
+                settle(2000);
+        }
+        settle(50000);
+        assert_true(m->stats().chunks_received > 1000); // they did arrive
+        assert_true(most_chunks <= most_allowed);
+        assert_true(most_bytes <= cfg.max_pending);
+        assert_true(m->stats().chunks_dropped >= m->stats().chunks_received - most_allowed);
+        m.reset();
+        event_base_free(base);
+    }
 }
 
 // A parent speaking the frames itself: an announcement whose bytes never
@@ -745,6 +786,7 @@ int main()
         cmocka_unit_test(test_forged_chunk_refused),
         cmocka_unit_test(test_streamed_chunks),
         cmocka_unit_test(test_pending_bounded),
+        cmocka_unit_test(test_forged_tiny_chunks_bounded),
         cmocka_unit_test(test_repair_and_give_up),
         cmocka_unit_test(test_malformed_datagrams),
         cmocka_unit_test(test_chunk_buffers),
