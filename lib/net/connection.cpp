@@ -5,8 +5,9 @@
 #include <cerrno>
 #include <cstring>
 #include <netinet/tcp.h>
-#include <random>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <system_error>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -20,11 +21,22 @@ namespace {
 constexpr size_t kMaxCredential = 4096;
 constexpr uint32_t kNoIndex = UINT32_MAX;
 
+// 128 random bits, as 32 hex digits (getrandom: unpredictable).
 std::string make_nonce()
 {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    char b[17];
-    snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(rng()));
+    unsigned char r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            throw std::system_error(errno, std::generic_category(), "getrandom");
+        got += static_cast<size_t>(n);
+    }
+    char b[33];
+    for (size_t i = 0; i < sizeof r; ++i)
+        snprintf(b + 2 * i, 3, "%02x", r[i]);
     return b;
 }
 
@@ -35,17 +47,26 @@ std::string addr_str(const sockaddr_in &a)
     return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-// "storm:v1:<to>:<from>:<nonce>" -> fields; false if malformed.
-bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string &nonce)
+// "storm:v2:<to>:<from>:<nonce>:<challenge>" -> fields; false if malformed.
+bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string &nonce,
+                 std::string &challenge)
 {
     unsigned long t, f;
-    char n[64];
-    if (std::sscanf(p.c_str(), "storm:v1:%lu:%lu:%63s", &t, &f, n) != 3)
+    char n[65], c[65];
+    int end = 0;
+    if (std::sscanf(p.c_str(), "storm:v2:%lu:%lu:%64[0-9a-f]:%64[0-9a-f]%n", &t, &f, n, c, &end) != 4 ||
+        static_cast<size_t>(end) != p.size())
         return false;
     to = static_cast<uint32_t>(t);
     from = static_cast<uint32_t>(f);
     nonce = n;
+    challenge = c;
     return true;
+}
+
+std::string hello_payload(uint32_t to, uint32_t from, const std::string &nonce, const std::string &challenge)
+{
+    return "storm:v2:" + std::to_string(to) + ":" + std::to_string(from) + ":" + nonce + ":" + challenge;
 }
 
 // libevent writes at most 16 KiB per system call by default: a 64 KiB chunk
@@ -198,6 +219,12 @@ std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_
     tune(bev);
     bufferevent_enable(bev, EV_WRITE);
     c->watch_reads();
+    // The challenge the client's hello must bind: a hello made for another
+    // connection is refused (handle_hello).
+    c->challenge_ = make_nonce();
+    Writer w;
+    w.bytes(c->challenge_);
+    c->send(MsgType::challenge, 0, w.data());
     return c;
 }
 
@@ -316,17 +343,7 @@ void Connection::event_cb(bufferevent *bev, short what, void *arg)
         int fd = bufferevent_getfd(bev);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        c->nonce_ = make_nonce();
-        try {
-            std::string payload =
-                "storm:v1:" + std::to_string(c->peer_) + ":" + std::to_string(kNoIndex) + ":" + c->nonce_;
-            Writer w;
-            w.bytes(c->auth_.credential(payload));
-            c->send(MsgType::hello, 0, w.data());
-        } catch (const std::exception &e) {
-            c->close(std::string("cannot authenticate: ") + e.what());
-        }
-        return;
+        return; // the hello answers the server's challenge (handle_challenge)
     }
     if (what & BEV_EVENT_EOF)
         c->close_by_peer();
@@ -385,7 +402,8 @@ void Connection::handle_input()
         // Before authentication only the hello exchange is taken: anything
         // else is refused on its header, before its payload is waited for
         // (or room made for it).
-        if (!ready_ && h.type != MsgType::hello && h.type != MsgType::hello_ok) {
+        if (!ready_ && h.type != MsgType::hello && h.type != MsgType::hello_ok &&
+            h.type != MsgType::challenge) {
             close("bad " + std::string(msg_type_name(h.type)) + " frame from " + name_ + ": " +
                   msg_type_name(h.type) + " frame before authentication");
             return;
@@ -398,7 +416,11 @@ void Connection::handle_input()
         current_ = std::shared_ptr<const void>(in_, p + kHeaderSize); // the block, aliased
         std::string_view payload(p + kHeaderSize, h.length);
         try {
-            if (h.type == MsgType::hello) {
+            if (h.type == MsgType::challenge) {
+                if (!client_ || ready_ || challenged_)
+                    throw FrameError("unexpected challenge");
+                handle_challenge(payload);
+            } else if (h.type == MsgType::hello) {
                 if (client_ || ready_)
                     throw FrameError("unexpected hello");
                 handle_hello(payload);
@@ -429,9 +451,24 @@ Connection::Hello Connection::verify_hello(std::string_view payload)
     peer_uid_ = v.uid;
     trusted_ = auth_.trusted(v.uid);
     Hello h;
-    if (!parse_hello(v.payload, h.to, h.from, h.nonce))
+    if (!parse_hello(v.payload, h.to, h.from, h.nonce, h.challenge))
         throw AuthError("credential payload \"" + v.payload + "\" is not a Storm hello");
     return h;
+}
+
+void Connection::handle_challenge(std::string_view payload)
+{
+    Reader r(payload);
+    std::string challenge(r.bytes(64));
+    r.finish();
+    if (challenge.size() < 32 || challenge.find_first_not_of("0123456789abcdef") != std::string::npos)
+        throw FrameError("malformed challenge");
+    challenged_ = true;
+    challenge_ = std::move(challenge);
+    nonce_ = make_nonce();
+    Writer w;
+    w.bytes(auth_.credential(hello_payload(peer_, kNoIndex, nonce_, challenge_)));
+    send(MsgType::hello, 0, w.data());
 }
 
 void Connection::handle_hello(std::string_view payload)
@@ -442,11 +479,13 @@ void Connection::handle_hello(std::string_view payload)
     if (h.to != self_)
         throw AuthError("credential meant for agent " + std::to_string(h.to) + ", this is agent " +
                         std::to_string(self_));
+    if (h.challenge != challenge_)
+        throw AuthError("the hello does not answer this connection's challenge (a hello replayed from "
+                        "another connection)");
     peer_ = h.from;
     // Mutual: prove to the client that this is the agent it asked for.
     Writer w;
-    w.bytes(auth_.credential("storm:v1:" + std::to_string(kNoIndex) + ":" + std::to_string(self_) + ":" +
-                             h.nonce));
+    w.bytes(auth_.credential(hello_payload(kNoIndex, self_, h.nonce, h.challenge)));
     ready_ = true;
     send(MsgType::hello_ok, 0, w.data());
     if (ready_handler_)
@@ -459,7 +498,7 @@ void Connection::handle_hello_ok(std::string_view payload)
     if (!trusted_)
         throw AuthError("the agent's credential is of uid " + std::to_string(peer_uid_) +
                         ", which is not a Slurm daemon's");
-    if (h.from != peer_ || h.nonce != nonce_)
+    if (h.from != peer_ || h.nonce != nonce_ || h.challenge != challenge_)
         throw AuthError("hello_ok does not come from agent " + std::to_string(peer_) +
                         " for this connection (it names agent " + std::to_string(h.from) + ")");
     ready_ = true;

@@ -2,10 +2,14 @@
 // validation and authentication.  (Flow control is the engine's: a window
 // of chunks in flight per transfer.)
 //
-// Life cycle: a client Connection is made by connect() and authenticates
-// itself with a hello frame carrying a credential bound to the peer it
-// wants ("storm:v1:<peer index>:<nonce>"); the server side, made by
-// accept(), verifies it, answers hello_ok and only then delivers frames.
+// Life cycle: the server side, made by accept(), first sends a challenge:
+// a fresh random nonce.  A client Connection, made by connect(), answers
+// with a hello frame carrying a credential bound to the peer it wants, its
+// own nonce and the server's ("storm:v2:<to>:<from>:<nonce>:<challenge>"):
+// a hello captured elsewhere (by a program that bound the port while the
+// agent was down) does not answer another connection's challenge, and is
+// refused.  The server verifies it, answers hello_ok (a credential bound to
+// both nonces) and only then delivers frames.
 // Any framing error, an unexpected frame before authentication, a failed
 // verification, EOF or a socket error closes the connection: the close
 // handler runs once, with the reason, and nothing more is delivered.
@@ -116,9 +120,10 @@ private:
     void handle_input();
     struct Hello {
         uint32_t to, from;
-        std::string nonce;
+        std::string nonce, challenge;
     };
     Hello verify_hello(std::string_view payload);
+    void handle_challenge(std::string_view payload);
     void handle_hello(std::string_view payload);
     void handle_hello_ok(std::string_view payload);
     void flush_held();
@@ -156,7 +161,9 @@ private:
     bool users_ = false;
     uid_t peer_uid_ = static_cast<uid_t>(-1);
     bool trusted_ = false;
-    std::string nonce_;
+    std::string nonce_;     // client: its own nonce
+    std::string challenge_; // server: the nonce it sent; client: the one it answered
+    bool challenged_ = false;
     std::string held_; // frames queued before hello_ok (client)
     std::shared_ptr<const void> current_;
     std::string name_;

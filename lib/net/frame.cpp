@@ -24,6 +24,7 @@ bool known_type(uint8_t v) noexcept
     switch (t) {
     case MsgType::hello:
     case MsgType::hello_ok:
+    case MsgType::challenge:
     case MsgType::xfer:
     case MsgType::xfer_ack:
     case MsgType::caw:
@@ -58,6 +59,8 @@ const char *msg_type_name(MsgType t) noexcept
         return "hello";
     case MsgType::hello_ok:
         return "hello_ok";
+    case MsgType::challenge:
+        return "challenge";
     case MsgType::xfer:
         return "xfer";
     case MsgType::xfer_ack:

@@ -34,7 +34,7 @@
 namespace storm::net {
 
 constexpr uint32_t kFrameMagic = 0x53544f52;
-constexpr uint8_t kProtocolVersion = 2; // 2: types 8-11 retired, 32-63 service frames
+constexpr uint8_t kProtocolVersion = 3; // 2: types 8-11 retired, 32-63 service frames; 3: challenge
 constexpr size_t kHeaderSize = 20;
 // Largest payload of a data frame (one broadcast chunk plus its header).
 constexpr uint32_t kMaxDataPayload = 16u << 20;
@@ -49,7 +49,8 @@ enum class MsgType : uint8_t {
     caw = 5,      // COMPARE-AND-WRITE down the tree
     caw_ack = 6,  // result up the tree
     heartbeat = 7,
-    // 8-11: unused since version 2.
+    challenge = 8, // server -> client, first: the nonce the client's hello must bind (version 3)
+    // 9-11: unused since version 2.
     // XFER-AND-SIGNAL whose data travels by multicast (lib/net/mcast.hpp):
     xfer_mc = 12,   // down the tree: a chunk's announcement and seal (its data only as a repair)
     xfer_nack = 13, // up one hop: the chunk's data did not arrive, send it over this connection

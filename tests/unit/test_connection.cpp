@@ -79,9 +79,27 @@ struct Pair {
         if (!hello)
             return;
         net::Writer w;
-        w.bytes(auth.credential("storm:v1:0:4294967295:nonce"));
+        w.bytes(
+            auth.credential("storm:v2:0:4294967295:0123456789abcdef0123456789abcdef:" + read_challenge()));
         write_all(frame(net::MsgType::hello, 0, w.data()));
         run_until([&] { return server->ready(); });
+    }
+    // The server's first frame, its challenge (the nonce the hello binds).
+    std::string read_challenge()
+    {
+        std::string in;
+        run_until([&] {
+            char b[256];
+            ssize_t n = recv(client, b, sizeof b, MSG_DONTWAIT);
+            if (n > 0)
+                in.append(b, static_cast<size_t>(n));
+            return in.size() >= net::kHeaderSize &&
+                   in.size() >= net::kHeaderSize + net::decode_header(in.data()).length;
+        });
+        net::FrameHeader h = net::decode_header(in.data());
+        assert_int_equal(static_cast<int>(h.type), static_cast<int>(net::MsgType::challenge));
+        net::Reader r(std::string_view(in).substr(net::kHeaderSize, h.length));
+        return std::string(r.bytes(64));
     }
     ~Pair()
     {
