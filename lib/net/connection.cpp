@@ -47,23 +47,6 @@ std::string addr_str(const sockaddr_in &a)
     return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-// "storm:v2:<to>:<from>:<nonce>:<challenge>" -> fields; false if malformed.
-bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string &nonce,
-                 std::string &challenge)
-{
-    unsigned long t, f;
-    char n[65], c[65];
-    int end = 0;
-    if (std::sscanf(p.c_str(), "storm:v2:%lu:%lu:%64[0-9a-f]:%64[0-9a-f]%n", &t, &f, n, c, &end) != 4 ||
-        static_cast<size_t>(end) != p.size())
-        return false;
-    to = static_cast<uint32_t>(t);
-    from = static_cast<uint32_t>(f);
-    nonce = n;
-    challenge = c;
-    return true;
-}
-
 std::string hello_payload(uint32_t to, uint32_t from, const std::string &nonce, const std::string &challenge)
 {
     return "storm:v2:" + std::to_string(to) + ":" + std::to_string(from) + ":" + nonce + ":" + challenge;
@@ -78,6 +61,22 @@ constexpr size_t kReadSize = 256u << 10;
 constexpr size_t kMinRoom = 16u << 10;
 
 } // namespace
+
+bool parse_hello(const std::string &p, uint32_t &to, uint32_t &from, std::string &nonce,
+                 std::string &challenge)
+{
+    unsigned long t, f;
+    char n[65], c[65];
+    int end = 0;
+    if (std::sscanf(p.c_str(), "storm:v2:%lu:%lu:%64[0-9a-f]:%64[0-9a-f]%n", &t, &f, n, c, &end) != 4 ||
+        static_cast<size_t>(end) != p.size() || t > UINT32_MAX || f > UINT32_MAX)
+        return false;
+    to = static_cast<uint32_t>(t);
+    from = static_cast<uint32_t>(f);
+    nonce = n;
+    challenge = c;
+    return true;
+}
 
 Connection::Connection(event_base *base, bufferevent *bev, Authenticator &auth, bool client, uint32_t index)
     : base_(base), bev_(bev), fd_(static_cast<int>(bufferevent_getfd(bev))),

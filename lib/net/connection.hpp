@@ -54,6 +54,12 @@ struct DataRef {
     size_t len = 0;
 };
 
+// A hello's credential payload, "storm:v2:<to>:<from>:<nonce>:<challenge>"
+// (nonces in lowercase hex, at most 64 digits), into its fields; false if
+// it is anything else.
+bool parse_hello(const std::string &payload, uint32_t &to, uint32_t &from, std::string &nonce,
+                 std::string &challenge);
+
 class Connection : public std::enable_shared_from_this<Connection> {
 public:
     using FrameHandler = std::function<void(Connection &, const FrameHeader &, std::string_view payload)>;

@@ -40,6 +40,13 @@ int main(int argc, char **argv)
     dir = argv[1];
     mkdir(dir.c_str(), 0755);
 
+    seed("fuzz_hello", 1, 0,
+         "storm:v2:3:4294967295:0123456789abcdef0123456789abcdef:fedcba9876543210fedcba9876543210");
+    {
+        net::Writer w;
+        w.bytes("fedcba9876543210fedcba9876543210");
+        seed("fuzz_hello", 2, 1, w.data());
+    }
     std::string f;
     net::encode_frame(f, net::MsgType::caw, 7, std::string("\0\0\0\3abc", 7));
     seed("fuzz_frame", 1, 0, f, false);
