@@ -13,7 +13,9 @@
 #include "lib/net/frame.hpp"
 #include "lib/net/wire.hpp"
 #include "sched_gang/protocol.hpp"
+#include "lib/node/cosched_protocol.h"
 #include "switch_rdma/context.hpp"
+#include "switch_rdma/control.hpp"
 
 using namespace storm;
 
@@ -115,6 +117,15 @@ int main(int argc, char **argv)
     c.ntasks = 4;
     c.nodes = {{inet_addr("10.0.0.1"), {0, 2}}, {inet_addr("10.0.0.2"), {1, 3}}};
     seed("fuzz_context", 1, 0, c.encode(), false);
+    seed("fuzz_control", 1, 0, rdma::control::open(c));
+    seed("fuzz_control", 2, 0, rdma::control::close(7, 42, 0));
+    seed("fuzz_control", 3, 0, rdma::control::attach(7, 42, 0, 3));
+    seed("fuzz_control", 4, 0, rdma::control::epoch_message(rdma::control::Type::halted, 9));
+    {
+        unsigned char m[STORM_COSCHED_MSG_SIZE];
+        storm_cosched_encode(m, STORM_COSCHED_REGISTER, 0, 42, 3, 0);
+        seed("fuzz_control", 5, 1, std::string(reinterpret_cast<char *>(m), sizeof m));
+    }
 
     seed("fuzz_settings", 1, 0,
          "storm_agent_port=6830,storm_fanout=8,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500,"
