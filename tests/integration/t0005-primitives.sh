@@ -38,8 +38,8 @@ ip5=$(scontrol -o show node vn5 | sed -n 's/.* NodeAddr=\([0-9.]*\) .*/\1/p')
 log5=$STATE/log/slurmd-vn5.log
 bash -c "exec 3<>/dev/tcp/$ip5/6830; printf 'GARBAGE-GARBAGE-GARBAGE-GARBAGE' >&3; sleep 0.3" 2>/dev/null
 t_check "garbage is rejected with a log line" grep -q "switch/rdma: malformed frame from peer .*bad magic" "$log5"
-# a well-formed caw frame (protocol version 2), unauthenticated: header (20 bytes) + empty payload
-bash -c "exec 3<>/dev/tcp/$ip5/6830; printf 'STOR\x02\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01' >&3; sleep 0.3" 2>/dev/null
+# a well-formed caw frame (protocol version 3), unauthenticated: header (20 bytes) + empty payload
+bash -c "exec 3<>/dev/tcp/$ip5/6830; printf 'STOR\x03\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01' >&3; sleep 0.3" 2>/dev/null
 t_check "a frame before authentication is rejected" grep -q "switch/rdma: bad caw frame from .*before authentication" "$log5"
 if command -v setpriv > /dev/null; then
     setpriv --reuid=nobody --regid=nogroup --clear-groups "$PRIM" -n 4 caw flag eq 7 > "$T_WORK/nobody.out" 2>&1

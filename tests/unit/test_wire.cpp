@@ -88,7 +88,7 @@ void test_frame_rejects_bad_headers(void **)
         return error_of<FrameError>([&] { decode_header(b.data()); });
     };
     assert_true(contains(bad(0, 'X'), "bad magic"));
-    assert_true(contains(bad(4, 1), "protocol version 1 (this agent speaks 2)")); // the old one too
+    assert_true(contains(bad(4, 2), "protocol version 2 (this agent speaks 3)")); // the old one too
     assert_true(contains(bad(5, 0), "unknown message type 0"));
     assert_true(contains(bad(5, 99), "unknown message type 99"));
     assert_true(contains(bad(7, 1), "reserved flags"));
@@ -144,7 +144,7 @@ void test_service_frames(void **)
         assert_int_equal(static_cast<int>(h.type), t);
         assert_int_equal(h.op, 9);
     }
-    for (unsigned t : {8u, 11u, 14u, 31u, 64u, 255u})
+    for (unsigned t : {9u, 11u, 14u, 31u, 64u, 255u})
         assert_true(
             contains(error_of<FrameError>([&] { decode_header(header(static_cast<uint8_t>(t), 0).data()); }),
                      "unknown message type " + std::to_string(t)));
