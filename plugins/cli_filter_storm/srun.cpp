@@ -85,11 +85,15 @@ SrunBroadcast *g_exiting = nullptr;
 // A heterogeneous step: srun keeps one option set per component in its
 // opt_list (exported by srun, looked up at run time: salloc and sbatch
 // load the plugin too).
+template <class R, class L> L list_param(R (*)(L));
+
 bool heterogeneous_step(int components)
 {
     if (components > 1)
         return true;
-    auto *list = static_cast<list_t **>(dlsym(RTLD_DEFAULT, "opt_list"));
+    // Slurm's list type: List up to 22.05, list_t * from 23.02.
+    using SlurmList = decltype(list_param(&list_count));
+    auto *list = static_cast<SlurmList *>(dlsym(RTLD_DEFAULT, "opt_list"));
     return list && *list && list_count(*list) > 1;
 }
 
@@ -121,7 +125,13 @@ void SrunBroadcast::remember(slurm_opt_t *opt, int offset) noexcept
 
 void SrunBroadcast::start(int offset, uint32_t job_id, uint32_t step_id) noexcept
 {
-    if (offset != 0 || !opt_ || !opt_->srun_opt || !opt_->srun_opt->bcast_flag || run_)
+    if (offset != 0 || !opt_ || !opt_->srun_opt || run_)
+        return;
+    // srun loads its cli_filter plugins before it applies -v, so init()'s
+    // line stays hidden: say here, when -v is in force, who is there.
+    log_.verbose("Storm %s (Slurm %s): step %u.%u created%s", STORM_VERSION, STORM_SLURM_VERSION, job_id,
+                 step_id, opt_->srun_opt->bcast_flag ? ", srun --bcast" : "");
+    if (!opt_->srun_opt->bcast_flag)
         return;
     if (!slurm_conf.switch_type || std::strcmp(slurm_conf.switch_type, "switch/rdma") != 0) {
         // No node agents to send through: srun's own broadcast does it.
