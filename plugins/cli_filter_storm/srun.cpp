@@ -294,12 +294,7 @@ void SrunBroadcast::watch()
     storm::name_thread("storm-bcast-w");
     storm::block_all_signals();
     Run &r = *run_;
-    std::unique_lock<std::mutex> l(r.mu);
-    while (!r.done) {
-        r.cv.wait_for(l, std::chrono::milliseconds(50));
-        if (r.done)
-            break;
-        l.unlock();
+    for (;;) {
         int aborted = storm_srun_step_aborted();
         if (aborted < 0)
             return; // this line's srun does not tell: its exit cancels
@@ -307,7 +302,9 @@ void SrunBroadcast::watch()
             r.cancel("srun is ending the step (a signal): the broadcast was cancelled");
             return;
         }
-        l.lock();
+        std::unique_lock<std::mutex> l(r.mu);
+        if (r.cv.wait_for(l, std::chrono::milliseconds(50), [&] { return r.done; }))
+            return;
     }
 }
 

@@ -7,6 +7,7 @@ extern "C" {
 #include "src/common/slurm_opt.h"
 // srun_probe.c of this folder: 1 once srun ended the step it launches (a
 // signal), 0 while it has not, -1 when this line's srun does not tell.
+// The first call hooks srun's launch plugin table (see there).
 int storm_srun_step_aborted(void);
 }
 
