@@ -60,6 +60,7 @@ private:
     Logger log_;
     slurm_opt_t *opt_ = nullptr; // srun's options (component 0)
     int components_ = 0;         // pre_submit calls: het components
+    uint32_t step_nodes_ = 0;    // the step's nodes, once known
     std::unique_ptr<Run> run_;
 };
 

@@ -78,6 +78,28 @@ std::string cannot_broadcast(const std::string &program, const std::string &why)
     return "cannot broadcast " + program + ": " + why + "\nStep launch aborted.";
 }
 
+// Ends a step whose tasks will not be launched, as srun does for steps it
+// gives up on (srun_job.c, _cancel_steps): else, with no slurmstepd to
+// report it, it would hold its nodes until the job ends, and the next step
+// would wait for them.  `nodes`: the step's node count.
+void complete_step(uint32_t job_id, uint32_t step_id, uint32_t nodes)
+{
+    slurm_msg_t req;
+    step_complete_msg_t msg;
+    slurm_msg_t_init(&req);
+    std::memset(&msg, 0, sizeof msg);
+    msg.step_id.job_id = job_id;
+    msg.step_id.step_id = step_id;
+    msg.step_id.step_het_comp = NO_VAL;
+    msg.range_first = 0;
+    msg.range_last = nodes - 1;
+    msg.step_rc = 1;
+    req.msg_type = REQUEST_STEP_COMPLETE;
+    req.data = &msg;
+    int rc = 0;
+    (void)slurm_send_recv_controller_rc_msg(&req, &rc, working_cluster_rec);
+}
+
 // srun's exit collects the broadcast (Slurm calls the plugin's fini() only
 // in its memory-leak-debug builds).
 SrunBroadcast *g_exiting = nullptr;
@@ -151,12 +173,15 @@ void SrunBroadcast::start(int offset, uint32_t job_id, uint32_t step_id) noexcep
             program = slurm_api::srun_argv(opt_)[0];
         begin(job_id, step_id);
     } catch (const std::exception &e) {
-        // As srun's own broadcast fails (fatal): srun's shepherd ends the
-        // step (or the allocation srun made) once srun is gone.
+        // As srun's own broadcast fails (fatal); the step's nodes are free
+        // at once, and srun's shepherd ends the allocation srun made, if
+        // it made one, once srun is gone.
         std::string why = e.what();
         if (why.rfind("cannot broadcast ", 0) != 0)
             why = cannot_broadcast(program, why);
         log_.error("%s", why.c_str());
+        if (step_nodes_)
+            complete_step(job_id, step_id, step_nodes_);
         std::fflush(nullptr);
         std::exit(1);
     }
@@ -183,6 +208,7 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
     run->dest = dest;
     auto target = storm::shim::bcast_target(job_id, step_id, NO_VAL);
     run->nodes = target.nodes;
+    step_nodes_ = target.nodes;
     run->auth = storm::shim::daemon_authenticator();
     storm::bcast::ClientOptions o;
     storm::shim::aim(o, target);
