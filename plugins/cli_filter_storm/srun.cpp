@@ -100,6 +100,9 @@ void complete_step(uint32_t job_id, uint32_t step_id, uint32_t nodes)
     (void)slurm_send_recv_controller_rc_msg(&req, &rc, working_cluster_rec);
 }
 
+// How long srun's exit waits for a broadcast still running to end by itself.
+constexpr std::chrono::seconds kExitGrace{5};
+
 // srun's exit collects the broadcast (Slurm calls the plugin's fini() only
 // in its memory-leak-debug builds).
 SrunBroadcast *g_exiting = nullptr;
@@ -346,8 +349,15 @@ void SrunBroadcast::at_exit() noexcept
 {
     if (!run_)
         return;
-    // srun exits with the program still on its way (it gave up on the
-    // step): nobody wants it any more.
+    // srun exits with the program still on its way.  Mostly the broadcast
+    // failed and the nodes failed the tasks before its error reached this
+    // srun (it comes after the chunks still queued towards the head): give
+    // it time to say why.  Else srun gave up on the step: nobody wants the
+    // program any more.
+    {
+        std::unique_lock<std::mutex> l(run_->mu);
+        run_->cv.wait_for(l, kExitGrace, [&] { return run_->done; });
+    }
     run_->cancel("srun ended before the program was in place: the broadcast was cancelled");
     collect();
     bool failed = !run_->error.empty();
