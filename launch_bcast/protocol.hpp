@@ -104,6 +104,12 @@ constexpr uint32_t kMaxChunk = 4u << 20;
 // twice as many meanwhile and cuts off a client that sends more.
 constexpr uint64_t kEarlyBytes = 16u << 20;
 
+// A head stops reading a client while this many bytes of its chunks are
+// forwarded and not yet confirmed by every node (a client keeps 16 MiB in
+// flight by default), and reads again once they fell to half: the head's
+// memory stays bounded whatever the client sends.
+constexpr uint64_t kHeadWindowBytes = 32u << 20;
+
 // Whether `rel` is a relative path without empty, "." or ".." components.
 bool safe_relative_path(std::string_view rel);
 

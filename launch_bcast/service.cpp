@@ -20,6 +20,11 @@ struct Service::Session {
     enum State { opening, open, closing, finished } state = opening;
     uint64_t next_seq = 0;
     unsigned inflight = 0;
+    // Bytes of chunks forwarded and not yet confirmed by every node: past
+    // kHeadWindowBytes the client's connection is not read until they fall
+    // to half of it, whatever window the client keeps.
+    uint64_t inflight_bytes = 0;
+    bool paused_once = false; // logged
     // Chunks the client sent while the nodes were opening: forwarded, in
     // order, once they all opened; dropped if one could not.
     std::vector<net::DataRef> early;
@@ -153,13 +158,29 @@ void Service::open(net::Connection &c, std::string_view payload)
 void Service::data(const std::shared_ptr<Session> &s, net::DataRef ref)
 {
     uint64_t seq = s->next_seq++;
+    uint64_t len = ref.len;
     s->inflight++;
+    s->inflight_bytes += len;
+    if (s->inflight_bytes >= kHeadWindowBytes)
+        if (auto c = s->conn.lock(); c && !c->reading_paused()) {
+            c->pause_reading();
+            ++paused_;
+            if (!s->paused_once)
+                log_.info("broadcast %016" PRIx64 ": the client is %" PRIu64
+                          " MiB ahead of the nodes' confirmations: not reading it until the nodes catch up",
+                          s->sid, s->inflight_bytes >> 20);
+            s->paused_once = true;
+        }
     std::weak_ptr<bool> alive = alive_;
     engine_.send_chunk(s->set, s->fanout, s->timeout, event_name("data", s->sid), s->sid, seq, 0, ref,
-                       [this, s, seq, alive](const prim::XferResult &r) {
+                       [this, s, seq, len, alive](const prim::XferResult &r) {
                            if (alive.expired() || !*alive.lock())
                                return;
                            s->inflight--;
+                           s->inflight_bytes -= len;
+                           if (s->inflight_bytes <= kHeadWindowBytes / 2)
+                               if (auto c = s->conn.lock(); c && c->reading_paused())
+                                   c->resume_reading();
                            if (s->state == Session::finished)
                                return;
                            if (!r.ok)
@@ -234,6 +255,8 @@ void Service::fail_session(const std::shared_ptr<Session> &s, const std::string 
         return;
     s->state = Session::finished;
     s->early.clear();
+    if (auto c = s->conn.lock(); c && c->reading_paused())
+        c->resume_reading(); // what the client still sends is dropped
     log_.error("broadcast %016" PRIx64 " for job %u: %s", s->sid, s->grant.job_id, why.c_str());
     // The client hears of the failure once every node removed its part
     // (or could not be reached): when the user's command returns, no node

@@ -55,6 +55,8 @@ public:
     // Chunks that came while their broadcast's nodes were opening, held
     // until they all had (since the start).
     uint64_t early_chunks() const noexcept { return early_chunks_; }
+    // Times a client's connection was paused at kHeadWindowBytes.
+    uint64_t paused() const noexcept { return paused_; }
 
 private:
     struct Session;
@@ -74,6 +76,7 @@ private:
     Logger log_;
     std::map<const net::Connection *, std::shared_ptr<Session>> sessions_;
     uint64_t early_chunks_ = 0;
+    uint64_t paused_ = 0;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -120,8 +120,14 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
 {
     auto *c = static_cast<Connection *>(arg);
     auto keep = c->shared_from_this();
-    if (c->closed_)
+    if (c->closed_ || c->paused_)
         return;
+    // Frames read before a pause, handed over first (resume_reading()).
+    if (c->in_need_ == 0 && c->in_end_ - c->in_begin_ >= kHeaderSize) {
+        c->handle_input();
+        if (c->closed_ || c->paused_)
+            return;
+    }
     try {
         c->prepare_input();
     } catch (const std::bad_alloc &) {
@@ -340,9 +346,30 @@ void Connection::close_on_error(int err)
     close(std::string("connection error with ") + name_ + ": " + evutil_socket_error_to_string(err));
 }
 
+void Connection::pause_reading()
+{
+    if (paused_ || closed_)
+        return;
+    paused_ = true;
+    if (rev_)
+        event_del(rev_);
+}
+
+void Connection::resume_reading()
+{
+    if (!paused_)
+        return;
+    paused_ = false;
+    if (closed_ || !rev_)
+        return;
+    event_add(rev_, nullptr);
+    if (in_end_ - in_begin_ >= kHeaderSize)
+        event_active(rev_, EV_READ, 0); // the frames already read, from the loop
+}
+
 void Connection::handle_input()
 {
-    while (!closed_) {
+    while (!closed_ && !paused_) {
         size_t avail = in_end_ - in_begin_;
         in_need_ = 0;
         if (avail < kHeaderSize)

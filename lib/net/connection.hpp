@@ -83,6 +83,13 @@ public:
     // may keep it (or views into it) beyond the call.
     const std::shared_ptr<const void> &current_payload() const noexcept { return current_; }
     void close(const std::string &why);
+    // Flow control of what the peer sends: while paused, nothing more is
+    // read from the socket nor handed to the frame handler (the kernel's
+    // buffers fill, and then the peer's sends wait).  A frame handler may
+    // pause; resuming hands over the frames already read first.
+    void pause_reading();
+    void resume_reading();
+    bool reading_paused() const noexcept { return paused_; }
     // close(), and the peer learns at once (a reset, once the connection is
     // destroyed): what is still queued towards it, here or in the kernel,
     // is dropped rather than sent first.
@@ -143,6 +150,7 @@ private:
     uint32_t self_; // server: own index
     bool ready_ = false;
     bool closed_ = false;
+    bool paused_ = false;
     bool closed_by_peer_ = false;
     int error_ = 0;
     bool users_ = false;

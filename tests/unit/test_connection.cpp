@@ -172,6 +172,53 @@ void test_many_frames_in_one_read(void **)
     check_all(p, payloads, 1);
 }
 
+// Flow control: a handler pauses reading at the fifth frame; nothing more
+// is handed over however long the loop runs, the sender's socket fills
+// (its sends would wait) instead of the receiver's memory, and resuming
+// hands over every frame, in order, none lost or repeated.
+void test_pause_and_resume_reading(void **)
+{
+    Pair p;
+    std::vector<std::string> payloads;
+    std::string stream;
+    for (unsigned i = 0; i < 200; ++i) {
+        payloads.push_back(pattern(60000 + i, i));
+        stream += Pair::frame(net::MsgType::xfer, 1 + i, payloads.back());
+    }
+    p.server->on_frame([&](net::Connection &c, const net::FrameHeader &h, std::string_view pl) {
+        p.got.push_back({h.type, h.op, std::string(pl), c.current_payload(), pl});
+        if (p.got.size() == 5)
+            c.pause_reading();
+    });
+    // Write what the socket takes without blocking.
+    size_t off = 0;
+    for (int idle = 0; off < stream.size() && idle < 50;) {
+        ssize_t n = send(p.client, stream.data() + off, stream.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += static_cast<size_t>(n);
+            idle = 0;
+        } else {
+            ++idle;
+        }
+        event_base_loop(p.base, EVLOOP_NONBLOCK);
+    }
+    for (int k = 0; k < 100; ++k)
+        event_base_loop(p.base, EVLOOP_NONBLOCK);
+    assert_true(p.server->reading_paused());
+    assert_int_equal(p.got.size(), 5);
+    assert_true(off < stream.size()); // the sender was held back
+    p.server->resume_reading();
+    while (off < stream.size()) {
+        ssize_t n = send(p.client, stream.data() + off, stream.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0)
+            off += static_cast<size_t>(n);
+        event_base_loop(p.base, EVLOOP_NONBLOCK);
+    }
+    p.run_until([&] { return p.got.size() == payloads.size() || !p.closed.empty(); });
+    assert_true(p.closed.empty());
+    check_all(p, payloads, 1);
+}
+
 void test_send_path(void **)
 {
     // A client Connection to a server Connection: sizes from a header
@@ -256,6 +303,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_frames_in_any_pieces),
         cmocka_unit_test(test_many_frames_in_one_read),
+        cmocka_unit_test(test_pause_and_resume_reading),
         cmocka_unit_test(test_send_path),
         cmocka_unit_test(test_truncated_frame_then_eof),
         cmocka_unit_test(test_refused_on_its_header_before_authentication),
