@@ -272,6 +272,9 @@ wait_job "$job" 30
 t_check "a job that ended: exit 1" fails b "$SRC/data12" /tmp/late
 t_check "  saying so" grep -q "cannot get a broadcast credential for job $job" "$T_WORK/b.out"
 rjob=$(sbatch --parsable -N 2 -t 5 -o /dev/null --wrap "sleep 600")
+# running: slurmctld answers a pending job's credential request with "Job is
+# pending execution" before it looks at the user (26.05).
+for _ in $(seq 100); do [ "$(squeue -h -j "$rjob" -o %T)" = RUNNING ] && break; sleep 0.1; done
 t_check "another user's job: exit 1" fails b -j $rjob "$SRC/data12" /tmp/theirs
 t_check "  refused by slurmctld" grep -q "cannot get a broadcast credential for job $rjob: Invalid user id" "$T_WORK/b.out"
 scancel "$rjob"
