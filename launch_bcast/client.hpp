@@ -1,4 +1,4 @@
-// The client side of a broadcast: what storm-bcast and srun (launch/bcast)
+// The client side of a broadcast: what storm-bcast and srun (cli_filter/storm)
 // run as the user.
 //
 // It describes the source (a file, or a directory and everything under

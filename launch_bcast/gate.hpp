@@ -1,7 +1,7 @@
 // The launch gate: a step's tasks start on a node only once the broadcasts
 // of its program ended there.
 //
-// `srun --bcast` with launch/bcast opens the broadcast of the program (and
+// `srun --bcast` with cli_filter/storm opens the broadcast of the program (and
 // of its libraries) before it launches the step, hands the session ids to
 // the step in its environment (env_name: "<sid>[,<sid>]", 16 hex digits
 // each) and streams the bytes while Slurm launches.  In each node's

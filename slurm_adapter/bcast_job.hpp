@@ -7,6 +7,7 @@
 // bcast::BcastError with the message to show.
 #pragma once
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -14,12 +15,11 @@
 #include "launch_bcast/client.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
 
+#include "sbcast_lookup.hpp" // slurm_adapter/api<GEN>/
+
 extern "C" {
 #include "slurm/slurm.h"
 #include "slurm/slurm_errno.h"
-#include "src/common/pack.h"
-#include "src/common/slurm_cred.h"
-#include "src/common/slurm_protocol_api.h"
 }
 
 namespace storm::shim {
@@ -46,12 +46,9 @@ inline BcastTarget bcast_target(uint32_t job, uint32_t step, uint32_t het_offset
     job_sbcast_cred_msg_t *msg = nullptr;
     if (slurm_sbcast_lookup(&sel, &msg) != SLURM_SUCCESS || !msg)
         throw bcast::BcastError("cannot get a broadcast credential for job " + std::to_string(job) + ": " +
-                                slurm_strerror(slurm_get_errno()));
+                                slurm_strerror(errno));
     BcastTarget t;
-    buf_t *b = init_buf(4096);
-    pack_sbcast_cred(msg->sbcast_cred, b, SLURM_PROTOCOL_VERSION);
-    t.cred.assign(get_buf_data(b), get_buf_offset(b));
-    free_buf(b);
+    t.cred = slurm_api::packed_sbcast_cred(msg);
     t.node_list = msg->node_list ? msg->node_list : "";
     slurm_free_sbcast_cred_msg(msg);
 

@@ -1,11 +1,12 @@
-// Slurm 22.05's sbcast credential, checked by the node agent: the proof
-// that a broadcast's sender owns the job and which nodes it may write to.
+// Slurm's sbcast credential, checked by the node agent: the proof that a
+// broadcast's sender owns the job and which nodes it may write to.
 //
-// slurmctld packs it (slurm_cred.c, _pack_sbcast_cred) as, in network byte
-// order: ctime, expiration (64 bit), job id, het job id, step id, uid, gid
-// (32 bit), user name and gids (length-prefixed), the job's node list
-// (a host list), then the signature: a munge credential, made by SlurmUser
-// or root, whose payload is exactly the bytes before it (cred/munge).
+// slurmctld packs it as a body, then the signature: a munge credential
+// (a packed string), made by SlurmUser or root, whose payload is exactly
+// the body's bytes (cred/munge).  The body's layout differs between
+// release lines: each line's adapter reads it
+// (slurm_adapter/api<GEN>/sbcast_cred_body.hpp): expiration, job and step
+// ids, the owner (uid, gid, user name, gids), the job's node list.
 //
 // Every node verifies it with its own munge call.  Several slurmd sharing
 // one munged (a virtual cluster) would see the same credential "replayed",
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "launch_bcast/authorizer.hpp"
+#include "sbcast_cred_body.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "lib/net/wire.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
@@ -47,20 +49,15 @@ public:
         int64_t expiration = 0;
         try {
             net::Reader r(cred);
-            r.u64(); // ctime
-            expiration = static_cast<int64_t>(r.u64());
-            g.job_id = r.u32();
-            r.u32(); // het job id
-            g.step_id = r.u32();
-            g.uid = r.u32();
-            g.gid = r.u32();
-            g.user = cstr(r.bytes(1024));
-            uint32_t ngids = r.u32();
-            if (ngids > 65536)
-                throw net::DecodeError("too many groups");
-            for (uint32_t i = 0; i < ngids; ++i)
-                g.gids.push_back(r.u32());
-            nodes = cstr(r.bytes(1u << 20));
+            auto f = slurm_api::read_sbcast_body(r);
+            expiration = f.expiration;
+            g.job_id = f.job_id;
+            g.step_id = f.step_id;
+            g.uid = f.uid;
+            g.gid = f.gid;
+            g.user = std::move(f.user);
+            g.gids = std::move(f.gids);
+            nodes = std::move(f.nodes);
             body = cred.substr(0, cred.size() - r.remaining());
             sig = r.bytes(1u << 16);
             r.finish();
@@ -97,13 +94,6 @@ public:
     }
 
 private:
-    // packstr: the length counts a trailing NUL.
-    static std::string cstr(std::string_view v)
-    {
-        if (!v.empty() && v.back() == '\0')
-            v.remove_suffix(1);
-        return std::string(v);
-    }
     net::MungeAuth munge_;
     std::vector<uid_t> signers_;
     std::map<std::string, uint32_t> index_;

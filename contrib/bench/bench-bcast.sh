@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench-bcast: Storm's broadcast against stock Slurm's, side by side on the
 # same virtual cluster of stock daemons (sbcast and srun --bcast with
-# launch/slurm are stock Slurm's; storm-bcast and srun --bcast with
-# launch/bcast are Storm's), with Slurm's default MessageTimeout (10 s).
+# Slurm's own broadcast are stock Slurm's; storm-bcast and srun --bcast
+# with cli_filter/storm are Storm's), with Slurm's default MessageTimeout (10 s).
 #
 #   sudo contrib/bench/bench-bcast.sh [-n "8 16 64 256"] [-s "4 12 100"]
 #                                     [-r "unshaped shaped"] [-t SECONDS]
@@ -275,9 +275,9 @@ for n in $NODES; do
     while read -r i a; do addrs[i]=$a; done < <(scontrol -o show node |
         sed -n 's/^NodeName=vn\([0-9]*\) .*NodeAddr=\([^ ]*\) .*/\1 \2/p')
     mtu=$("$VC" exec vn1 cat /sys/class/net/eth0/mtu)
-    # srun with stock Slurm's launcher: the same cluster, a client config
-    # that differs only in LaunchType.
-    sed 's|^LaunchType=.*|LaunchType=launch/slurm|' "$SLURM_CONF" > "$STATE/etc/slurm-stock-launch.conf"
+    # srun with stock Slurm's broadcast: the same cluster, a client config
+    # without cli_filter/storm.
+    sed '/^CliFilterPlugins=/d' "$SLURM_CONF" > "$STATE/etc/slurm-stock-launch.conf"
     jid=$(sbatch --parsable -N "$n" -o /dev/null --wrap "sleep 7200")
     for _ in $(seq 1 300); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
     last=vn$n

@@ -7,7 +7,7 @@
 # For each node count N: a virtual cluster with stock Slurm's plugins
 # (storm-vcluster up --stock: sched/backfill, select/cons_tres, switch/none,
 # launch/slurm, no plugstack) and one with Storm's suite (sched/gang,
-# select/gang, switch/rdma with its node agents, launch/bcast, spank/storm),
+# select/gang, switch/rdma with its node agents, cli_filter/storm, spank/storm),
 # brought up in turn ROUNDS times (default 2; this machine drifts), each
 # running `srun -N N true` REPS times (default 5) after one launch that is
 # not measured, each once the nodes are idle again (a job's nodes stay

@@ -77,7 +77,7 @@ t_make_var() {
 
 t_require_installed() {
     local p
-    for p in sched_gang select_gang switch_rdma launch_bcast spank_storm; do
+    for p in sched_gang select_gang switch_rdma cli_filter_storm spank_storm; do
         if ! cmp -s "$STORM_BUILDDIR/plugins/.libs/$p.so" "$STORM_PLUGINDIR/$p.so"; then
             t_bail "$STORM_PLUGINDIR/$p.so is not the plugin just built: run 'make install' (contrib/storm-test does)"
         fi

@@ -18,8 +18,12 @@ switch_syms="plugin_id switch_p_alloc_jobinfo switch_p_build_jobinfo switch_p_du
 slurm_src=$(sed -n 's/^SLURM_SRC = //p' "$STORM_BUILDDIR/Makefile")
 select_syms="plugin_id $(sed -n '/^const char \*node_select_syms\[\] = {/,/^};/p' "$slurm_src/src/common/select.c" |
     grep -o '"select_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')"
-launch_syms=$(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$slurm_src/src/srun/libsrun/launch.c" |
-    grep -o '"launch_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')
+# cli_filter: the functions of cli_filter_ops_t, from the configured line's
+# source (src/common/ up to 22.05, src/interfaces/ from 23.02).
+cli_filter_c=$slurm_src/src/interfaces/cli_filter.c
+[ -f "$cli_filter_c" ] || cli_filter_c=$slurm_src/src/common/cli_filter.c
+cli_filter_syms=$(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$cli_filter_c" |
+    grep -o '"cli_filter_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')
 switch_src_syms="plugin_id $(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$slurm_src/src/common/switch.c" |
     grep -o '"switch_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')"
 
@@ -28,7 +32,7 @@ exports() { nm -D --defined-only "$1" | awk '{print $3}' | sort -u | tr '\n' ' '
 
 t_check "switch/rdma: our list matches switch.c's syms[]" [ "$(echo "$switch_syms" | sorted)" = "$(echo "$switch_src_syms" | sorted)" ]
 t_check "select/gang: Slurm's select.c lists 36 functions" [ "$(echo "$select_syms" | wc -w)" = 37 ]
-t_check "launch/bcast: Slurm's launch.c lists 8 functions" [ "$(echo "$launch_syms" | wc -w)" = 8 ]
+t_check "cli_filter/storm: Slurm's $(basename "$(dirname "$cli_filter_c")")/cli_filter.c lists 3 functions" [ "$(echo "$cli_filter_syms" | wc -w)" = 3 ]
 
 check_exports() { # plugin expected...
     local so=$1; shift
@@ -44,7 +48,7 @@ check_exports() { # plugin expected...
 check_exports sched_gang.so $common sched_p_reconfig
 check_exports select_gang.so $common $select_syms
 check_exports switch_rdma.so $common $switch_syms
-check_exports launch_bcast.so $common $launch_syms
+check_exports cli_filter_storm.so $common $cli_filter_syms
 check_exports spank_storm.so plugin_name plugin_type plugin_version slurm_spank_init slurm_spank_init_post_opt slurm_spank_local_user_init slurm_spank_task_init
 
 for so in *.so; do
@@ -53,7 +57,7 @@ done
 
 # plugin_type strings, read from .rodata
 for pair in sched_gang.so:sched/gang select_gang.so:select/gang switch_rdma.so:switch/rdma \
-            launch_bcast.so:launch/bcast spank_storm.so:spank; do
+            cli_filter_storm.so:cli_filter/storm spank_storm.so:spank; do
     so=${pair%%:*} type=${pair#*:}
     t_check "$so names itself $type" bash -c "strings -a '$so' | grep -qx '$type'"
 done

@@ -17,7 +17,7 @@ nodes=$(seq -f 'vn%g' 1 "$N")
 # --- configuration as slurmctld sees it ------------------------------------
 scontrol show config > "$T_WORK/config" 2>&1
 for kv in "SchedulerType *= sched/gang" "SelectType *= select/gang" "SwitchType *= switch/rdma" \
-          "LaunchType *= launch/bcast"; do
+          "CliFilterPlugins *= cli_filter/storm"; do
     t_check "scontrol show config: $kv" grep -Eq "^$kv\$" "$T_WORK/config"
 done
 
@@ -44,10 +44,10 @@ for n in $nodes; do
 done
 t_check "every slurmd runs more than one thread ($threads_ok/$N)" [ "$threads_ok" = "$N" ]
 
-# --- srun: launch/bcast in srun, switch/rdma + SPANK in slurmstepd -----------
+# --- srun: cli_filter/storm in srun, switch/rdma + SPANK in slurmstepd -------
 srun -v -N "$N" -n "$N" hostname > "$T_WORK/srun.out" 2> "$T_WORK/srun.err"
 t_check "srun -N$N hostname ran on every node" [ "$(sort -u "$T_WORK/srun.out" | tr '\n' ' ')" = "$(echo $nodes | tr ' ' '\n' | sort | tr '\n' ' ')" ]
-t_check "srun: launch/bcast launched the step (srun -v)" grep -q "launch/bcast: Storm [0-9.]* (Slurm 22.05.8): launching $N tasks through launch/slurm" "$T_WORK/srun.err"
+t_check "srun: cli_filter/storm saw the step (srun -v)" grep -q "cli_filter/storm: Storm [0-9.]* (Slurm $STORM_SLURM_VERSION): step [0-9]*\.[0-9]* created\$" "$T_WORK/srun.err"
 t_check "srun: spank/storm loaded in local context (srun -v)" grep -q "spank/storm: Storm [0-9.]* loaded in local (srun)" "$T_WORK/srun.err"
 # Clients load every select and switch plugin: Storm's must stay quiet there.
 for cmd in "srun -N1 true" "sinfo" "squeue" "sbatch --wrap true -o /dev/null"; do

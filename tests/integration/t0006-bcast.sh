@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t0006: users' broadcasts through the node agents inside 16 real slurmd
-# (storm-bcast, and srun --bcast with LaunchType=launch/bcast), as an
+# (storm-bcast, and srun --bcast with CliFilterPlugins=cli_filter/storm), as an
 # unprivileged user: byte-for-byte copies on every node, owned by the user
 # with the source's mode; a directory tree with --preserve; and every bad
 # input of the issue -- missing or unreadable source, a directory where a
@@ -100,7 +100,7 @@ as_user srun --jobid="$job" -N "$N" -v --bcast "$SRC/prog" ok > "$T_WORK/srun.ou
 rc=$?
 t_diag < "$T_WORK/srun.out"
 t_check "srun --bcast prog: every task ran the copy (rc $rc)" bash -c "[ $rc = 0 ] && [ \$(grep -c '^ok\$' '$T_WORK/srun.out') = $N ]"
-t_check "  sent through Storm, not srun's own broadcast" grep -q "launch/bcast: .*prog -> $T_WORK/ on $N nodes through Storm" "$T_WORK/srun.out"
+t_check "  sent through Storm, not srun's own broadcast" grep -q "cli_filter/storm: .*prog -> $T_WORK/ on $N nodes through Storm" "$T_WORK/srun.out"
 t_check "  as slurm_bcast_<job>.<step>_<node> in the working directory, nobody's" \
     bash -c "[ \$(for n in $NODES; do '$VC' exec \$n sh -c 'stat -c %U:%a $T_WORK/slurm_bcast_${job}.*_'\$n; done | grep -c '^nobody:755\$') = $N ]"
 rm -f "$T_WORK"/slurm_bcast_*
@@ -272,6 +272,9 @@ wait_job "$job" 30
 t_check "a job that ended: exit 1" fails b "$SRC/data12" /tmp/late
 t_check "  saying so" grep -q "cannot get a broadcast credential for job $job" "$T_WORK/b.out"
 rjob=$(sbatch --parsable -N 2 -t 5 -o /dev/null --wrap "sleep 600")
+# running: slurmctld answers a pending job's credential request with "Job is
+# pending execution" before it looks at the user (26.05).
+for _ in $(seq 100); do [ "$(squeue -h -j "$rjob" -o %T)" = RUNNING ] && break; sleep 0.1; done
 t_check "another user's job: exit 1" fails b -j $rjob "$SRC/data12" /tmp/theirs
 t_check "  refused by slurmctld" grep -q "cannot get a broadcast credential for job $rjob: Invalid user id" "$T_WORK/b.out"
 scancel "$rjob"
