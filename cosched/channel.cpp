@@ -157,6 +157,8 @@ Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, H
       server_(base, std::move(socket_path), log, "cosched", "request socket",
               [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
+    // Tasks of every user register here: each user's connections are bounded.
+    server_.limit_per_uid(net::UnixServer::kDefaultPerUid);
 }
 
 Channel::~Channel()

@@ -101,6 +101,8 @@ LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<ui
       base_(base), server_(base, std::move(socket_path), log, "bcast", "launch gate",
                            [this](int fd, const ucred &cred) { on_client(fd, cred.uid); })
 {
+    // Only slurmstepd (root or SlurmdUser) holds steps here.
+    server_.admit_only(trusted_);
 }
 
 LaunchGate::~LaunchGate()

@@ -102,6 +102,10 @@ std::string event_name(const char *kind, uint64_t sid)
 }
 std::string var_prefix(uint64_t sid) { return "bcast:" + session_hex(sid) + ":"; }
 
+// Files of one broadcast whose descriptors stay open from their creation
+// to their last byte (the others are reopened, checked, for their data).
+constexpr size_t kKeptDescriptors = 64;
+
 struct Receiver::File {
     std::string path; // in the staging area
     bool dir = false;
@@ -109,6 +113,10 @@ struct Receiver::File {
     uint64_t size = 0, received = 0;
     int64_t atime = 0, mtime = 0;
     int fd = -1;
+    // The inode the exclusive create made: a path the user can change is
+    // reopened only if it still names it (see Receiver::data).
+    dev_t dev = 0;
+    ino_t ino = 0;
 };
 
 struct Receiver::Session {
@@ -245,7 +253,13 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
                        std::to_string(avail) + " free";
         }
         // Stage everything; on any failure remove what was made.
+        size_t kept = 0;
         auto fail = [&](const std::string &why) {
+            for (auto &made_file : s->files)
+                if (made_file.fd >= 0) {
+                    ::close(made_file.fd);
+                    made_file.fd = -1;
+                }
             remove_tree(s->temp);
             return why;
         };
@@ -260,17 +274,37 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
             f.mtime = e.mtime;
             const std::string name = i == 0 ? s->dest : s->dest + "/" + e.path; // in messages
             if (e.dir) {
-                if (mkdir(f.path.c_str(), 0700) != 0)
+                struct stat made;
+                if (mkdir(f.path.c_str(), 0700) != 0 || lstat(f.path.c_str(), &made) != 0)
                     return fail(err("cannot create " + name, errno));
+                f.dev = made.st_dev;
+                f.ino = made.st_ino;
             } else {
                 int fd = ::open(f.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
                 if (fd < 0)
                     return fail(err("cannot create " + name, errno));
+                struct stat made;
+                if (fstat(fd, &made) != 0) {
+                    int e2 = errno;
+                    ::close(fd);
+                    return fail(err("cannot create " + name, e2));
+                }
+                f.dev = made.st_dev;
+                f.ino = made.st_ino;
                 int reserved = reserve(fd, e.size);
-                ::close(fd);
-                if (reserved != 0)
+                // The first files keep the descriptor of their exclusive
+                // create: their data never goes through a path the user can
+                // change.  A bounded number, for trees of any size.
+                if (reserved == 0 && e.size > 0 && kept < kKeptDescriptors) {
+                    f.fd = fd;
+                    ++kept;
+                } else {
+                    ::close(fd);
+                }
+                if (reserved != 0) {
                     return fail(
                         err("cannot reserve " + std::to_string(e.size) + " bytes for " + name, reserved));
+                }
                 if (e.size > 0)
                     s->incomplete++;
             }
@@ -339,10 +373,22 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
     if (!sealed && crc32(bytes) != h.crc)
         return failed("chunk at " + std::to_string(h.offset) + " of " + s.dest + " fails its CRC check");
     if (f.fd < 0) {
+        // The staged file sits in a directory the user can write: between
+        // its creation and now it may have been swapped for a FIFO (whose
+        // open would block this loop until a reader came), a device or
+        // another file.  O_NONBLOCK keeps the open from waiting, and the
+        // descriptor is used only if it is still the regular file created.
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
-        f.fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (f.fd < 0)
+        int fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+        if (fd < 0)
             return failed(err("cannot open " + f.path, errno));
+        struct stat now;
+        if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode) || now.st_dev != f.dev || now.st_ino != f.ino) {
+            ::close(fd);
+            return failed(f.path + " was replaced while it was being received (it is no longer the file " +
+                          "this broadcast created)");
+        }
+        f.fd = fd;
     }
     size_t done = 0;
     while (done < bytes.size()) {
@@ -393,6 +439,17 @@ std::string Receiver::commit(uint64_t sid)
         return refuse(sid, "commit of " + s.dest + " before every node confirmed every byte");
     {
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
+        // Every staged entry must still be the one this broadcast made: the
+        // user can rename, replace or swap anything in the staging area.
+        for (const File &f : s.files) {
+            struct stat now;
+            if (lstat(f.path.c_str(), &now) != 0 || (f.dir ? !S_ISDIR(now.st_mode) : !S_ISREG(now.st_mode)) ||
+                now.st_dev != f.dev || now.st_ino != f.ino) {
+                why = f.path + " was replaced while it was being received (it is no longer the " +
+                      (f.dir ? "directory" : "file") + " this broadcast created)";
+                break;
+            }
+        }
         // Contents first, so that directories' times stay as set.
         for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
             if (chmod(f->path.c_str(), f->mode & 0777) != 0)

@@ -25,6 +25,8 @@ Pool::Pool(event_base *base, PoolSetup setup, Logger log)
       server_(base, setup_.socket_path, log, "rdma", "control socket",
               [this](int fd, const ucred &cred) { on_client(fd, cred); })
 {
+    // Tasks of every user attach here: each user's connections are bounded.
+    server_.limit_per_uid(net::UnixServer::kDefaultPerUid, setup_.trusted);
 }
 
 Pool::~Pool()

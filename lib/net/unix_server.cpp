@@ -1,6 +1,8 @@
 #include "lib/net/unix_server.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdarg>
 #include <cstring>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -20,6 +22,74 @@ UnixServer::UnixServer(event_base *base, std::string path, Logger log, std::stri
 }
 
 UnixServer::~UnixServer() { close_socket(); }
+
+void UnixServer::admit_only(std::vector<uid_t> uids)
+{
+    only_ = true;
+    admitted_ = std::move(uids);
+}
+
+void UnixServer::limit_per_uid(size_t n, std::vector<uid_t> exempt)
+{
+    only_ = false;
+    per_uid_ = n;
+    admitted_ = std::move(exempt);
+}
+
+void UnixServer::refusal(const char *fmt, ...)
+{
+    ++refused_;
+    auto now = std::chrono::steady_clock::now();
+    if (refused_logged_ != 0 && now - refusal_log_ < std::chrono::seconds(10))
+        return; // counted: the next line says how many
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    uint64_t more = refused_ - refused_logged_ - 1;
+    if (more)
+        log_.warning("%s (and %llu more refusals since the last such line)", line,
+                     static_cast<unsigned long long>(more));
+    else
+        log_.warning("%s (further refusals are counted, logged every 10 s)", line);
+    refused_logged_ = refused_;
+    refusal_log_ = now;
+}
+
+bool UnixServer::admit(int fd, const ucred &cred)
+{
+    bool privileged =
+        cred.uid == 0 || std::find(admitted_.begin(), admitted_.end(), cred.uid) != admitted_.end();
+    if (only_) {
+        if (!privileged)
+            refusal(
+                "closed a connection of uid %u (pid %d) to the %s %s: only root and SlurmdUser may use it",
+                static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what_.c_str(), path_.c_str());
+        return privileged;
+    }
+    if (per_uid_ == 0 || privileged)
+        return true;
+    auto &open = open_by_uid_[cred.uid];
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [](const std::pair<int, ino_t> &c) {
+                                  struct stat st;
+                                  return fstat(c.first, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+                                         st.st_ino != c.second;
+                              }),
+               open.end());
+    if (open.size() >= per_uid_) {
+        refusal("closed a connection of uid %u (pid %d) to the %s %s: the uid holds %zu connections to it "
+                "already (the limit)",
+                static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what_.c_str(), path_.c_str(),
+                open.size());
+        return false;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+        open.emplace_back(fd, st.st_ino);
+    return true;
+}
 
 void UnixServer::close_socket() noexcept
 {
@@ -80,6 +150,10 @@ void UnixServer::on_accept(int fd, short, void *arg)
         socklen_t len = sizeof cred;
         if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
             self->log_.error("cannot read a client's credentials: %s", std::strerror(errno));
+            ::close(c);
+            continue;
+        }
+        if (!self->admit(c, cred)) {
             ::close(c);
             continue;
         }

@@ -27,14 +27,26 @@
 //    owner's: they stay open.
 //  - Everything runs on the loop thread; on_client must not destroy the
 //    server.
+//  - Admission (set before start()), checked at accept before on_client:
+//    with admit_only(uids), a peer of any other uid is closed at once (a
+//    socket where only root and SlurmdUser may speak); with
+//    limit_per_uid(n, exempt), a uid (other than root and `exempt`) holding
+//    n connections already has the next one closed at once.  A connection
+//    counts while its descriptor still refers to the socket accepted (the
+//    owner's close() ends it; nothing else is asked of the owner).  Each
+//    kind of refusal is one warning line, then counted and logged at most
+//    every 10 s.
 //
 // watch_readable() is the companion for the accepted connections: one
 // persistent EV_READ event per connection; keep_watched() adds it to a
 // client and keeps the client in its owner's table.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <vector>
 #include <memory>
 #include <string>
 #include <sys/socket.h>
@@ -59,13 +71,26 @@ public:
     UnixServer(const UnixServer &) = delete;
     UnixServer &operator=(const UnixServer &) = delete;
 
+    // Peers of other uids than these (and root) are closed at accept.
+    void admit_only(std::vector<uid_t> uids);
+    // At most `n` connections per uid, root and `exempt` excepted.
+    void limit_per_uid(size_t n, std::vector<uid_t> exempt = {});
+    // The default of limit_per_uid(): far above the tasks of one user on
+    // one node, far below slurmd's descriptor limit.
+    static constexpr size_t kDefaultPerUid = 512;
+
     void start();
     const std::string &path() const noexcept { return path_; }
+    // Connections closed at accept by admit_only() and limit_per_uid().
+    uint64_t refused() const noexcept { return refused_; }
     bool listening() const noexcept { return fd_ >= 0; }
 
 private:
     static void on_accept(int fd, short, void *arg);
     void close_socket() noexcept; // and removes the file
+    // Whether a peer of `cred` may connect now (else logs why, rate-limited).
+    bool admit(int fd, const ucred &cred);
+    void refusal(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
     event_base *base_;
     std::string path_;
@@ -74,6 +99,15 @@ private:
     OnClient on_client_;
     int fd_ = -1;
     event *ev_ = nullptr;
+    bool only_ = false;
+    std::vector<uid_t> admitted_; // admit_only()'s uids, or limit_per_uid()'s exempt ones
+    size_t per_uid_ = 0;          // 0: no limit
+    // The connections of each limited uid: descriptor and the inode of the
+    // socket accepted on it (a descriptor the owner closed, or reused for
+    // another socket, no longer counts).
+    std::map<uid_t, std::vector<std::pair<int, ino_t>>> open_by_uid_;
+    uint64_t refused_ = 0, refused_logged_ = 0;
+    std::chrono::steady_clock::time_point refusal_log_{};
 };
 
 // A persistent EV_READ event on `fd` calling cb(fd, EV_READ, arg), added to

@@ -36,6 +36,59 @@ Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, 
         this);
     timeval tv = to_timeval(cfg_.timeout);
     evtimer_add(sweep_, &tv);
+    if (cfg_.hello_timeout.count() <= 0 || cfg_.max_unauthenticated == 0 ||
+        cfg_.max_unauthenticated_per_address == 0)
+        throw std::invalid_argument("engine: the hello deadline and the caps on unauthenticated connections "
+                                    "must be positive");
+    // Closes accepted connections whose hello is late: checked four times
+    // per deadline, so none stays more than 1.25 deadlines.
+    hello_sweep_ = event_new(
+        base_, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *arg) { static_cast<Engine *>(arg)->sweep_hellos(); }, this);
+    timeval hv = to_timeval(std::max(cfg_.hello_timeout / 4, std::chrono::milliseconds(1)));
+    evtimer_add(hello_sweep_, &hv);
+}
+
+void Engine::forget_unauthenticated(const net::Connection &c)
+{
+    auto it = unauthenticated_.find(&c);
+    if (it == unauthenticated_.end())
+        return;
+    auto a = unauthenticated_by_addr_.find(it->second.addr);
+    if (a != unauthenticated_by_addr_.end() && --a->second == 0)
+        unauthenticated_by_addr_.erase(a);
+    unauthenticated_.erase(it);
+}
+
+void Engine::sweep_hellos()
+{
+    auto now = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<net::Connection>> late;
+    for (const auto &c : accepted_) {
+        auto it = unauthenticated_.find(c.get());
+        if (it != unauthenticated_.end() && now - it->second.since >= cfg_.hello_timeout)
+            late.push_back(c);
+    }
+    if (!late.empty()) {
+        char first[INET_ADDRSTRLEN] = "?";
+        in_addr a{unauthenticated_[late.front().get()].addr};
+        inet_ntop(AF_INET, &a, first, sizeof first);
+        closing_quietly_ = true;
+        for (auto &c : late)
+            c->close("no hello within the deadline");
+        closing_quietly_ = false;
+        hello_expired_ += late.size();
+        log_.warning("closed %zu connections that sent no valid hello within %lld ms (the first from %s)",
+                     late.size(), static_cast<long long>(cfg_.hello_timeout.count()), first);
+    }
+    if (refused_ != refused_logged_ && now - refusal_log_ >= std::chrono::seconds(10)) {
+        log_.warning("refused %llu connections at accept: at most %u connections may be unauthenticated "
+                     "at once, %u from one address (%zu are now)",
+                     static_cast<unsigned long long>(refused_ - refused_logged_), cfg_.max_unauthenticated,
+                     cfg_.max_unauthenticated_per_address, unauthenticated_.size());
+        refused_logged_ = refused_;
+        refusal_log_ = now;
+    }
 }
 
 void Engine::sweep()
@@ -53,6 +106,8 @@ Engine::~Engine()
         event_free(mc_timer_);
     if (sweep_)
         event_free(sweep_);
+    if (hello_sweep_)
+        event_free(hello_sweep_);
     if (listener_)
         evconnlistener_free(listener_);
     hops_.clear();
@@ -84,6 +139,32 @@ void Engine::listen()
 
 void Engine::on_accept(int fd)
 {
+    // Caps on connections that have not proved who they are: over either,
+    // the connection is closed before anything is read from it.
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    in_addr_t addr =
+        getpeername(fd, reinterpret_cast<sockaddr *>(&from), &len) == 0 && from.sin_family == AF_INET
+            ? from.sin_addr.s_addr
+            : 0;
+    auto by_addr = unauthenticated_by_addr_.find(addr);
+    if (unauthenticated_.size() >= cfg_.max_unauthenticated ||
+        (by_addr != unauthenticated_by_addr_.end() &&
+         by_addr->second >= cfg_.max_unauthenticated_per_address)) {
+        evutil_closesocket(fd);
+        if (++refused_ - refused_logged_ == 1 &&
+            std::chrono::steady_clock::now() - refusal_log_ >= std::chrono::seconds(10)) {
+            char a[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &from.sin_addr, a, sizeof a);
+            log_.warning("refused a connection from %s at accept: at most %u connections may be "
+                         "unauthenticated at once, %u from one address (further refusals are counted, "
+                         "logged every 10 s)",
+                         a, cfg_.max_unauthenticated, cfg_.max_unauthenticated_per_address);
+            refused_logged_ = refused_;
+            refusal_log_ = std::chrono::steady_clock::now();
+        }
+        return;
+    }
     std::shared_ptr<Connection> c;
     try {
         c = Connection::accept(base_, fd, cfg_.self, auth_, static_cast<bool>(service_frames_));
@@ -92,14 +173,21 @@ void Engine::on_accept(int fd)
         return;
     }
     accepted_.insert(c);
+    unauthenticated_[c.get()] = Unauthenticated{std::chrono::steady_clock::now(), addr};
+    ++unauthenticated_by_addr_[addr];
     std::weak_ptr<bool> alive = alive_;
+    c->on_ready([this, alive](Connection &conn) {
+        if (!alive.expired() && *alive.lock())
+            forget_unauthenticated(conn);
+    });
     c->on_frame([this](Connection &conn, const net::FrameHeader &h, std::string_view p) {
         on_frame(conn, h, p, true);
     });
     c->on_close([this, alive](Connection &conn, const std::string &why) {
         if (alive.expired() || !*alive.lock())
             return;
-        if (!conn.ready() || !conn.closed_by_peer()) {
+        forget_unauthenticated(conn);
+        if ((!conn.ready() || !conn.closed_by_peer()) && !closing_quietly_) {
             ++rejected_;
             log_.error("%s", why.c_str());
         }

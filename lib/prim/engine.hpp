@@ -100,6 +100,14 @@ struct EngineConfig {
     unsigned window = 64;                     // chunks in flight per transfer
     std::chrono::milliseconds timeout{10000}; // per hop: an answer must come within this
     size_t max_event_bytes = 1u << 30;        // largest transfer a node accepts
+    // Accepted connections that have not authenticated yet (no valid hello):
+    // each is closed if its hello has not come within hello_timeout, and a
+    // new one is refused at once while max_unauthenticated of them are open,
+    // or max_unauthenticated_per_address from its address.  Refusals and
+    // closings are logged once per 10 s with their counts.
+    std::chrono::milliseconds hello_timeout{10000};
+    unsigned max_unauthenticated = 256;
+    unsigned max_unauthenticated_per_address = 32;
     // Multicast data path (lib/net/mcast.hpp), on an agent whose
     // mcast.port is set; an iface of 0.0.0.0 means this node's address.
     net::McastConfig mcast;
@@ -264,6 +272,11 @@ public:
     // Connections this engine holds (for tests and status).
     size_t connections() const noexcept { return peers_.size() + accepted_.size(); }
     uint64_t frames_rejected() const noexcept { return rejected_; }
+    // Accepted connections not authenticated yet; connections refused at
+    // accept (over the caps); closed for want of a hello in time.
+    size_t unauthenticated() const noexcept { return unauthenticated_.size(); }
+    uint64_t connections_refused() const noexcept { return refused_; }
+    uint64_t hellos_expired() const noexcept { return hello_expired_; }
     // The multicast data path: null when off (not configured, or the
     // socket could not be opened, which listen() logs).
     net::Mcast *mcast() noexcept { return mcast_.get(); }
@@ -313,6 +326,20 @@ private:
     static constexpr std::chrono::milliseconds kFirstRetry{250};
     std::map<uint32_t, Down> down_;
     std::set<std::shared_ptr<net::Connection>> accepted_;
+    // Accepted connections before their hello (EngineConfig::hello_timeout).
+    struct Unauthenticated {
+        std::chrono::steady_clock::time_point since;
+        in_addr_t addr;
+    };
+    std::map<const net::Connection *, Unauthenticated> unauthenticated_;
+    std::map<in_addr_t, unsigned> unauthenticated_by_addr_;
+    event *hello_sweep_ = nullptr;
+    bool closing_quietly_ = false; // the hello sweep logs its closings as one line
+    uint64_t refused_ = 0, refused_logged_ = 0, hello_expired_ = 0;
+    std::chrono::steady_clock::time_point refusal_log_{};
+    // The connection authenticated or went: it no longer counts.
+    void forget_unauthenticated(const net::Connection &c);
+    void sweep_hellos();
     ServiceFrameHandler service_frames_;
     ServiceCloseHandler service_closed_;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -10,6 +10,21 @@ set -u
 : "${STORM_BUILDDIR:=$STORM_SRCDIR}"
 : "${STORM_PLUGINDIR:=$(sed -n 's/^SLURM_PLUGINDIR = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
 VC="$STORM_SRCDIR/contrib/vcluster/storm-vcluster"
+# The Slurm line the tree was configured for (configure --with-slurm=PREFIX;
+# empty: the system's): the clusters run its daemons, and its commands come
+# first in PATH.
+: "${STORM_SLURM_PREFIX:=$(sed -n 's/^SLURM_PREFIX = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
+: "${STORM_SLURM_VERSION:=$(sed -n 's/^STORM_SLURM_VERSION = //p' "$STORM_BUILDDIR/Makefile" 2>/dev/null)}"
+export STORM_SLURM_VERSION
+if [ -n "$STORM_SLURM_PREFIX" ]; then
+    export STORM_VC_SLURM=$STORM_SLURM_PREFIX
+    case ":$PATH:" in
+        *":$STORM_SLURM_PREFIX/bin:"*) ;;
+        *) PATH=$STORM_SLURM_PREFIX/bin:$STORM_SLURM_PREFIX/sbin:$PATH; export PATH ;;
+    esac
+else
+    export STORM_VC_SLURM=system
+fi
 # (a script that runs another with other settings names its own run)
 T_NAME=${T_NAME:-$(basename "$0" .sh)}
 # Work files must be visible on every virtual node: not /tmp (private per node).

@@ -23,8 +23,8 @@ done
 
 # --- slurmctld loaded sched/gang (wrapping backfill), select/gang, switch/rdma
 ctl=$LOG/slurmctld.log
-t_check "slurmctld: sched/gang loaded, wrapping backfill" grep -q "sched/gang: Storm [0-9.]* loaded (Slurm 22.05.8); wrapping sched/backfill" "$ctl"
-t_check "slurmctld: select/gang loaded, delegating to cons_tres" grep -q "select/gang: Storm [0-9.]* loaded (Slurm 22.05.8); delegating to select/cons_tres" "$ctl"
+t_check "slurmctld: sched/gang loaded, wrapping backfill" grep -q "sched/gang: Storm [0-9.]* loaded (Slurm $STORM_SLURM_VERSION); wrapping sched/backfill" "$ctl"
+t_check "slurmctld: select/gang loaded, delegating to cons_tres" grep -q "select/gang: Storm [0-9.]* loaded (Slurm $STORM_SLURM_VERSION); delegating to select/cons_tres" "$ctl"
 t_check "slurmctld: switch/rdma loaded" grep -q "switch/rdma: Storm [0-9.]* loaded in slurmctld" "$ctl"
 
 # --- every slurmd: node agent started, SPANK loaded --------------------------

@@ -29,6 +29,8 @@ fi
 refused "up 0 is refused" "positive integer" "$VC" up 0 --stock
 refused "up abc is refused" "positive integer" "$VC" up abc --stock
 refused "a size the machine cannot hold is refused" "cannot hold 100000 nodes" "$VC" up 100000 --stock
+refused "--slurm of a release that is not installed is refused, naming where it looked" \
+    "no Slurm 23.02.1: looked for /opt/slurm/23.02.1/sbin/slurmd" env STORM_SLURM_ROOT=/opt/slurm "$VC" up 2 --stock --slurm 23.02.1
 "$VC" status > /dev/null 2>&1; rc=$?
 t_check "status with nothing up exits 1 (rc $rc)" [ "$rc" = 1 ]
 

@@ -2,10 +2,14 @@
 # t0003: configure and make install refuse bad input with a clear message
 # and a non-zero exit: no --with-slurm-source, a directory that is not a
 # Slurm tree, a tree not configured (no config.h), a Slurm version other than
-# the installed one, and a PluginDir that is missing or not writable.
+# the installed one, a release line Storm does not support, a --with-slurm
+# prefix that holds no Slurm, and a PluginDir that is missing or not
+# writable.  Run on the line the tree was configured for (--with-slurm).
 . "$(dirname "$0")/lib.sh"
 slurm_src=$(sed -n 's/^SLURM_SRC = //p' "$STORM_BUILDDIR/Makefile")
 [ -f "$slurm_src/config.h" ] || t_bail "the build tree's Slurm source ($slurm_src) has no config.h"
+line=()
+[ -z "$STORM_SLURM_PREFIX" ] || line=(--with-slurm="$STORM_SLURM_PREFIX")
 
 # A scratch copy of the configured sources, so the real build tree is
 # untouched (the tree is configured in place: no VPATH build from it).
@@ -14,7 +18,9 @@ mkdir -p "$b"
 (cd "$STORM_SRCDIR" && cp -pR configure configure.ac Makefile.in Makefile.am aclocal.m4 storm_config.h.in \
     build-aux m4 lib launch_bcast sched_gang switch_rdma cosched agent slurm_adapter plugins tools tests contrib "$b/") || t_bail "cannot copy the sources to $b"
 
-conf() { (cd "$b" && ./configure -q "$@") > "$T_WORK/conf.out" 2>&1; }
+# the build's compilers (ccache where storm-setup found it)
+cc=$(sed -n 's/^CC = //p' "$STORM_BUILDDIR/Makefile") cxx=$(sed -n 's/^CXX = //p' "$STORM_BUILDDIR/Makefile")
+conf() { (cd "$b" && ./configure -q CC="$cc" CXX="$cxx" "${line[@]}" "$@") > "$T_WORK/conf.out" 2>&1; }
 expect_refusal() { # description expected-message configure-args...
     local d=$1 msg=$2; shift 2
     if conf "$@"; then t_fail "$d: configure succeeded"; return; fi
@@ -37,9 +43,26 @@ mkdir -p "$fake/src/common" "$fake/slurm"
 cp "$slurm_src/src/common/plugin.h" "$fake/src/common/"
 cp "$slurm_src/slurm/slurm.h" "$fake/slurm/"
 expect_refusal "unconfigured tree" "config.h is missing: run Slurm's ./configure" --with-slurm-source="$fake"
-sed -e 's/^#define SLURM_VERSION_NUMBER .*/#define SLURM_VERSION_NUMBER 0x160507/' \
-    -e 's/^#define SLURM_VERSION_STRING .*/#define SLURM_VERSION_STRING "22.05.7"/' "$slurm_src/config.h" > "$fake/config.h"
-expect_refusal "mismatched Slurm version" "is 22.05.7 (0x160507) but the installed Slurm is 0x160508" --with-slurm-source="$fake"
+# fake_version MAJOR MINOR MICRO: the fake tree's config.h says that version.
+fake_version() {
+    sed -e "s/^#define SLURM_VERSION_NUMBER .*/#define SLURM_VERSION_NUMBER $(printf '0x%02x%02x%02x' "$1" "$2" "$3")/" \
+        -e "s/^#define SLURM_VERSION_STRING .*/#define SLURM_VERSION_STRING \"$1.$(printf %02d "$2").$3\"/" \
+        "$slurm_src/config.h" > "$fake/config.h"
+}
+real=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' "$slurm_src/config.h")
+maj=$((real >> 16)) min=$(((real >> 8) & 255)) mic=$((real & 255))
+fake_version "$maj" "$min" $((mic + 1))
+expect_refusal "mismatched Slurm version" \
+    "is $maj.$(printf %02d "$min").$((mic + 1)) ($(printf '0x%06x' $((real + 1)))) but the installed Slurm is $(printf '0x%06x' "$real")" \
+    --with-slurm-source="$fake"
+fake_version 23 2 7
+expect_refusal "an unsupported release line" \
+    "Slurm 23.02.7 (line 23.02) is not supported: Storm supports the lines 22.05, 24.11, 25.11 and 26.05" \
+    --with-slurm-source="$fake"
+expect_refusal "--with-slurm: not a directory" "with-slurm: $T_WORK/nonexistent is not a directory" \
+    --with-slurm="$T_WORK/nonexistent" --with-slurm-source="$slurm_src"
+expect_refusal "--with-slurm: no Slurm installed there" "holds no installed Slurm (no include/slurm/slurm_version.h or sbin/slurmd)" \
+    --with-slurm="$T_WORK/notslurm" --with-slurm-source="$slurm_src"
 
 
 # configure accepts an explicit PluginDir; make install must refuse it.
@@ -58,8 +81,9 @@ if conf --with-slurm-source="$slurm_src" --with-slurm-plugindir="$T_WORK/nodir";
     fi
     t_check "  nor storm-bcast nor storm-gang" [ ! -e "$T_WORK/prefix/bin/storm-bcast" -a ! -e "$T_WORK/prefix/bin/storm-gang" ]
     (cd "$b" && make install prefix="$T_WORK/prefix" plugindir="$T_WORK/ro" > "$T_WORK/install3.out" 2>&1)
-    t_check "make install puts exactly the five .so files into PluginDir" \
-        [ "$(ls "$T_WORK/ro" | tr '\n' ' ')" = "launch_bcast.so sched_gang.so select_gang.so spank_storm.so switch_rdma.so " ]
+    want=$(for p in $(t_make_var STORM_PLUGINS); do basename "$p" .la; done | sed 's/$/.so/' | sort | tr '\n' ' ')
+    t_check "make install puts exactly the plugins' .so files into PluginDir ($want)" \
+        [ "$(ls "$T_WORK/ro" | tr '\n' ' ')" = "$want" ]
     t_check "  and storm-bcast and storm-gang into the bin directory" [ -x "$T_WORK/prefix/bin/storm-bcast" -a -x "$T_WORK/prefix/bin/storm-gang" ]
 else
     t_diag < "$T_WORK/conf.out"; t_fail "configure with an explicit PluginDir"

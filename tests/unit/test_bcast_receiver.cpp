@@ -4,8 +4,10 @@
 // swaps a file in (never writing through a link); directories and
 // --preserve; a node that cannot write fails every node; chunks failing
 // their CRC and early commits refused; what a killed agent leaves is
-// recovered from its journal.
+// recovered from its journal; a staged file the user swapped for a FIFO
+// or another file is refused without blocking the agent's loop.
 
+#include <csignal>
 #include <fcntl.h>
 #include <fstream>
 #include <string>
@@ -240,6 +242,66 @@ void test_receiver_rejects_and_recovers(void **)
     assert_true(listing(t.path) == (std::vector<std::string>{"file", "journal"}));
 }
 
+// A user swaps the staged temporary of their own broadcast between its
+// creation and its first chunk: for a FIFO, whose plain open() for writing
+// would block the agent's only loop thread until a reader came (every
+// broadcast, strobe and fail-safe of the node with it), and for a file of
+// their own.  Each is refused at once, naming the path, and nothing is
+// written through it.
+void test_swapped_staging_file_refused(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}},
+                Logger("n0"));
+    rx.recover(); // makes the journal's directory
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = t.path + "/file";
+    q.entries.push_back(Entry{"", false, 0644, 10, 0, 0});
+    net::Writer w;
+    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
+    const std::string chunk = w.take() + "0123456789";
+    // A deadline instead of a hang if the open blocks.
+    signal(SIGALRM, SIG_DFL);
+    alarm(20);
+    struct Swap {
+        const char *what;
+        uint64_t sid;
+    };
+    struct stat st;
+    for (Swap sw : {Swap{"fifo", 21}, Swap{"file", 22}}) {
+        assert_string_equal(rx.on_chunk(event_name("open", sw.sid), sw.sid, q.encode()).c_str(), "");
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(sw.sid));
+        const std::string temp = t.path + "/.file.storm-" + hex;
+        assert_int_equal(unlink(temp.c_str()), 0);
+        if (std::string(sw.what) == "fifo")
+            assert_int_equal(mkfifo(temp.c_str(), 0600), 0);
+        else
+            std::ofstream(temp) << "mine";
+        assert_int_equal(chown(temp.c_str(), kUser, kGroup), 0);
+        // The data goes to the file the broadcast created (its descriptor
+        // was kept), or is refused; the commit then finds the swap.
+        std::string why = rx.on_chunk(event_name("data", sw.sid), sw.sid, chunk);
+        if (why.empty()) {
+            cl.agents[0]->set_variable(var_prefix(sw.sid) + "commit", 1);
+            why = rx.on_chunk(event_name("commit", sw.sid), sw.sid, "");
+        }
+        if (!contains(why, temp) || !contains(why, "was replaced while it was being received"))
+            fprintf(stderr, "%s: %s\n", sw.what, why.c_str());
+        assert_true(contains(why, temp));
+        assert_true(contains(why, "was replaced while it was being received"));
+        assert_int_equal(lstat(temp.c_str(), &st), -1); // the staging name cleaned, as the user
+        assert_string_equal(rx.on_chunk(event_name("abort", sw.sid), sw.sid, "").c_str(), "");
+    }
+    alarm(0);
+    assert_int_equal(stat(q.dest.c_str(), &st), -1); // nothing committed
+}
+
 } // namespace
 
 int main()
@@ -251,6 +313,7 @@ int main()
         cmocka_unit_test(test_directory_and_preserve),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
         cmocka_unit_test(test_receiver_rejects_and_recovers),
+        cmocka_unit_test(test_swapped_staging_file_refused),
     };
     return cmocka_run_group_tests_name("bcast_receiver", tests, nullptr, nullptr);
 }

@@ -337,6 +337,54 @@ bool agent_closes_after(Cluster &cl, const std::string &bytes)
     return closed;
 }
 
+// Connections that never authenticate (issue 39, hole 3): from one
+// address, only max_unauthenticated_per_address are held, the others
+// closed at accept; those held are closed once the hello deadline passes;
+// and the agent still serves an authenticated initiator.
+void test_unauthenticated_connections_bounded(void **)
+{
+    Cluster cl(2, 2);
+    cl.agent_config[0].hello_timeout = 400ms;
+    cl.agent_config[0].max_unauthenticated = 8;
+    cl.agent_config[0].max_unauthenticated_per_address = 4;
+    cl.restart(0);
+    Engine &agent = *cl.agents[0];
+    std::vector<int> socks;
+    for (int i = 0; i < 6; ++i) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a = cl.table[0];
+        assert_int_equal(connect(s, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+        socks.push_back(s);
+    }
+    // Nothing sent: 4 held, 2 closed at once.
+    cl.initiator->run_until([&] { return agent.unauthenticated() + agent.connections_refused() == 6; },
+                            3000ms);
+    assert_int_equal(agent.unauthenticated(), 4);
+    assert_int_equal(agent.connections_refused(), 2);
+    // Past the deadline (at most 1.25 of it): none held, every socket closed.
+    auto closed = [&] {
+        int n = 0;
+        for (int s : socks) {
+            char b[16];
+            ssize_t r = recv(s, b, sizeof b, MSG_DONTWAIT);
+            n += r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+        }
+        return n;
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    cl.initiator->run_until([&] { return agent.unauthenticated() == 0 && closed() == 6; }, 3000ms);
+    assert_int_equal(agent.unauthenticated(), 0);
+    assert_int_equal(agent.hellos_expired(), 4);
+    assert_int_equal(closed(), 6);
+    assert_true(std::chrono::steady_clock::now() - t0 < 1500ms);
+    for (int s : socks)
+        close(s);
+    // An agent that authenticates is served as ever.
+    auto r = cl.xfer(RangeSet::range(0, 2), "after", pattern(1000, 1));
+    assert_true(r.ok);
+    assert_int_equal(agent.test_event("after"), 1);
+}
+
 void test_bad_input_rejected(void **)
 {
     Cluster cl(4, 2);
@@ -447,6 +495,7 @@ int main()
         cmocka_unit_test(test_abandoned_transfer_reclaimed),
         cmocka_unit_test(test_silent_node_times_out),
         cmocka_unit_test(test_bad_input_rejected),
+        cmocka_unit_test(test_unauthenticated_connections_bounded),
         cmocka_unit_test(test_service_frames_forwarded),
     };
     return cmocka_run_group_tests_name("engine", tests, nullptr, nullptr);

@@ -1,6 +1,8 @@
 // The node agent's unix control sockets (lib/net/unix_server.hpp): the
 // socket file's mode, a client's SO_PEERCRED credentials, a stale file
-// replaced, the file removed with the server, and clear errors.
+// replaced, the file removed with the server, and clear errors; a uid's
+// connections bounded, and only root and SlurmdUser where a socket is
+// theirs alone (issue 39, hole 4).
 #include "tests/unit/cmocka.hpp"
 
 #include <cerrno>
@@ -221,6 +223,86 @@ void test_errors(void **)
     close(c);
 }
 
+// A connection made as `uid` (SO_PEERCRED records the effective uid at
+// connect), or -1.
+int connect_as(uid_t uid, const std::string &path)
+{
+    if (seteuid(uid) != 0)
+        return -1;
+    int fd = connect_to(path);
+    int e = errno;
+    if (seteuid(0) != 0)
+        abort();
+    errno = e;
+    return fd;
+}
+
+// Whether the server closed its end of `fd` (the client sees end of file).
+bool closed_by_server(int fd)
+{
+    char b[8];
+    return recv(fd, b, sizeof b, MSG_DONTWAIT) == 0;
+}
+
+// limit_per_uid(3): a user's fourth and fifth connections are closed at
+// accept; root is exempt; a connection the owner closed frees its place.
+// admit_only({}): a user's connection is closed at once, root's kept.
+void test_admission(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    const uid_t nobody = 65534;
+    Bench b;
+    assert_int_equal(chmod(b.dir.c_str(), 0755), 0);
+    auto srv = b.server(b.sock());
+    srv->limit_per_uid(3);
+    srv->start();
+    std::vector<int> user, root;
+    for (int i = 0; i < 5; ++i)
+        user.push_back(connect_as(nobody, b.sock()));
+    for (int i = 0; i < 4; ++i)
+        root.push_back(connect_to(b.sock()));
+    for (int fd : user)
+        assert_true(fd >= 0);
+    assert_true(b.spin_until([&] { return b.accepted.size() + srv->refused() == 9; }));
+    assert_int_equal(srv->refused(), 2);
+    assert_int_equal(b.accepted.size(), 7);
+    int closed = 0;
+    for (int fd : user)
+        closed += closed_by_server(fd);
+    assert_int_equal(closed, 2);
+    for (int fd : root)
+        assert_false(closed_by_server(fd));
+    // The owner closes one of the user's: the user may connect once more.
+    for (auto it = b.accepted.begin(); it != b.accepted.end(); ++it)
+        if (it->cred.uid == nobody) {
+            close(it->fd);
+            b.accepted.erase(it);
+            break;
+        }
+    int again = connect_as(nobody, b.sock());
+    assert_true(b.spin_until([&] { return b.accepted.size() == 7; }));
+    assert_int_equal(srv->refused(), 2);
+    assert_false(closed_by_server(again));
+
+    auto only = b.server(b.dir + "/only.sock");
+    only->admit_only({});
+    only->start();
+    int u = connect_as(nobody, b.dir + "/only.sock");
+    int r = connect_to(b.dir + "/only.sock");
+    assert_true(b.spin_until([&] { return b.accepted.size() == 8 && only->refused() == 1; }));
+    assert_true(b.spin_until([&] { return closed_by_server(u); }));
+    assert_false(closed_by_server(r));
+    assert_int_equal(b.accepted.back().cred.uid, 0);
+    for (int fd : user)
+        close(fd);
+    for (int fd : root)
+        close(fd);
+    close(again);
+    close(u);
+    close(r);
+}
+
 } // namespace
 
 int main()
@@ -230,6 +312,7 @@ int main()
         cmocka_unit_test(test_stale_replaced),
         cmocka_unit_test(test_unlinked_on_destruction),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_admission),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
