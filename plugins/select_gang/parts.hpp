@@ -6,8 +6,8 @@
 //
 //  - GangPacking (slurmctld.cpp): the packing of gang jobs into the gang
 //    matrix's slots, the plugin's only work of its own.  job_test is called
-//    in slurmctld alone (up to 24.11 Slurm also loads every select plugin
-//    in srun, slurmd and slurmstepd; from 25.05 slurmctld alone loads the
+//    in slurmctld alone (up to 24.11 Slurm also loads select plugins in
+//    slurmd, slurmstepd and clients; from 25.05 slurmctld alone loads the
 //    SelectType plugin).
 //  - Context and init_select(): the plugin's one context, which loads
 //    select/cons_tres through Slurm's plugin loader (the generation's ops

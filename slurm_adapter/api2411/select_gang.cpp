@@ -1,7 +1,7 @@
 // select/gang's entry points for Slurm 24.11 (plugins/select_gang/parts.hpp
 // says what the generations share): node selection for gang-scheduled
 // partitions, inside slurmctld (and, as Slurm loads select plugins there
-// too, srun, slurmd and slurmstepd).
+// too, slurmd, slurmstepd and the commands that read node data).
 //
 // The plugin wraps select/cons_tres, loaded through Slurm's plugin loader:
 // every select_p_* call is delegated to cons_tres, except that
