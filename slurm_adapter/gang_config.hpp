@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sched_gang/config.hpp"
+#include "slurm_api.hpp"
 
 extern "C" {
 #include "src/common/read_config.h"
@@ -21,7 +22,7 @@ inline std::vector<gang::PartitionInfo> gang_partitions()
     std::vector<gang::PartitionInfo> out;
     if (!part_list)
         return out;
-    ListIterator it = list_iterator_create(part_list);
+    slurm_api::slurm_list_itr it = list_iterator_create(part_list);
     while (auto *p = static_cast<part_record_t *>(list_next(it))) {
         gang::PartitionInfo pi;
         pi.name = p->name ? p->name : "?";

@@ -16,6 +16,7 @@
 #include "lib/common/thread_name.hpp"
 #include "lib/net/munge_auth.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
+#include "slurm_api.hpp"
 
 extern "C" {
 #include "src/common/job_resources.h"
@@ -29,6 +30,27 @@ namespace storm::plugins::sched_gang {
 namespace {
 
 storm::gang::Timing timing(const storm::gang::GangConfig &c) { return {c.quantum, c.failsafe, c.mpl}; }
+
+// slurmctld's locks, set by name: the struct gains members across lines
+// (26.05: select_node), and those not named here stay NO_LOCK.
+slurmctld_lock_t ctld_lock(lock_level_t job, lock_level_t node, lock_level_t part)
+{
+    slurmctld_lock_t lock{};
+    lock.conf = NO_LOCK;
+    lock.job = job;
+    lock.node = node;
+    lock.part = part;
+    lock.fed = NO_LOCK;
+    return lock;
+}
+
+// Whether `host` (the index among the job's nodes) has core `core` of
+// socket `socket` in the job's allocation.
+bool has_core(job_resources_t *jr, uint32_t host, uint16_t socket, uint16_t core)
+{
+    int off = get_job_resources_offset(jr, host, socket, core);
+    return off >= 0 && jr->core_bitmap && bit_test(jr->core_bitmap, off);
+}
 
 // The cells of a job: (Storm's node index << 20 | core) for each core
 // Slurm allocated it, or (node << 20) for each node with `whole_nodes`;
@@ -59,7 +81,7 @@ bool job_shape(job_record_t *job, const std::map<std::string, uint32_t> &index, 
             uint16_t sockets = jr->sockets_per_node[k], cps = jr->cores_per_socket[k];
             for (uint16_t so = 0; so < sockets; ++so)
                 for (uint16_t co = 0; co < cps; ++co)
-                    if (get_job_resources_bit(jr, host, so, co) == 1)
+                    if (has_core(jr, host, so, co))
                         shape.cells.push_back(uint64_t(idx->second) << 20 | uint64_t(so * cps + co));
         }
         ++host;
@@ -120,9 +142,9 @@ storm::gang::Snapshot GangMachine::snapshot()
         parts = gang_parts;
     }
     storm::gang::Snapshot s;
-    slurmctld_lock_t lock = {NO_LOCK, READ_LOCK, READ_LOCK, READ_LOCK, NO_LOCK};
+    slurmctld_lock_t lock = ctld_lock(READ_LOCK, READ_LOCK, READ_LOCK);
     lock_slurmctld(lock);
-    ListIterator it = list_iterator_create(job_list);
+    storm::slurm_api::slurm_list_itr it = list_iterator_create(job_list);
     while (auto *job = static_cast<job_record_t *>(list_next(it))) {
         if (!job->part_ptr || !job->part_ptr->name ||
             std::find(parts.begin(), parts.end(), job->part_ptr->name) == parts.end())
@@ -149,7 +171,7 @@ void GangMachine::extend_end_times()
     auto stopped = manager->take_stopped();
     if (stopped.empty())
         return;
-    slurmctld_lock_t lock = {NO_LOCK, WRITE_LOCK, NO_LOCK, NO_LOCK, NO_LOCK};
+    slurmctld_lock_t lock = ctld_lock(WRITE_LOCK, NO_LOCK, NO_LOCK);
     lock_slurmctld(lock);
     bool moved = false;
     for (auto &[id, t] : stopped) {

@@ -4,7 +4,7 @@
 //
 //  - Intercepted: SchedulerType=sched/gang, the job's partition has
 //    OverSubscribe=FORCE:N with N >= 2, mode exactly SELECT_MODE_RUN_NOW
-//    (no flags), no preemptee candidates, no required nodes, not
+//    (no flags: the entry file's `run_now`), no preemptee candidates, no required nodes, not
 //    --contiguous.  Everything else (TEST_ONLY, WILL_RUN, RESV, preemption
 //    tests) goes to cons_tres unchanged.
 //  - The slots' view: a matrix (matrix.hpp) kept here that mirrors
@@ -23,7 +23,8 @@
 // read), so job_list, the job records and the node table are read here
 // without locking (slurmctld's locks are not recursive).  A mutex guards
 // the mirror matrix.  job_list and part_list exist only in slurmctld: they
-// are weak references here, so srun and slurmd still load the plugin.
+// are weak references here, so srun and slurmd still load the plugin (they
+// do up to 24.11).
 #include "plugins/select_gang/parts.hpp"
 #include "slurm_adapter/gang_config.hpp"
 
@@ -75,7 +76,7 @@ std::vector<uint32_t> set_bits(bitstr_t *b)
 std::vector<storm::gang::JobShape> running_gang_jobs()
 {
     std::vector<storm::gang::JobShape> out;
-    ListIterator it = list_iterator_create(job_list);
+    storm::slurm_api::slurm_list_itr it = list_iterator_create(job_list);
     while (auto *job = static_cast<job_record_t *>(list_next(it))) {
         if (!IS_JOB_RUNNING(job) || IS_JOB_COMPLETING(job) || !gang_share(job->part_ptr))
             continue;
@@ -94,11 +95,10 @@ std::vector<storm::gang::JobShape> running_gang_jobs()
 }
 
 // Why a job_test is not a packing decision ("" if it is one).
-const char *not_packed(job_record_t *job, uint16_t mode, List preemptee_candidates)
+const char *not_packed(job_record_t *job, bool run_now, slurm_list preemptee_candidates)
 {
-    if (mode != SELECT_MODE_RUN_NOW || !running_in_slurmctld() || !&job_list || !job_list || !&part_list ||
-        !part_list || !slurm_conf.schedtype || strcmp(slurm_conf.schedtype, "sched/gang") ||
-        !gang_share(job->part_ptr))
+    if (!run_now || !running_in_slurmctld() || !&job_list || !job_list || !&part_list || !part_list ||
+        !slurm_conf.schedtype || strcmp(slurm_conf.schedtype, "sched/gang") || !gang_share(job->part_ptr))
         return "-"; // not a gang job being started: not select/gang's decision
     if (preemptee_candidates && list_count(preemptee_candidates) > 0)
         return "preemption candidates";
@@ -122,11 +122,11 @@ storm::gang::Placement GangPacking::pack(bitstr_t *bitmap, uint32_t count)
     return storm::gang::place(storm::gang::pack_view(matrix, nodes), candidates, count, mpl);
 }
 
-int GangPacking::job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes, uint16_t mode,
-                          List preemptee_candidates, List *preemptee_job_list,
+int GangPacking::job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32_t min_nodes, bool run_now,
+                          slurm_list preemptee_candidates, slurm_list *preemptee_job_list,
                           const std::function<int()> &cons_tres)
 {
-    const char *skip = not_packed(job_ptr, mode, preemptee_candidates);
+    const char *skip = not_packed(job_ptr, run_now, preemptee_candidates);
     if (*skip == '-')
         return cons_tres();
     if (*skip) {

@@ -3,8 +3,9 @@
 // sbatch/salloc, slurmd) only register the option and log the plugin's
 // line, which the entry file does.
 //
-// Contract: returns a SPANK code (only a negative one fails the task) and
-// logs its failures into slurmd.log; throws nothing.
+// Contract: returns ESPANK_SUCCESS (0) on every path (any other value
+// fails the task: negative ones on every line, positive ones too since
+// 25.05), logs what it could not do into slurmd.log; throws nothing.
 #pragma once
 
 extern "C" {

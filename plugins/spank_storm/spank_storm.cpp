@@ -16,6 +16,13 @@
 //
 // In slurmd, slurm_spank_init runs before slurmd daemonizes: no thread may
 // be started here (the node agent lives in switch/rdma's init()).
+//
+// Return values: every hook returns 0 (ESPANK_SUCCESS) unless the plugin
+// cannot work as configured (an argument in plugstack.conf, the option not
+// registered): -1 then.  Since 23.11 a failing SPANK call fails the step,
+// and since 25.05 any non-zero value counts as a failure, so nothing that
+// only degrades (no PMPI library, LD_PRELOAD too long) returns non-zero:
+// it is logged and the task runs without coscheduling.
 #include "plugins/spank_storm/parts.hpp"
 
 extern "C" {
@@ -62,7 +69,7 @@ extern "C" int slurm_spank_init(spank_t sp, int ac, char **av)
     if (ac > 0) {
         slurm_error("spank/storm: unknown argument \"%s\" in plugstack.conf (spank_storm.so takes none)",
                     av[0]);
-        return -1; // SPANK callers treat only a negative value as failure
+        return -1; // a configuration error: fails the caller (srun, the step, slurmd)
     }
     spank_context_t ctx = spank_context();
     // On the user's terminal (srun, sbatch) the line waits until -v is in

@@ -10,3 +10,18 @@ namespace storm::slurm_api {
 inline constexpr const char *kLine = "22.05";
 
 } // namespace storm::slurm_api
+
+// ---- gang section (select/gang, sched/gang, slurm_adapter/gang_config.hpp) ----
+// Slurm's list types under the names the shims use on every line: List and
+// ListIterator (pointer typedefs) on 22.05.  Include this header before
+// Slurm's slurmctld headers.
+extern "C" {
+#include "src/common/list.h"
+}
+
+namespace storm::slurm_api {
+
+using slurm_list = ::List;
+using slurm_list_itr = ::ListIterator;
+
+} // namespace storm::slurm_api

@@ -13,10 +13,15 @@ switch_syms="plugin_id switch_p_alloc_jobinfo switch_p_build_jobinfo switch_p_du
  switch_p_job_suspend switch_p_job_suspend_info_free switch_p_job_suspend_info_get switch_p_job_suspend_info_pack
  switch_p_job_suspend_info_unpack switch_p_job_suspend_test switch_p_libstate_clear switch_p_libstate_restore
  switch_p_libstate_save switch_p_pack_jobinfo switch_p_reconfig switch_p_unpack_jobinfo"
-# select: the 36 functions of slurm_select_ops_t, read from the Slurm source
-# this tree was configured with, so a new Slurm that adds one fails here.
+# select: the functions of slurm_select_ops_t, read from the Slurm source
+# this tree was configured with (src/common/select.c up to 23.02,
+# src/interfaces/select.c since), so a new Slurm that adds one fails here.
+# Their count per API generation guards the reading itself.
 slurm_src=$(sed -n 's/^SLURM_SRC = //p' "$STORM_BUILDDIR/Makefile")
-select_syms="plugin_id $(sed -n '/^const char \*node_select_syms\[\] = {/,/^};/p' "$slurm_src/src/common/select.c" |
+slurm_api=$(sed -n 's/^STORM_SLURM_API = //p' "$STORM_BUILDDIR/Makefile")
+select_c=$slurm_src/src/interfaces/select.c
+[ -f "$select_c" ] || select_c=$slurm_src/src/common/select.c
+select_syms="plugin_id $(sed -n -E '/^(static )?const char \*node_select_syms\[\] = \{/,/^\};/p' "$select_c" |
     grep -o '"select_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')"
 # cli_filter: the functions of cli_filter_ops_t, from the configured line's
 # source (src/common/ up to 22.05, src/interfaces/ from 23.02).
@@ -24,6 +29,24 @@ cli_filter_c=$slurm_src/src/interfaces/cli_filter.c
 [ -f "$cli_filter_c" ] || cli_filter_c=$slurm_src/src/common/cli_filter.c
 cli_filter_syms=$(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$cli_filter_c" |
     grep -o '"cli_filter_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')
+case $slurm_api in
+2205) select_count=36 select_id=150 ;; # every select plugin loaded: an id of its own
+2411) select_count=31 select_id=150 ;;
+2511) select_count=12 select_id=109 ;; # SelectType alone loaded: cons_tres's id
+2605) select_count=13 select_id=109 ;;
+*) t_bail "unknown STORM_SLURM_API '$slurm_api' in $STORM_BUILDDIR/Makefile" ;;
+esac
+# A plugin's exported uint32_t (little-endian), read from the file: nm gives
+# its address, objdump the 4 bytes there in the section that holds them.
+u32_symbol() { # so symbol
+    local a hex
+    a=$(nm -D --defined-only "$1" | awk -v s="$2" '$3 == s { print $1 }')
+    [ -n "$a" ] || return 1
+    hex=$(objdump -s --start-address=0x$a --stop-address=$(printf '0x%x' $((0x$a + 4))) "$1" |
+        awk '/^Contents of section / { keep = ($4 !~ /^\.debug/) ; next } keep && NF >= 2 { print $2; exit }')
+    [ ${#hex} = 8 ] || return 1
+    echo $((0x${hex:6:2}${hex:4:2}${hex:2:2}${hex:0:2}))
+}
 switch_src_syms="plugin_id $(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$slurm_src/src/common/switch.c" |
     grep -o '"switch_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')"
 
@@ -31,7 +54,8 @@ sorted() { tr ' \n' '\n\n' | grep . | sort -u | tr '\n' ' '; }
 exports() { nm -D --defined-only "$1" | awk '{print $3}' | sort -u | tr '\n' ' '; }
 
 t_check "switch/rdma: our list matches switch.c's syms[]" [ "$(echo "$switch_syms" | sorted)" = "$(echo "$switch_src_syms" | sorted)" ]
-t_check "select/gang: Slurm's select.c lists 36 functions" [ "$(echo "$select_syms" | wc -w)" = 37 ]
+t_check "select/gang: Slurm's select.c lists $select_count functions (API $slurm_api)" [ "$(echo "$select_syms" | wc -w)" = $((select_count + 1)) ]
+t_check "select/gang: plugin_id is $select_id (API $slurm_api)" [ "$(u32_symbol select_gang.so plugin_id)" = "$select_id" ]
 t_check "cli_filter/storm: Slurm's $(basename "$(dirname "$cli_filter_c")")/cli_filter.c lists 3 functions" [ "$(echo "$cli_filter_syms" | wc -w)" = 3 ]
 
 check_exports() { # plugin expected...

@@ -24,7 +24,18 @@ vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=I
     --conf "SchedulerParameters=storm_gang_quantum=50ms" --conf "SwitchParameters=storm_mcast=$GROUP:$PORT,storm_gang_stop=signal"
 
 start_pair
-sent=$(sed -n "s/^strobe_multicast: $GROUP:$((PORT + 1)) from [0-9.]*, \([0-9]*\) sent, 0 failed$/\1/p" "$T_WORK/status")
+# The status is rewritten once a second, and the second slot may have
+# opened less than half a second before the copy start_pair read (a line
+# whose tasks start soon after the job, as 26.05's): read it again, for up
+# to 5 s, until it counts 10 strobes sent.
+mcast_sent() { sed -n "s/^strobe_multicast: $GROUP:$((PORT + 1)) from [0-9.]*, \([0-9]*\) sent, 0 failed$/\1/p" "$1"; }
+sent=$(mcast_sent "$T_WORK/status")
+for _ in $(seq 10); do
+    [ "${sent:-0}" -ge 10 ] && break
+    sleep 0.5
+    "$GANG" > "$T_WORK/status.again" 2>&1
+    sent=$(mcast_sent "$T_WORK/status.again")
+done
 t_check "the manager multicasts its strobes to $GROUP:$((PORT + 1)) (${sent:-none} sent, none failed)" \
     [ "${sent:-0}" -ge 10 ]
 # vn1 and vn2 are Storm's nodes 0 and 1

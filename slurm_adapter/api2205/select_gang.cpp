@@ -1,24 +1,32 @@
-// select/gang: node selection for gang-scheduled partitions, inside
-// slurmctld (and, as Slurm loads every select plugin, srun and slurmd).
+// select/gang's entry points for Slurm 22.05 (plugins/select_gang/parts.hpp
+// says what the generations share): node selection for gang-scheduled
+// partitions, inside slurmctld (and, as Slurm loads every select plugin,
+// srun, slurmd and slurmstepd).
 //
-// The entry points Slurm looks up.  The plugin wraps select/cons_tres,
-// loaded through Slurm's plugin loader exactly as src/plugins/select/other
-// does: every select_p_* call is delegated to cons_tres, except that
-// select_p_job_test lets slurmctld's part (slurmctld.cpp) pack the jobs of
-// gang partitions into the gang matrix's slots first.
+// The plugin wraps select/cons_tres, loaded through Slurm's plugin loader
+// exactly as src/plugins/select/other does: every select_p_* call is
+// delegated to cons_tres, except that select_p_job_test lets slurmctld's
+// part (plugins/select_gang/slurmctld.cpp) pack the jobs of gang partitions
+// into the gang matrix's slots first.
+//
+// plugin_id: 22.05 loads every select plugin in PluginDir and refuses two
+// with one id, so select/gang has its own (150), not cons_tres's (109).
 //
 // Known limit: some Slurm code tests SelectType with xstrstr(...,
 // "cons_tres") (GPU options, TRES reservations); with SelectType=select/gang
-// those paths behave as for a non-cons_tres selector.  See README.md.
+// those paths behave as for a non-cons_tres selector.  See
+// sched_gang/README.md.
 #include "plugins/select_gang/parts.hpp"
+
+extern "C" {
+#include "src/common/select.h"
+}
 
 STORM_PLUGIN_IDENTITY("Storm gang node selection (packs gang jobs, delegates to select/cons_tres)",
                       "select/gang")
 extern "C" {
 extern const uint32_t plugin_id = 150; // unique among select plugins (>= 100)
 }
-
-using storm::plugins::select_gang::GangPacking;
 
 namespace {
 
@@ -64,27 +72,13 @@ const char *cons_tres_syms[] = {
     "select_p_resv_test",
 };
 
-struct SelectContext {
-    storm::Logger log{"select/gang"};
-    storm::shim::WrappedPlugin<slurm_select_ops_t> cons_tres{"select", "select/cons_tres", cons_tres_syms,
-                                                             sizeof(cons_tres_syms)};
-    GangPacking packing{log};
-};
-
-SelectContext *g_ctx = nullptr;
+storm::plugins::select_gang::Context<slurm_select_ops_t> *g_ctx = nullptr;
 
 } // namespace
 
 extern "C" int init(void)
 {
-    return storm::shim::init_context(g_ctx, "select/gang", [] {
-        auto ctx = std::make_unique<SelectContext>();
-        storm::shim::log_loaded(
-            ctx->log, running_in_slurmctld(),
-            "Storm %s loaded (Slurm %s); delegating to select/cons_tres, packing gang jobs", STORM_VERSION,
-            STORM_SLURM_VERSION);
-        return ctx;
-    });
+    return storm::plugins::select_gang::init_select(g_ctx, cons_tres_syms, sizeof(cons_tres_syms));
 }
 
 extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
@@ -157,9 +151,10 @@ extern "C" int select_p_job_test(job_record_t *job_ptr, bitstr_t *bitmap, uint32
                                  List preemptee_candidates, List *preemptee_job_list,
                                  bitstr_t *exc_core_bitmap)
 {
-    return g_ctx->packing.job_test(
-        job_ptr, bitmap, min_nodes, mode, preemptee_candidates, preemptee_job_list, [&] {
-            return g_ctx->cons_tres.ops().job_test(job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode,
-                                                   preemptee_candidates, preemptee_job_list, exc_core_bitmap);
-        });
+    return g_ctx->packing.job_test(job_ptr, bitmap, min_nodes, mode == SELECT_MODE_RUN_NOW,
+                                   preemptee_candidates, preemptee_job_list, [&] {
+                                       return g_ctx->cons_tres.ops().job_test(
+                                           job_ptr, bitmap, min_nodes, max_nodes, req_nodes, mode,
+                                           preemptee_candidates, preemptee_job_list, exc_core_bitmap);
+                                   });
 }
