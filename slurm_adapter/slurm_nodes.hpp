@@ -40,7 +40,7 @@ inline std::vector<std::string> expand_hostlist(const char *expr)
     std::vector<std::string> out;
     if (!expr)
         return out;
-    hostlist_t hl = hostlist_create(expr);
+    auto hl = hostlist_create(expr); // a hostlist_t (22.05) or hostlist_t * (later)
     if (!hl)
         throw std::runtime_error(std::string("bad host list \"") + expr + "\"");
     while (char *h = hostlist_shift(hl)) {

@@ -35,10 +35,10 @@ std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &sp
                                                            const std::set<uint32_t> &jobs)
 {
     std::map<uint32_t, std::vector<pid_t>> out;
-    List steps = stepd_available(spool.c_str(), node.c_str());
+    auto *steps = stepd_available(spool.c_str(), node.c_str());
     if (!steps)
         throw std::runtime_error("cannot list the steps in " + spool);
-    ListIterator it = list_iterator_create(steps);
+    auto *it = list_iterator_create(steps);
     while (auto *loc = static_cast<step_loc_t *>(list_next(it))) {
         if (!jobs.count(loc->step_id.job_id) || loc->step_id.step_id > SLURM_MAX_NORMAL_STEP_ID)
             continue;

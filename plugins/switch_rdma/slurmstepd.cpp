@@ -16,9 +16,11 @@
 // context (batch, extern, interactive, no tasks) get neither.
 //
 // Where this node's agent switches gang-scheduled jobs, a guard
-// (step_guard.hpp) continues the step if the agent dies and stays away, and
-// a step Slurm suspends is marked so that the agent's fail-safes leave it
-// stopped.
+// (step_guard.hpp) continues the step if the agent dies and stays away, but
+// not the SIGSTOP of a step Slurm suspended (scontrol suspend): where Slurm
+// has the suspend hooks (22.05), they flag the step and mark it so that the
+// agent's fail-safes leave it stopped too; from 23.11, which has none, the
+// guard asks slurmctld whether the job is suspended when it acts.
 #include "plugins/switch_rdma/parts.hpp"
 
 #include <cerrno>
@@ -37,7 +39,6 @@
 
 extern "C" {
 #include "src/common/env.h"
-#include "src/slurmd/common/proctrack.h"
 }
 
 namespace storm::plugins::switch_rdma::slurmstepd {
@@ -83,6 +84,30 @@ int hold_for_broadcasts(SwitchContext &s, stepd_step_rec_t *job)
     return SLURM_ERROR;
 }
 
+// Whether Slurm suspended the step: flagged by the suspend hooks where
+// Slurm has them, else job `job_id`'s state in slurmctld (JOB_SUSPENDED: a
+// Storm gang switch never suspends a job in Slurm's sense).  If slurmctld
+// cannot say, not suspended (logged): a fail-safe continues rather than
+// leave a job stopped for good.
+bool suspended_by_slurm(SwitchContext &s, uint32_t job_id)
+{
+    if (s.stepd.slurm_suspended)
+        return true;
+    job_info_msg_t *resp = nullptr;
+    if (storm::slurm_api::load_job(&resp, job_id) != SLURM_SUCCESS || !resp) {
+        s.gang_log.error("job %u: cannot ask slurmctld whether Slurm suspended it (%s): its stopped "
+                         "processes are continued",
+                         job_id, slurm_strerror(errno));
+        return false;
+    }
+    bool suspended = false;
+    for (uint32_t i = 0; i < resp->record_count; ++i)
+        if (resp->job_array[i].job_id == job_id)
+            suspended = (resp->job_array[i].job_state & JOB_STATE_BASE) == JOB_SUSPENDED;
+    slurm_free_job_info_msg(resp);
+    return suspended;
+}
+
 // The step's processes that a dead gang agent left stopped, continued:
 // its job's freezer group (freezer.hpp) thawed, and, unless
 // Slurm suspended the step, each process stopped by a signal sent SIGCONT.
@@ -91,7 +116,8 @@ int hold_for_broadcasts(SwitchContext &s, stepd_step_rec_t *job)
 size_t continue_step(SwitchContext &s, stepd_step_rec_t *job)
 {
     if (!job->cont_id)
-        return 0; // no container yet (proctrack/pgid would list the kernel's threads)
+        return 0;                        // no container yet (proctrack/pgid would list the kernel's threads)
+    std::optional<bool> slurm_suspended; // asked once, where a process is stopped by a signal
     pid_t *pids = nullptr;
     int n = 0;
     if (proctrack_g_get_pids(job->cont_id, &pids, &n) != SLURM_SUCCESS)
@@ -116,8 +142,12 @@ size_t continue_step(SwitchContext &s, stepd_step_rec_t *job)
         }
         char buf[512];
         const char *f = storm::stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
-        if (f && f[0] == 'T' && !s.stepd.slurm_suspended && kill(pid, SIGCONT) == 0)
-            continued = true;
+        if (f && f[0] == 'T') {
+            if (!slurm_suspended)
+                slurm_suspended = suspended_by_slurm(s, job->step_id.job_id);
+            if (!*slurm_suspended && kill(pid, SIGCONT) == 0)
+                continued = true;
+        }
         count += continued;
     }
     xfree(pids);
