@@ -31,6 +31,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "agent/agent_config.hpp"
 #include "agent/node_agent.hpp"
@@ -47,6 +48,10 @@ extern "C" {
 }
 
 namespace storm::plugins::switch_rdma {
+
+namespace slurmd {
+class NodeAgentRunner;
+} // namespace slurmd
 
 // slurmctld: the contexts in use.  Slurm calls under its job lock; the
 // mutex covers libstate_save at shutdown.
@@ -72,7 +77,7 @@ struct SwitchContext {
     Logger gang_log{log.child("gang")}; // the step's gang fail-safes
     bool configured = false;            // SwitchType names this plugin
     storm::agent::AgentConfig config;
-    std::unique_ptr<storm::agent::NodeAgent> agent; // slurmd
+    std::unique_ptr<slurmd::NodeAgentRunner> agent; // slurmd
     SlurmctldState ctld;
     SlurmstepdState stepd;
 };
@@ -109,6 +114,7 @@ std::unique_ptr<JobInfo> unpack_jobinfo(buf_t *buffer); // throws on a bad one
 std::string slurmd_node_name();
 std::string slurmd_spool_dir();
 std::string gang_journal_dir();
+std::string slurmd_pid_file(); // "" if none
 
 // switch_rdma.cpp: the bodies of the entry points, for every API
 // generation.  None throws; each returns a Slurm code where it has one.
@@ -165,6 +171,26 @@ void release_job(SwitchContext &s, uint32_t job_id);      // job_complete
 namespace slurmd {
 // The node agent on Slurm's node table, started.
 std::unique_ptr<agent::NodeAgent> start_node_agent(const agent::AgentConfig &config, const Logger &log);
+
+// This slurmd's node agent: started at once, or, in the new slurmd of an
+// `scontrol reconfigure` (from 23.11 slurmd execs a new slurmd, which
+// loads the plugins while the old one, whose agent holds the agents' port
+// and sockets, still runs until the new one is up), on a thread of its own
+// once the old slurmd has exited.  The destructor stops the thread and the
+// agent.  Construction throws if the agent cannot start at once; a
+// deferred start that fails is logged (the node then has no agent).
+class NodeAgentRunner {
+public:
+    NodeAgentRunner(const agent::AgentConfig &config, const Logger &log);
+    ~NodeAgentRunner();
+    NodeAgentRunner(const NodeAgentRunner &) = delete;
+    NodeAgentRunner &operator=(const NodeAgentRunner &) = delete;
+
+private:
+    std::unique_ptr<agent::NodeAgent> agent_;
+    std::atomic<bool> stop_{false};
+    std::thread waiter_;
+};
 } // namespace slurmd
 
 namespace slurmstepd {

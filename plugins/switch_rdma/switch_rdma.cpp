@@ -77,7 +77,7 @@ extern "C" int init(void)
         storm::shim::log_loaded(ctx->log, running_in_daemon(), "Storm %s loaded in %s (Slurm %s)",
                                 STORM_VERSION, prog, STORM_SLURM_VERSION);
         if (running_in_slurmd())
-            ctx->agent = slurmd::start_node_agent(ctx->config, ctx->log);
+            ctx->agent = std::make_unique<slurmd::NodeAgentRunner>(ctx->config, ctx->log);
         return ctx;
     });
 }

@@ -29,6 +29,9 @@ namespace storm::slurm_api {
 inline constexpr int kInterconnectBusy = ESLURM_INTERCONNECT_BUSY;
 inline constexpr bool kInterconnectBusyRetried = true;
 
+// slurmd reconfigures in place (`scontrol reconfigure`): no new slurmd.
+inline constexpr const char *kSlurmdReconfigureEnv = nullptr;
+
 // Job `job_id`'s record as slurmctld has it (an RPC, from any daemon or
 // client): SLURM_SUCCESS and *resp (slurm_free_job_info_msg), or Slurm's
 // error (errno set).

@@ -38,6 +38,10 @@ namespace storm::slurm_api {
 inline constexpr int kInterconnectBusy = ESLURM_INTERCONNECT_FAILURE;
 inline constexpr bool kInterconnectBusyRetried = false;
 
+// The variable in the environment of the new slurmd that `scontrol
+// reconfigure` execs while the old one still runs (slurmd.c).
+inline constexpr const char *kSlurmdReconfigureEnv = "SLURMD_RECONF";
+
 // Job `job_id`'s record as slurmctld has it (an RPC, from any daemon or
 // client): SLURM_SUCCESS and *resp (slurm_free_job_info_msg), or Slurm's
 // error (errno set).
