@@ -62,6 +62,20 @@ struct SlurmctldState {
     std::map<std::string, in_addr_t> addresses; // NodeAddr -> IPv4
 };
 
+// slurmstepd: the thread that follows a Slurm suspend where Slurm has no
+// suspend hooks (slurmstepd.cpp: watch_suspend); join() stops it.
+struct SuspendWatch {
+    std::atomic<bool> stop{false};
+    std::thread thread;
+    void join()
+    {
+        stop = true;
+        if (thread.joinable())
+            thread.join();
+    }
+    ~SuspendWatch() { join(); }
+};
+
 // slurmstepd: the context job_init opened on the node agent; the guard that
 // continues the step if the gang agent dies and stays away; whether Slurm
 // suspended the step (scontrol suspend: its SIGSTOP stays).
@@ -70,6 +84,7 @@ struct SlurmstepdState {
     std::unique_ptr<gang::StepGuard> guard;
     std::atomic<bool> slurm_suspended{false};
     bool marked = false; // the step's mark for the agent (mark_suspended)
+    SuspendWatch watch;  // last: stopped first
 };
 
 struct SwitchContext {

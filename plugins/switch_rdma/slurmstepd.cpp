@@ -24,6 +24,7 @@
 #include "plugins/switch_rdma/parts.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <set>
@@ -85,27 +86,12 @@ int hold_for_broadcasts(SwitchContext &s, stepd_step_rec_t *job)
 }
 
 // Whether Slurm suspended the step: flagged by the suspend hooks where
-// Slurm has them, else job `job_id`'s state in slurmctld (JOB_SUSPENDED: a
-// Storm gang switch never suspends a job in Slurm's sense).  If slurmctld
-// cannot say, not suspended (logged): a fail-safe continues rather than
-// leave a job stopped for good.
-bool suspended_by_slurm(SwitchContext &s, uint32_t job_id)
+// Slurm has them (22.05), else slurmstepd's own record of it (set before
+// the step's SIGTSTP and SIGSTOP, cleared before its SIGCONT).
+bool suspended_by_slurm(SwitchContext &s)
 {
-    if (s.stepd.slurm_suspended)
-        return true;
-    job_info_msg_t *resp = nullptr;
-    if (storm::slurm_api::load_job(&resp, job_id) != SLURM_SUCCESS || !resp) {
-        s.gang_log.error("job %u: cannot ask slurmctld whether Slurm suspended it (%s): its stopped "
-                         "processes are continued",
-                         job_id, slurm_strerror(errno));
-        return false;
-    }
-    bool suspended = false;
-    for (uint32_t i = 0; i < resp->record_count; ++i)
-        if (resp->job_array[i].job_id == job_id)
-            suspended = (resp->job_array[i].job_state & JOB_STATE_BASE) == JOB_SUSPENDED;
-    slurm_free_job_info_msg(resp);
-    return suspended;
+    return s.stepd.slurm_suspended ||
+           (!storm::slurm_api::kSwitchSuspendHooks && storm::slurm_api::step_suspended());
 }
 
 // The step's processes that a dead gang agent left stopped, continued:
@@ -116,8 +102,8 @@ bool suspended_by_slurm(SwitchContext &s, uint32_t job_id)
 size_t continue_step(SwitchContext &s, stepd_step_rec_t *job)
 {
     if (!job->cont_id)
-        return 0;                        // no container yet (proctrack/pgid would list the kernel's threads)
-    std::optional<bool> slurm_suspended; // asked once, where a process is stopped by a signal
+        return 0; // no container yet (proctrack/pgid would list the kernel's threads)
+    bool slurm_suspended = suspended_by_slurm(s);
     pid_t *pids = nullptr;
     int n = 0;
     if (proctrack_g_get_pids(job->cont_id, &pids, &n) != SLURM_SUCCESS)
@@ -142,12 +128,8 @@ size_t continue_step(SwitchContext &s, stepd_step_rec_t *job)
         }
         char buf[512];
         const char *f = storm::stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
-        if (f && f[0] == 'T') {
-            if (!slurm_suspended)
-                slurm_suspended = suspended_by_slurm(s, job->step_id.job_id);
-            if (!*slurm_suspended && kill(pid, SIGCONT) == 0)
-                continued = true;
-        }
+        if (f && f[0] == 'T' && !slurm_suspended && kill(pid, SIGCONT) == 0)
+            continued = true;
         count += continued;
     }
     xfree(pids);
@@ -173,7 +155,7 @@ void guard_step(SwitchContext &s, stepd_step_rec_t *job)
 // Marks (or unmarks) the step as suspended by Slurm for the node agent's
 // fail-safes (step_guard.hpp), where the agent switches jobs.  A failure
 // is logged: the agent then treats the step as any other.
-void mark_suspended(SwitchContext &s, stepd_step_rec_t *job, bool on)
+void mark_suspended(SwitchContext &s, slurm_step_id_t id, bool on)
 {
     if (on == s.stepd.marked)
         return;
@@ -181,11 +163,40 @@ void mark_suspended(SwitchContext &s, stepd_step_rec_t *job, bool on)
     if (dir.empty())
         return; // no gang scheduling on this node
     s.stepd.marked = on;
-    if (!storm::gang::mark_suspended(dir, job->step_id.job_id, job->step_id.step_id, on))
+    if (!storm::gang::mark_suspended(dir, id.job_id, id.step_id, on))
         s.gang_log.error("step %s: cannot mark it suspended by Slurm in %s: %s: a node agent started "
                          "meanwhile may continue it",
-                         step_name(job->step_id.job_id, job->step_id.step_id).c_str(), dir.c_str(),
-                         std::strerror(errno));
+                         step_name(id.job_id, id.step_id).c_str(), dir.c_str(), std::strerror(errno));
+}
+
+// Where Slurm has no suspend hooks (from 23.11), where this node's agent
+// switches jobs: a thread follows slurmstepd's own record of a Slurm
+// suspend every 20 ms and flags and marks the step as the hooks did (the
+// mark lands within 20 ms of Slurm's SIGTSTP, well before its SIGSTOP,
+// which follows after suspend_grace_time, 2 s by default).  Joined by
+// postfini (or fini).
+void watch_suspend(SwitchContext &s, stepd_step_rec_t *job)
+{
+    if (storm::slurm_api::kSwitchSuspendHooks || job->batch || job->step_id.step_id == SLURM_EXTERN_CONT ||
+        job->step_id.step_id == SLURM_BATCH_SCRIPT || job->step_id.step_id == SLURM_INTERACTIVE_STEP ||
+        gang_dir_here().empty() || s.stepd.watch.thread.joinable())
+        return;
+    slurm_step_id_t id = job->step_id;
+    s.stepd.watch.thread = std::thread([&s, id] {
+        while (!s.stepd.watch.stop) {
+            bool on = storm::slurm_api::step_suspended();
+            if (on != s.stepd.slurm_suspended) {
+                if (on)
+                    s.stepd.slurm_suspended = true;
+                mark_suspended(s, id, on);
+                if (!on)
+                    s.stepd.slurm_suspended = false;
+                s.gang_log.verbose("step %s: %s by Slurm", step_name(id.job_id, id.step_id).c_str(),
+                                   on ? "suspended" : "resumed");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    });
 }
 
 } // namespace
@@ -199,6 +210,7 @@ int job_init(SwitchContext &s, stepd_step_rec_t *job, const JobInfo *info)
 {
     storm::shim::guarded(s.log, "job_init: the step's gang fail-safe", [&] {
         guard_step(s, job);
+        watch_suspend(s, job);
         return SLURM_SUCCESS;
     });
     if (!info || !info->ctx)
@@ -265,7 +277,8 @@ int attach(SwitchContext &s, const JobInfo *info, char ***env)
 int postfini(SwitchContext &s, stepd_step_rec_t *job)
 {
     s.stepd.guard.reset(); // every process is gone: nothing left to continue
-    mark_suspended(s, job, false);
+    s.stepd.watch.join();
+    mark_suspended(s, job->step_id, false);
     if (!s.stepd.opened)
         return SLURM_SUCCESS;
     storm::rdma::Context ctx = std::move(*s.stepd.opened);
@@ -287,12 +300,12 @@ int postfini(SwitchContext &s, stepd_step_rec_t *job)
 void pre_suspend(SwitchContext &s, stepd_step_rec_t *job)
 {
     s.stepd.slurm_suspended = true;
-    mark_suspended(s, job, true);
+    mark_suspended(s, job->step_id, true);
 }
 
 void post_resume(SwitchContext &s, stepd_step_rec_t *job)
 {
-    mark_suspended(s, job, false);
+    mark_suspended(s, job->step_id, false);
     s.stepd.slurm_suspended = false;
 }
 

@@ -12,7 +12,6 @@ inline constexpr const char *kLine = "22.05";
 } // namespace storm::slurm_api
 
 // ---- switch/rdma (plugins/switch_rdma/) ------------------------------------
-// slurm_load_job(job_info_msg_t **, uint32_t, uint16_t) on this line.
 // Slurm's internal headers switch/rdma reads: the controller's records, the
 // step daemon's, proctrack.
 extern "C" {
@@ -32,9 +31,9 @@ inline constexpr bool kInterconnectBusyRetried = true;
 // slurmd reconfigures in place (`scontrol reconfigure`): no new slurmd.
 inline constexpr const char *kSlurmdReconfigureEnv = nullptr;
 
-// Job `job_id`'s record as slurmctld has it (an RPC, from any daemon or
-// client): SLURM_SUCCESS and *resp (slurm_free_job_info_msg), or Slurm's
-// error (errno set).
-inline int load_job(job_info_msg_t **resp, uint32_t job_id) { return slurm_load_job(resp, job_id, SHOW_ALL); }
+// Slurm's suspend (scontrol suspend) reaches switch plugins through the
+// hooks switch_p_job_step_pre_suspend and post_resume.
+inline constexpr bool kSwitchSuspendHooks = true;
+inline bool step_suspended() { return false; } // the hooks say
 
 } // namespace storm::slurm_api

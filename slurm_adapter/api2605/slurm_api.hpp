@@ -12,7 +12,6 @@ inline constexpr const char *kLine = "26.05";
 } // namespace storm::slurm_api
 
 // ---- switch/rdma (plugins/switch_rdma/) ------------------------------------
-// slurm_load_job(job_info_msg_t **, slurm_step_id_t, uint16_t) on this line.
 // Slurm's internal headers switch/rdma reads: the controller's records, the
 // step daemon's, proctrack (src/interfaces/ from 23.02).  From 24.11
 // src/common/extra_constraints.h, which slurmctld.h includes, names a struct
@@ -26,6 +25,7 @@ extern "C" {
 #undef operator
 #include "src/slurmctld/slurmctld.h"
 #include "src/slurmd/slurmstepd/slurmstepd_job.h"
+#include "src/interfaces/acct_gather.h"
 #include "src/interfaces/proctrack.h"
 }
 
@@ -42,16 +42,11 @@ inline constexpr bool kInterconnectBusyRetried = false;
 // reconfigure` execs while the old one still runs (slurmd.c).
 inline constexpr const char *kSlurmdReconfigureEnv = "SLURMD_RECONF";
 
-// Job `job_id`'s record as slurmctld has it (an RPC, from any daemon or
-// client): SLURM_SUCCESS and *resp (slurm_free_job_info_msg), or Slurm's
-// error (errno set).
-inline int load_job(job_info_msg_t **resp, uint32_t job_id)
-{
-    slurm_step_id_t id{};
-    id.job_id = job_id;
-    id.step_het_comp = NO_VAL;
-    id.step_id = NO_VAL;
-    return slurm_load_job(resp, id, SHOW_ALL);
-}
+// Slurm's suspend (scontrol suspend) no longer reaches switch plugins
+// (their hooks went in 23.11); in slurmstepd, acct_gather_suspend_test() is
+// its record of the step's: set before the step's SIGTSTP and SIGSTOP,
+// cleared before its SIGCONT (slurmstepd's req.c).
+inline constexpr bool kSwitchSuspendHooks = false;
+inline bool step_suspended() { return acct_gather_suspend_test(); }
 
 } // namespace storm::slurm_api
