@@ -19,8 +19,9 @@
 // (step_guard.hpp) continues the step if the agent dies and stays away, but
 // not the SIGSTOP of a step Slurm suspended (scontrol suspend): where Slurm
 // has the suspend hooks (22.05), they flag the step and mark it so that the
-// agent's fail-safes leave it stopped too; from 23.11, which has none, the
-// guard asks slurmctld whether the job is suspended when it acts.
+// agent's fail-safes leave it stopped too; from 23.11, which has none, a
+// thread follows slurmstepd's own record of the suspend and does the same
+// (watch_suspend).
 #include "plugins/switch_rdma/parts.hpp"
 
 #include <cerrno>

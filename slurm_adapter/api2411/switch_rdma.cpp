@@ -12,8 +12,8 @@
 // its stepinfo from the job state (Slurm unpacks a stepinfo in slurmctld
 // for that only).  slurmctld restarts on `scontrol reconfigure`, and so the
 // plugin rereads SwitchParameters in init().  A Slurm suspend is known to
-// the gang fail-safes from slurmctld's job state instead
-// (plugins/switch_rdma/slurmstepd.cpp).
+// the gang fail-safes from slurmstepd's own record of it instead
+// (plugins/switch_rdma/slurmstepd.cpp: watch_suspend).
 #include "plugins/switch_rdma/parts.hpp"
 
 extern "C" {
