@@ -47,6 +47,9 @@ namespace storm::plugins::switch_rdma::slurmstepd {
 
 namespace {
 
+// How long job_init asks an unreachable node agent again.
+constexpr std::chrono::seconds kAgentStartWait{3};
+
 std::string pool_socket() { return slurmd_spool_dir() + "/" + storm::rdma::control::socket_name; }
 
 // gang_journal_dir() where this node's agent switches jobs (it made the
@@ -218,14 +221,24 @@ int job_init(SwitchContext &s, stepd_step_rec_t *job, const JobInfo *info)
         return hold_for_broadcasts(s, job);
     const auto &ctx = *info->ctx;
     std::string name = step_name(ctx.job_id, ctx.step_id);
-    try {
-        storm::rdma::control::request(pool_socket(), storm::rdma::control::open(ctx));
-    } catch (const storm::rdma::control::AgentUnreachable &e) {
-        s.log.error("step %s: node agent: not running on this node (%s)", name.c_str(), e.what());
-        return SLURM_ERROR;
-    } catch (const std::exception &e) {
-        s.log.error("step %s: node agent: %s", name.c_str(), e.what());
-        return SLURM_ERROR;
+    // The agent may be starting: slurmd serves a launch that waited in its
+    // listen queue while a reconfigured slurmd took over, a moment before
+    // its agent starts (slurmd.cpp).  So an unreachable agent is asked
+    // again for up to kAgentStartWait.
+    for (auto deadline = std::chrono::steady_clock::now() + kAgentStartWait;;) {
+        try {
+            storm::rdma::control::request(pool_socket(), storm::rdma::control::open(ctx));
+            break;
+        } catch (const storm::rdma::control::AgentUnreachable &e) {
+            if (std::chrono::steady_clock::now() >= deadline) {
+                s.log.error("step %s: node agent: not running on this node (%s)", name.c_str(), e.what());
+                return SLURM_ERROR;
+            }
+        } catch (const std::exception &e) {
+            s.log.error("step %s: node agent: %s", name.c_str(), e.what());
+            return SLURM_ERROR;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     s.stepd.opened = ctx;
     s.log.verbose("step %s: context %u open on the node agent", name.c_str(), ctx.id);
