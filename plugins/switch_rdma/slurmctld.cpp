@@ -178,8 +178,14 @@ int build_jobinfo(SwitchContext &s, JobInfo *info, const slurm_step_layout_t *la
         }
         info->ctx = std::move(ctx);
     } catch (const rdma::StepRefused &e) {
-        s.log.error("step %s: %s", name.c_str(), e.what());
-        return e.busy() ? ESLURM_INTERCONNECT_BUSY : ESLURM_INTERCONNECT_FAILURE;
+        if (e.busy() && !storm::slurm_api::kInterconnectBusyRetried)
+            s.log.error(
+                "step %s: all %u contexts are in use (storm_ctx_max): the step fails (Slurm %s has no "
+                "error on which srun retries it)",
+                name.c_str(), s.ctld.table.capacity(), storm::slurm_api::kLine);
+        else
+            s.log.error("step %s: %s", name.c_str(), e.what());
+        return e.busy() ? storm::slurm_api::kInterconnectBusy : ESLURM_INTERCONNECT_FAILURE;
     } catch (const std::exception &e) {
         s.log.error("step %s: no communication context: %s", name.c_str(), e.what());
         return ESLURM_INTERCONNECT_FAILURE;

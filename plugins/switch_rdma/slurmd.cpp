@@ -1,15 +1,24 @@
 // switch/rdma in slurmd: the node agent (agent/).
 //
-// slurmd loads EVERY switch_*.so in PluginDir after daemonizing and calls
-// its init(); Slurm has no node-init hook, so init() is where the node agent
-// starts: only when the process is slurmd and SwitchType=switch/rdma.
-// fini() stops it (destroying what start_node_agent() returned).
+// slurmd loads EVERY switch_*.so in PluginDir after daemonizing and after
+// reading its configuration (so its node name and spool directory are
+// known), and calls its init(); Slurm has no node-init hook, so init() is
+// where the node agent starts: only when the process is slurmd and
+// SwitchType=switch/rdma.  fini() stops it (destroying the
+// NodeAgentRunner).  From 23.11 `scontrol reconfigure` makes slurmd exec a
+// new slurmd, which loads the plugins while the old one and its agent still
+// run (the old one exits once the new one is up, without calling fini()):
+// the new slurmd's agent starts once the old slurmd has exited.
 #include "plugins/switch_rdma/parts.hpp"
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <set>
 #include <unistd.h>
 #include <vector>
 
+#include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "slurm_adapter/sbcast_cred.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
@@ -35,10 +44,10 @@ std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &sp
                                                            const std::set<uint32_t> &jobs)
 {
     std::map<uint32_t, std::vector<pid_t>> out;
-    List steps = stepd_available(spool.c_str(), node.c_str());
+    auto *steps = stepd_available(spool.c_str(), node.c_str());
     if (!steps)
         throw std::runtime_error("cannot list the steps in " + spool);
-    ListIterator it = list_iterator_create(steps);
+    auto *it = list_iterator_create(steps);
     while (auto *loc = static_cast<step_loc_t *>(list_next(it))) {
         if (!jobs.count(loc->step_id.job_id) || loc->step_id.step_id > SLURM_MAX_NORMAL_STEP_ID)
             continue;
@@ -61,9 +70,70 @@ std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &sp
     return out;
 }
 
+// Whether process `pid` runs (not a zombie).
+bool process_runs(pid_t pid)
+{
+    char buf[512];
+    const char *f = storm::stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
+    return f && f[0] != 'Z' && f[0] != 'X';
+}
+
+// In the new slurmd of a reconfigure: the old slurmd, still running (its
+// pid from slurmd's pid file, which the new one writes only later), or 0.
+pid_t old_slurmd()
+{
+    const char *env = storm::slurm_api::kSlurmdReconfigureEnv;
+    if (!env || !getenv(env))
+        return 0;
+    std::string file = slurmd_pid_file();
+    if (file.empty())
+        return 0;
+    long pid = std::strtol(storm::read_file(file).value_or("0").c_str(), nullptr, 10);
+    if (pid <= 1 || pid == getpid() || !process_runs(static_cast<pid_t>(pid)))
+        return 0;
+    return static_cast<pid_t>(pid);
+}
+
 } // namespace
 
 namespace slurmd {
+
+NodeAgentRunner::NodeAgentRunner(const agent::AgentConfig &config, const Logger &log)
+{
+    pid_t old = old_slurmd();
+    if (!old) {
+        agent_ = start_node_agent(config, log);
+        return;
+    }
+    log.info("slurmd reconfigured: the node agent starts once the old slurmd (pid %d) has exited",
+             static_cast<int>(old));
+    waiter_ = std::thread([this, config, log, old] {
+        using namespace std::chrono;
+        while (!stop_ && process_runs(old))
+            std::this_thread::sleep_for(milliseconds(20));
+        // Its sockets may take a moment to go: a few tries.
+        for (auto deadline = steady_clock::now() + seconds(30); !stop_;) {
+            try {
+                agent_ = start_node_agent(config, log);
+                return;
+            } catch (const std::exception &e) {
+                if (steady_clock::now() >= deadline) {
+                    log.error("node agent: not started after the reconfigure: %s", e.what());
+                    return;
+                }
+            }
+            std::this_thread::sleep_for(milliseconds(500));
+        }
+    });
+}
+
+// The waiting thread first (it may be starting the agent), then the agent.
+NodeAgentRunner::~NodeAgentRunner()
+{
+    stop_ = true;
+    if (waiter_.joinable())
+        waiter_.join();
+}
 
 // The node agent on the agents' network as slurmd sees it: Slurm's node
 // table with the agent port, this node's index, munge with SlurmUser's and

@@ -1,6 +1,6 @@
 // This node's slurmd as switch/rdma finds it in slurmd and in slurmstepd:
 // its node name, its spool directory (SlurmdSpoolDir, %n expanded) and the
-// gang switcher's journal there.
+// gang switcher's journal there, its pid file.
 //
 // slurmd exports its `conf` (and so does slurmstepd, the same slurmd_conf_t
 // read from slurmd); it is looked up at run time because this plugin is
@@ -30,6 +30,15 @@ std::string slurmd_spool_dir()
     if (!c || !*c || !(*c)->spooldir)
         throw std::runtime_error("cannot find this slurmd's spool directory");
     return (*c)->spooldir;
+}
+
+// SlurmdPidFile as slurmd expanded it ("" if none).
+std::string slurmd_pid_file()
+{
+    auto **c = static_cast<slurmd_conf_t **>(dlsym(RTLD_DEFAULT, "conf"));
+    if (!c || !*c)
+        throw std::runtime_error("cannot find this slurmd's configuration");
+    return (*c)->pidfile ? (*c)->pidfile : "";
 }
 
 // Where the gang switcher journals the jobs it switches, and records itself

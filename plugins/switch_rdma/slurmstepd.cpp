@@ -16,12 +16,16 @@
 // context (batch, extern, interactive, no tasks) get neither.
 //
 // Where this node's agent switches gang-scheduled jobs, a guard
-// (step_guard.hpp) continues the step if the agent dies and stays away, and
-// a step Slurm suspends is marked so that the agent's fail-safes leave it
-// stopped.
+// (step_guard.hpp) continues the step if the agent dies and stays away, but
+// not the SIGSTOP of a step Slurm suspended (scontrol suspend): where Slurm
+// has the suspend hooks (22.05), they flag the step and mark it so that the
+// agent's fail-safes leave it stopped too; from 23.11, which has none, a
+// thread follows slurmstepd's own record of the suspend and does the same
+// (watch_suspend).
 #include "plugins/switch_rdma/parts.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <set>
@@ -37,12 +41,14 @@
 
 extern "C" {
 #include "src/common/env.h"
-#include "src/slurmd/common/proctrack.h"
 }
 
 namespace storm::plugins::switch_rdma::slurmstepd {
 
 namespace {
+
+// How long job_init asks an unreachable node agent again.
+constexpr std::chrono::seconds kAgentStartWait{3};
 
 std::string pool_socket() { return slurmd_spool_dir() + "/" + storm::rdma::control::socket_name; }
 
@@ -83,6 +89,15 @@ int hold_for_broadcasts(SwitchContext &s, stepd_step_rec_t *job)
     return SLURM_ERROR;
 }
 
+// Whether Slurm suspended the step: flagged by the suspend hooks where
+// Slurm has them (22.05), else slurmstepd's own record of it (set before
+// the step's SIGTSTP and SIGSTOP, cleared before its SIGCONT).
+bool suspended_by_slurm(SwitchContext &s)
+{
+    return s.stepd.slurm_suspended ||
+           (!storm::slurm_api::kSwitchSuspendHooks && storm::slurm_api::step_suspended());
+}
+
 // The step's processes that a dead gang agent left stopped, continued:
 // its job's freezer group (freezer.hpp) thawed, and, unless
 // Slurm suspended the step, each process stopped by a signal sent SIGCONT.
@@ -92,6 +107,7 @@ size_t continue_step(SwitchContext &s, stepd_step_rec_t *job)
 {
     if (!job->cont_id)
         return 0; // no container yet (proctrack/pgid would list the kernel's threads)
+    bool slurm_suspended = suspended_by_slurm(s);
     pid_t *pids = nullptr;
     int n = 0;
     if (proctrack_g_get_pids(job->cont_id, &pids, &n) != SLURM_SUCCESS)
@@ -116,7 +132,7 @@ size_t continue_step(SwitchContext &s, stepd_step_rec_t *job)
         }
         char buf[512];
         const char *f = storm::stat_fields("/proc/" + std::to_string(pid) + "/stat", buf);
-        if (f && f[0] == 'T' && !s.stepd.slurm_suspended && kill(pid, SIGCONT) == 0)
+        if (f && f[0] == 'T' && !slurm_suspended && kill(pid, SIGCONT) == 0)
             continued = true;
         count += continued;
     }
@@ -143,7 +159,7 @@ void guard_step(SwitchContext &s, stepd_step_rec_t *job)
 // Marks (or unmarks) the step as suspended by Slurm for the node agent's
 // fail-safes (step_guard.hpp), where the agent switches jobs.  A failure
 // is logged: the agent then treats the step as any other.
-void mark_suspended(SwitchContext &s, stepd_step_rec_t *job, bool on)
+void mark_suspended(SwitchContext &s, slurm_step_id_t id, bool on)
 {
     if (on == s.stepd.marked)
         return;
@@ -151,11 +167,40 @@ void mark_suspended(SwitchContext &s, stepd_step_rec_t *job, bool on)
     if (dir.empty())
         return; // no gang scheduling on this node
     s.stepd.marked = on;
-    if (!storm::gang::mark_suspended(dir, job->step_id.job_id, job->step_id.step_id, on))
+    if (!storm::gang::mark_suspended(dir, id.job_id, id.step_id, on))
         s.gang_log.error("step %s: cannot mark it suspended by Slurm in %s: %s: a node agent started "
                          "meanwhile may continue it",
-                         step_name(job->step_id.job_id, job->step_id.step_id).c_str(), dir.c_str(),
-                         std::strerror(errno));
+                         step_name(id.job_id, id.step_id).c_str(), dir.c_str(), std::strerror(errno));
+}
+
+// Where Slurm has no suspend hooks (from 23.11), where this node's agent
+// switches jobs: a thread follows slurmstepd's own record of a Slurm
+// suspend every 20 ms and flags and marks the step as the hooks did (the
+// mark lands within 20 ms of Slurm's SIGTSTP, well before its SIGSTOP,
+// which follows after suspend_grace_time, 2 s by default).  Joined by
+// postfini (or fini).
+void watch_suspend(SwitchContext &s, stepd_step_rec_t *job)
+{
+    if (storm::slurm_api::kSwitchSuspendHooks || job->batch || job->step_id.step_id == SLURM_EXTERN_CONT ||
+        job->step_id.step_id == SLURM_BATCH_SCRIPT || job->step_id.step_id == SLURM_INTERACTIVE_STEP ||
+        gang_dir_here().empty() || s.stepd.watch.thread.joinable())
+        return;
+    slurm_step_id_t id = job->step_id;
+    s.stepd.watch.thread = std::thread([&s, id] {
+        while (!s.stepd.watch.stop) {
+            bool on = storm::slurm_api::step_suspended();
+            if (on != s.stepd.slurm_suspended) {
+                if (on)
+                    s.stepd.slurm_suspended = true;
+                mark_suspended(s, id, on);
+                if (!on)
+                    s.stepd.slurm_suspended = false;
+                s.gang_log.verbose("step %s: %s by Slurm", step_name(id.job_id, id.step_id).c_str(),
+                                   on ? "suspended" : "resumed");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    });
 }
 
 } // namespace
@@ -169,20 +214,31 @@ int job_init(SwitchContext &s, stepd_step_rec_t *job, const JobInfo *info)
 {
     storm::shim::guarded(s.log, "job_init: the step's gang fail-safe", [&] {
         guard_step(s, job);
+        watch_suspend(s, job);
         return SLURM_SUCCESS;
     });
     if (!info || !info->ctx)
         return hold_for_broadcasts(s, job);
     const auto &ctx = *info->ctx;
     std::string name = step_name(ctx.job_id, ctx.step_id);
-    try {
-        storm::rdma::control::request(pool_socket(), storm::rdma::control::open(ctx));
-    } catch (const storm::rdma::control::AgentUnreachable &e) {
-        s.log.error("step %s: node agent: not running on this node (%s)", name.c_str(), e.what());
-        return SLURM_ERROR;
-    } catch (const std::exception &e) {
-        s.log.error("step %s: node agent: %s", name.c_str(), e.what());
-        return SLURM_ERROR;
+    // The agent may be starting: slurmd serves a launch that waited in its
+    // listen queue while a reconfigured slurmd took over, a moment before
+    // its agent starts (slurmd.cpp).  So an unreachable agent is asked
+    // again for up to kAgentStartWait.
+    for (auto deadline = std::chrono::steady_clock::now() + kAgentStartWait;;) {
+        try {
+            storm::rdma::control::request(pool_socket(), storm::rdma::control::open(ctx));
+            break;
+        } catch (const storm::rdma::control::AgentUnreachable &e) {
+            if (std::chrono::steady_clock::now() >= deadline) {
+                s.log.error("step %s: node agent: not running on this node (%s)", name.c_str(), e.what());
+                return SLURM_ERROR;
+            }
+        } catch (const std::exception &e) {
+            s.log.error("step %s: node agent: %s", name.c_str(), e.what());
+            return SLURM_ERROR;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     s.stepd.opened = ctx;
     s.log.verbose("step %s: context %u open on the node agent", name.c_str(), ctx.id);
@@ -235,7 +291,8 @@ int attach(SwitchContext &s, const JobInfo *info, char ***env)
 int postfini(SwitchContext &s, stepd_step_rec_t *job)
 {
     s.stepd.guard.reset(); // every process is gone: nothing left to continue
-    mark_suspended(s, job, false);
+    s.stepd.watch.join();
+    mark_suspended(s, job->step_id, false);
     if (!s.stepd.opened)
         return SLURM_SUCCESS;
     storm::rdma::Context ctx = std::move(*s.stepd.opened);
@@ -257,12 +314,12 @@ int postfini(SwitchContext &s, stepd_step_rec_t *job)
 void pre_suspend(SwitchContext &s, stepd_step_rec_t *job)
 {
     s.stepd.slurm_suspended = true;
-    mark_suspended(s, job, true);
+    mark_suspended(s, job->step_id, true);
 }
 
 void post_resume(SwitchContext &s, stepd_step_rec_t *job)
 {
-    mark_suspended(s, job, false);
+    mark_suspended(s, job->step_id, false);
     s.stepd.slurm_suspended = false;
 }
 

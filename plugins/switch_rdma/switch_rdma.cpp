@@ -1,26 +1,33 @@
 // switch/rdma: communication contexts for job steps, and the home of the
 // node agent inside slurmd.
 //
-// The entry points Slurm looks up, each converting its arguments and
-// dispatching to the part of the daemon it runs in (parts.hpp).  Slurm
-// loads switch plugins in four places, and each switch_p_* call runs in one:
-//  - slurmctld (the configured SwitchType), under its job write lock:
-//    build_jobinfo gives each step a context, job_step_complete and
-//    job_complete free it, libstate_save/restore and job_step_allocated
-//    keep the table across a restart (slurmctld.cpp);
-//  - srun, slurmd and slurmstepd unpack/pack the jobinfo: the step's
+// This file: the plugin's identity, init() and fini(), and the bodies of
+// the entry points every Slurm API generation shares (namespace entry,
+// parts.hpp).  The extern "C" switch_p_* symbols, whose names and
+// signatures differ between generations, are in
+// slurm_adapter/api<GEN>/switch_rdma.cpp, each converting Slurm's
+// arguments and calling entry::.  Slurm loads switch plugins in four
+// places, and each entry point runs in one:
+//  - slurmctld (the configured SwitchType), under its job write lock: a
+//    step's build gives it a context, its completion and its job's free
+//    it, and the table survives a restart: saved and restored, each
+//    recovered step holding its id again (22.05: job_step_allocated; from
+//    24.11: Slurm unpacks each step's switch info when it loads the job
+//    state, and unpack() holds the id) (slurmctld.cpp);
+//  - srun, slurmd and slurmstepd unpack/pack the step's switch info: its
 //    context, or none (jobinfo.cpp);
 //  - slurmstepd (the configured one), for each step with a context:
 //    job_init, job_attach and job_postfini open it on the node agent, pass
 //    it to the tasks and close it; job_init also holds an srun --bcast
-//    step until its program is in place, and the suspend hooks mark a step
-//    Slurm suspended for the gang fail-safes (slurmstepd.cpp);
+//    step until its program is in place, and the gang fail-safes leave a
+//    step Slurm suspended stopped (slurmstepd.cpp);
 //  - slurmd, which loads EVERY switch_*.so in PluginDir after daemonizing
-//    and calls its init(): with SwitchType=switch/rdma, init() starts the
-//    node agent and fini() stops it (slurmd.cpp).
-// Batch, extern and interactive steps get no jobinfo from Slurm; srun's
-// steps outside an allocation and steps without tasks get a jobinfo without
-// a context, and slurmstepd then does nothing for them.
+//    and after reading its configuration (every line, 22.05 to 26.05), and
+//    calls its init(): with SwitchType=switch/rdma, init() starts the node
+//    agent and fini() stops it (slurmd.cpp).
+// Batch, extern and interactive steps get no switch info from Slurm;
+// srun's steps outside an allocation and steps without tasks get one
+// without a context, and slurmstepd then does nothing for them.
 #include "plugins/switch_rdma/parts.hpp"
 
 #include <cerrno>
@@ -32,7 +39,7 @@ extern "C" {
 
 STORM_PLUGIN_IDENTITY("Storm communication contexts (switch/rdma)", "switch/rdma")
 extern "C" {
-extern const uint32_t plugin_id = 150; // unique among switch plugins (>= 100)
+extern const uint32_t plugin_id = 150; // unique among switch plugins (>= 100; Slurm's own: 100-105)
 }
 
 using namespace storm::plugins::switch_rdma;
@@ -49,15 +56,13 @@ struct KeepErrno {
     ~KeepErrno() { errno = saved; }
 };
 
-switch_jobinfo_t *as_switch_jobinfo(JobInfo *info) { return reinterpret_cast<switch_jobinfo_t *>(info); }
-
 } // namespace
 
 extern "C" int init(void)
 {
     return storm::shim::init_context(g_ctx, "switch/rdma", [] {
         auto ctx = std::make_unique<SwitchContext>();
-        const char *prog = slurm_prog_name ? slurm_prog_name : "unknown";
+        const char *prog = program_invocation_short_name;
         ctx->configured = slurm_conf.switch_type && !std::strcmp(slurm_conf.switch_type, "switch/rdma");
         if (!ctx->configured) {
             // slurmd loads every switch plugin; another one is in charge.
@@ -72,7 +77,7 @@ extern "C" int init(void)
         storm::shim::log_loaded(ctx->log, running_in_daemon(), "Storm %s loaded in %s (Slurm %s)",
                                 STORM_VERSION, prog, STORM_SLURM_VERSION);
         if (running_in_slurmd())
-            ctx->agent = slurmd::start_node_agent(ctx->config, ctx->log);
+            ctx->agent = std::make_unique<slurmd::NodeAgentRunner>(ctx->config, ctx->log);
         return ctx;
     });
 }
@@ -80,12 +85,14 @@ extern "C" int init(void)
 // Stops the node agent, if any.
 extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 
-extern "C" {
+namespace storm::plugins::switch_rdma::entry {
+
+SwitchContext &context() { return *g_ctx; }
 
 // New SwitchParameters: the context count, the pool's settings and, in
 // slurmctld, the coscheduled partitions for new steps (a running node
 // agent keeps its local scheduler's settings until slurmd restarts).
-int switch_p_reconfig(void)
+int reconfig()
 {
     if (!g_ctx->configured)
         return SLURM_SUCCESS;
@@ -98,177 +105,146 @@ int switch_p_reconfig(void)
 
 // ---- slurmctld: the table across restarts ----------------------------------
 
-int switch_p_libstate_save(char *dir_name)
+int save(const char *dir)
 {
     if (!g_ctx->configured || !running_in_slurmctld())
         return SLURM_SUCCESS;
-    return guarded(g_ctx->log, "libstate_save", [&] {
-        slurmctld::save_state(*g_ctx, dir_name);
+    return guarded(g_ctx->log, "state save", [&] {
+        if (!dir)
+            throw std::runtime_error("no StateSaveLocation");
+        slurmctld::save_state(*g_ctx, dir);
         return SLURM_SUCCESS;
     });
 }
 
-int switch_p_libstate_restore(char *dir_name, bool recover)
+int restore(const char *dir, bool recover)
 {
     if (!g_ctx->configured || !running_in_slurmctld())
         return SLURM_SUCCESS;
-    return guarded(g_ctx->log, "libstate_restore", [&] {
-        slurmctld::restore_state(*g_ctx, dir_name, recover);
+    return guarded(g_ctx->log, "state restore", [&] {
+        if (!dir)
+            throw std::runtime_error("no StateSaveLocation");
+        slurmctld::restore_state(*g_ctx, dir, recover);
         return SLURM_SUCCESS;
     });
 }
 
-int switch_p_libstate_clear(void)
-{
-    slurmctld::clear_state(*g_ctx);
-    return SLURM_SUCCESS;
-}
+void clear() { slurmctld::clear_state(*g_ctx); }
 
-// ---- the jobinfo: a step's Context, or none ---------------------------------
+// ---- the switch info: a step's Context, or none -----------------------------
 
-int switch_p_alloc_jobinfo(switch_jobinfo_t **switch_job, uint32_t job_id, uint32_t step_id)
+void *alloc() { return new JobInfo; }
+
+int build(void *info, const slurm_step_layout_t *layout, step_record_t *step)
 {
-    return guarded(g_ctx->log, "alloc_jobinfo", [&] {
-        *switch_job = as_switch_jobinfo(new JobInfo);
+    if (!g_ctx->configured || !step || !step->job_ptr)
         return SLURM_SUCCESS;
-    });
-}
-
-// slurmctld, at step creation under the job write lock (srun calls it too,
-// without a step record, for steps outside an allocation: no context).
-int switch_p_build_jobinfo(switch_jobinfo_t *switch_job, slurm_step_layout_t *step_layout,
-                           step_record_t *step_ptr)
-{
-    if (!g_ctx->configured || !step_ptr || !step_ptr->job_ptr || !running_in_slurmctld())
+    if (!running_in_slurmctld()) {
+        // From 24.05 a job's steps may be created by its step manager
+        // (slurmstepd, SlurmctldParameters=enable_stepmgr or --stepmgr):
+        // the table of ids lives in slurmctld, so those steps get none.
+        if (running_in_slurmstepd())
+            g_ctx->log.warning("step %s: created by the job's step manager, which cannot hand out "
+                               "communication contexts (slurmctld does): none for this step",
+                               step_name(step->job_ptr->job_id, step->step_id.step_id).c_str());
         return SLURM_SUCCESS;
+    }
     int refused = guarded(
-        g_ctx->log, "build_jobinfo",
-        [&] { return slurmctld::build_jobinfo(*g_ctx, jobinfo_of(switch_job), step_layout, step_ptr); },
+        g_ctx->log, "build", [&] { return slurmctld::build_jobinfo(*g_ctx, jobinfo_of(info), layout, step); },
         ESLURM_INTERCONNECT_FAILURE);
     if (refused == SLURM_SUCCESS)
         return SLURM_SUCCESS;
-    slurm_seterrno(refused);
+    errno = refused;
     return SLURM_ERROR;
 }
 
-int switch_p_duplicate_jobinfo(switch_jobinfo_t *source, switch_jobinfo_t **dest)
+int duplicate(void *source, void **dest)
 {
-    return guarded(g_ctx->log, "duplicate_jobinfo", [&] {
+    *dest = nullptr;
+    return guarded(g_ctx->log, "duplicate", [&] {
         JobInfo *src = jobinfo_of(source);
-        *dest = as_switch_jobinfo(src ? new JobInfo(*src) : new JobInfo);
+        *dest = src ? new JobInfo(*src) : new JobInfo;
         return SLURM_SUCCESS;
     });
 }
 
-void switch_p_free_jobinfo(switch_jobinfo_t *switch_job)
+void free_info(void *info)
 {
     KeepErrno keep;
-    delete static_cast<JobInfo *>(static_cast<void *>(switch_job));
+    delete static_cast<JobInfo *>(info);
 }
 
-int switch_p_pack_jobinfo(switch_jobinfo_t *switch_job, buf_t *buffer, uint16_t protocol_version)
+int pack(void *info, buf_t *buffer)
 {
-    return guarded(g_ctx->log, "pack_jobinfo", [&] {
-        pack_jobinfo(jobinfo_of(switch_job), buffer);
+    return guarded(g_ctx->log, "pack", [&] {
+        pack_jobinfo(jobinfo_of(info), buffer);
         return SLURM_SUCCESS;
     });
 }
 
-int switch_p_unpack_jobinfo(switch_jobinfo_t **switch_job, buf_t *buffer, uint16_t protocol_version)
+int unpack(void **info, buf_t *buffer, bool recover)
 {
-    *switch_job = nullptr;
-    return guarded(g_ctx->log, "unpack_jobinfo", [&] {
-        *switch_job = as_switch_jobinfo(unpack_jobinfo(buffer).release());
+    *info = nullptr;
+    return guarded(g_ctx->log, "unpack", [&] {
+        auto unpacked = unpack_jobinfo(buffer);
+        if (recover && g_ctx->configured && running_in_slurmctld())
+            slurmctld::recover_step(*g_ctx, unpacked.get());
+        *info = unpacked.release();
         return SLURM_SUCCESS;
     });
-}
-
-// No keys: Slurm's generic code asks none of switch/rdma.
-int switch_p_get_jobinfo(switch_jobinfo_t *switch_job, int key, void *resulting_data)
-{
-    slurm_seterrno(EINVAL);
-    return SLURM_ERROR;
 }
 
 // ---- slurmstepd hooks around the tasks --------------------------------------
 
-int switch_p_job_preinit(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
-
 // Root, before the tasks start.
-int switch_p_job_init(stepd_step_rec_t *job)
+int job_init(stepd_step_rec_t *step, void *info)
 {
-    JobInfo *info = nullptr;
+    JobInfo *mine = nullptr;
     int rc = guarded(g_ctx->log, "job_init", [&] {
-        info = jobinfo_of(job->switch_job ? job->switch_job->data : nullptr);
+        mine = jobinfo_of(info);
         return SLURM_SUCCESS;
     });
-    return rc == SLURM_SUCCESS ? slurmstepd::job_init(*g_ctx, job, info) : rc;
+    return rc == SLURM_SUCCESS ? slurmstepd::job_init(*g_ctx, step, mine) : rc;
 }
 
 // In each task, as its user, before exec.
-int switch_p_job_attach(switch_jobinfo_t *jobinfo, char ***env, uint32_t nodeid, uint32_t procid,
-                        uint32_t nnodes, uint32_t nprocs, uint32_t rank)
+int attach(void *info, char ***env)
 {
     return guarded(g_ctx->log, "job_attach",
-                   [&] { return slurmstepd::attach(*g_ctx, jobinfo_of(jobinfo), env); });
+                   [&] { return slurmstepd::attach(*g_ctx, jobinfo_of(info), env); });
 }
-
-// Root, after the tasks (some of their processes may remain): nothing; the
-// context is closed in postfini, once every process is gone.
-int switch_p_job_fini(switch_jobinfo_t *jobinfo) { return SLURM_SUCCESS; }
 
 // Root, after every process of the step is killed (also when job_init
 // failed).
-int switch_p_job_postfini(stepd_step_rec_t *job) { return slurmstepd::postfini(*g_ctx, job); }
+int postfini(stepd_step_rec_t *step) { return slurmstepd::postfini(*g_ctx, step); }
 
-// scontrol suspend/resume hooks (not used for gang scheduling: see README).
-int switch_p_job_suspend_test(switch_jobinfo_t *jobinfo) { return SLURM_SUCCESS; }
-void switch_p_job_suspend_info_get(switch_jobinfo_t *jobinfo, void *suspend_info) {}
-void switch_p_job_suspend_info_pack(void *suspend_info, buf_t *buffer, uint16_t protocol_version) {}
-int switch_p_job_suspend_info_unpack(void **suspend_info, buf_t *buffer, uint16_t protocol_version)
-{
-    return SLURM_SUCCESS;
-}
-void switch_p_job_suspend_info_free(void *suspend_info) {}
-int switch_p_job_suspend(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
-int switch_p_job_resume(void *suspend_info, int max_wait) { return SLURM_SUCCESS; }
-int switch_p_job_step_pre_suspend(stepd_step_rec_t *job)
-{
-    slurmstepd::pre_suspend(*g_ctx, job);
-    return SLURM_SUCCESS;
-}
-int switch_p_job_step_post_suspend(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
-int switch_p_job_step_pre_resume(stepd_step_rec_t *job) { return SLURM_SUCCESS; }
-int switch_p_job_step_post_resume(stepd_step_rec_t *job)
-{
-    slurmstepd::post_resume(*g_ctx, job);
-    return SLURM_SUCCESS;
-}
+void pre_suspend(stepd_step_rec_t *step) { slurmstepd::pre_suspend(*g_ctx, step); }
+void post_resume(stepd_step_rec_t *step) { slurmstepd::post_resume(*g_ctx, step); }
 
 // ---- slurmctld step bookkeeping (job write lock held) ----------------------
 
-int switch_p_job_step_complete(switch_jobinfo_t *jobinfo, char *nodelist)
+int step_complete(void *info)
 {
     KeepErrno keep;
     if (!running_in_slurmctld())
         return SLURM_SUCCESS;
     return guarded(g_ctx->log, "job_step_complete", [&] {
-        slurmctld::release_step(*g_ctx, jobinfo_of(jobinfo));
+        slurmctld::release_step(*g_ctx, jobinfo_of(info));
         return SLURM_SUCCESS;
     });
 }
 
-int switch_p_job_step_allocated(switch_jobinfo_t *jobinfo, char *nodelist)
+int step_allocated(void *info)
 {
     if (!running_in_slurmctld())
         return SLURM_SUCCESS;
     return guarded(g_ctx->log, "job_step_allocated", [&] {
-        slurmctld::recover_step(*g_ctx, jobinfo_of(jobinfo));
+        slurmctld::recover_step(*g_ctx, jobinfo_of(info));
         return SLURM_SUCCESS;
     });
 }
 
-void switch_p_job_complete(uint32_t job_id)
+void job_complete(uint32_t job_id)
 {
     if (!g_ctx->configured || !running_in_slurmctld())
         return;
@@ -278,4 +254,4 @@ void switch_p_job_complete(uint32_t job_id)
     });
 }
 
-} // extern "C"
+} // namespace storm::plugins::switch_rdma::entry

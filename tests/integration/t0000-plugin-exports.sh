@@ -6,13 +6,6 @@
 cd "$STORM_BUILDDIR/plugins/.libs" || t_bail "no built plugins in $STORM_BUILDDIR/plugins/.libs"
 
 common="fini init plugin_name plugin_type plugin_version"
-switch_syms="plugin_id switch_p_alloc_jobinfo switch_p_build_jobinfo switch_p_duplicate_jobinfo switch_p_free_jobinfo
- switch_p_get_jobinfo switch_p_job_attach switch_p_job_complete switch_p_job_fini switch_p_job_init switch_p_job_postfini
- switch_p_job_preinit switch_p_job_resume switch_p_job_step_allocated switch_p_job_step_complete
- switch_p_job_step_post_resume switch_p_job_step_post_suspend switch_p_job_step_pre_resume switch_p_job_step_pre_suspend
- switch_p_job_suspend switch_p_job_suspend_info_free switch_p_job_suspend_info_get switch_p_job_suspend_info_pack
- switch_p_job_suspend_info_unpack switch_p_job_suspend_test switch_p_libstate_clear switch_p_libstate_restore
- switch_p_libstate_save switch_p_pack_jobinfo switch_p_reconfig switch_p_unpack_jobinfo"
 # select: the functions of slurm_select_ops_t, read from the Slurm source
 # this tree was configured with (src/common/select.c up to 23.02,
 # src/interfaces/select.c since), so a new Slurm that adds one fails here.
@@ -47,13 +40,19 @@ u32_symbol() { # so symbol
     [ ${#hex} = 8 ] || return 1
     echo $((0x${hex:6:2}${hex:4:2}${hex:2:2}${hex:0:2}))
 }
-switch_src_syms="plugin_id $(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$slurm_src/src/common/switch.c" |
-    grep -o '"switch_p_[a-z_]*"' | tr -d '"' | tr '\n' ' ')"
+# switch: the configured line's syms[] (src/interfaces/switch.c from 23.02,
+# src/common/switch.c before), which switch/rdma must export exactly.
+switch_c=$slurm_src/src/interfaces/switch.c
+[ -f "$switch_c" ] || switch_c=$slurm_src/src/common/switch.c
+switch_syms="$(sed -n '/^static const char \*syms\[\] = {/,/^};/p' "$switch_c" |
+    grep -o '"\(plugin_id\|switch_p_[a-z_]*\)"' | tr -d '"' | tr '\n' ' ')"
 
 sorted() { tr ' \n' '\n\n' | grep . | sort -u | tr '\n' ' '; }
 exports() { nm -D --defined-only "$1" | awk '{print $3}' | sort -u | tr '\n' ' '; }
 
-t_check "switch/rdma: our list matches switch.c's syms[]" [ "$(echo "$switch_syms" | sorted)" = "$(echo "$switch_src_syms" | sorted)" ]
+switch_n=$(echo "$switch_syms" | wc -w)
+t_check "switch/rdma: ${switch_c#"$slurm_src"/} lists plugin_id and 19 functions or more ($((switch_n - 1)))" \
+    [ "$switch_n" -ge 20 -a -n "$(echo "$switch_syms" | grep -w plugin_id)" ]
 t_check "select/gang: Slurm's select.c lists $select_count functions (API $slurm_api)" [ "$(echo "$select_syms" | wc -w)" = $((select_count + 1)) ]
 t_check "select/gang: plugin_id is $select_id (API $slurm_api)" [ "$(u32_symbol select_gang.so plugin_id)" = "$select_id" ]
 t_check "cli_filter/storm: Slurm's $(basename "$(dirname "$cli_filter_c")")/cli_filter.c lists 3 functions" [ "$(echo "$cli_filter_syms" | wc -w)" = 3 ]
