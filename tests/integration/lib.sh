@@ -27,8 +27,15 @@ else
 fi
 # (a script that runs another with other settings names its own run)
 T_NAME=${T_NAME:-$(basename "$0" .sh)}
-# Work files must be visible on every virtual node: not /tmp (private per node).
-T_WORK="$STORM_BUILDDIR/test-work/$T_NAME"
+# Work files must be visible on every virtual node: not under /tmp or
+# /scratch, which are private per node.  A build tree there (a clone under
+# /tmp) keeps its work files in /var/tmp instead, one folder per tree.
+case "$STORM_BUILDDIR/" in
+    /tmp/* | /scratch/*)
+        T_WORK_ROOT=/var/tmp/storm-test-work/$(printf '%s' "$STORM_BUILDDIR" | md5sum | cut -c1-12) ;;
+    *) T_WORK_ROOT=$STORM_BUILDDIR/test-work ;;
+esac
+T_WORK="$T_WORK_ROOT/$T_NAME"
 T_PASS=0 T_FAIL=0 T_N=0
 T_CLUSTER=no
 
