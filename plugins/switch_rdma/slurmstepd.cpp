@@ -9,7 +9,7 @@
 // others, on a node that coschedules, STORM_COSCHED_REFUSED with why);
 // postfini (root, after every process of the step is gone) closes it (a
 // failure is only logged).  Before that, job_init holds a step that srun
-// --bcast launched through launch/bcast (SLURM_STORM_BCAST in its
+// --bcast launched through cli_filter/storm (SLURM_STORM_BCAST in its
 // environment) until the node agent says the broadcasts ended on this node
 // (launch_bcast/gate.hpp), or fails it with their error; job_attach keeps
 // the variable out of the tasks' environment.  Steps whose jobinfo has no
@@ -61,7 +61,7 @@ std::string gang_dir_here()
     return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? dir : "";
 }
 
-// srun --bcast through launch/bcast: the tasks wait until the program is in
+// srun --bcast through cli_filter/storm: the tasks wait until the program is in
 // place on this node (every node confirmed every byte).  The step fails
 // with the broadcast's error instead.
 int hold_for_broadcasts(SwitchContext &s, stepd_step_rec_t *job)
