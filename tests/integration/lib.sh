@@ -135,6 +135,9 @@ vc_up() {
 
 t_workdir() { rm -rf "$T_WORK"; mkdir -p "$T_WORK"; }
 t_workdir
+# Every script runs in its work folder: srun and sbatch pass their working
+# directory to the nodes, which see the build tree only outside /tmp.
+cd "$T_WORK" || t_bail "cannot enter $T_WORK"
 
 # wait_job JOBID [SECONDS]: waits until the job has left the queue: squeue
 # answers and lists nothing, or no longer knows the id.  Fails for an empty

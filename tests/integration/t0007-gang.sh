@@ -19,7 +19,7 @@
 # cells (the other runs alone); and nothing is left stopped or frozen at
 # the end, and no freezer group remains.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/gang_lib.sh"
+. "$STORM_SRCDIR/tests/integration/gang_lib.sh"
 Q=300ms
 vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
     --conf "SchedulerParameters=storm_gang_quantum=$Q,storm_gang_failsafe=1s"

@@ -18,7 +18,7 @@
 # end.  The agents switch with signals
 # (storm_gang_stop=signal; t0007 covers the freezer).
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/gang_lib.sh"
+. "$STORM_SRCDIR/tests/integration/gang_lib.sh"
 GROUP=239.255.77.1 PORT=6831
 vc_up 3 --conf "PartitionName=gang Nodes=vn[1-2] OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP" \
     --conf "SchedulerParameters=storm_gang_quantum=50ms" --conf "SwitchParameters=storm_mcast=$GROUP:$PORT,storm_gang_stop=signal"
