@@ -117,6 +117,15 @@ else
 fi
 
 # --- fini: the node agents stop cleanly when slurmd stops ---------------------
+# Each slurmd alone gets SIGTERM (its steps and tasks are not signalled at
+# once, as 'down' does), and up to 10 s to shut down.
+for n in $nodes; do kill -TERM "$(cat "$STATE/run/slurmd-$n.pid")" 2> /dev/null; done
+for _ in $(seq 100); do
+    left=0
+    for n in $nodes; do kill -0 "$(cat "$STATE/run/slurmd-$n.pid" 2> /dev/null)" 2> /dev/null && left=$((left + 1)); done
+    [ "$left" = 0 ] && break
+    sleep 0.1
+done
 "$VC" down > "$T_WORK/down.out" 2>&1
 T_CLUSTER=no
 stopped=0
