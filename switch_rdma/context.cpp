@@ -1,5 +1,6 @@
 #include "switch_rdma/context.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <set>
 #include <stdexcept>
@@ -12,10 +13,45 @@ const char *mode_name(PoolMode m) noexcept { return m == PoolMode::swapped ? "sw
 
 namespace {
 
-// Form: "2;<id>;<job>;<step>;<uid>;<d|s>;<c|->;<n>;<port>;<ntasks>;<node>/<node>..."
-// with <c|-> = coscheduled or not, <node> = "<a.b.c.d>=<ranks>", ranks "r"
-// or "lo-hi" items joined by ',' in local order.  Version 1 had no <c|->.
+// Form: "3;<id>;<job>;<step>;<uid>;<d|s>;<c|->;<n>;<port>;<ntasks>;<run>/<run>..."
+// with <c|-> = coscheduled or not, <run> = "<a.b.c.d>=<ranks>" (one node)
+// or "<a.b.c.d>*<count>^<step>=<ranks>": <count> nodes (2 or more) of
+// consecutive addresses from a.b.c.d, node j of the run holding <ranks>
+// each plus j * <step>.  <ranks>: "r" or "lo-hi" items joined by ',', in
+// local order.  Version 2 had single nodes only; version 1 no <c|->.
 constexpr char kVersion = context_format;
+constexpr char kVersion2 = '2';
+constexpr size_t kMaxNodes = 65536;
+
+uint32_t host_addr(in_addr_t a) { return ntohl(a); }
+
+// The step between the ranks of nodes a and b, if b's are a's each plus
+// one step of at least 1 (0 otherwise).
+uint64_t rank_step(const ContextNode &a, const ContextNode &b)
+{
+    if (a.ranks.size() != b.ranks.size() || a.ranks.empty() || b.ranks[0] <= a.ranks[0])
+        return 0;
+    uint64_t d = b.ranks[0] - a.ranks[0];
+    for (size_t l = 1; l < a.ranks.size(); ++l)
+        if (b.ranks[l] < a.ranks[l] || b.ranks[l] - a.ranks[l] != d)
+            return 0;
+    return d;
+}
+
+void append_ranks(std::string &s, const std::vector<uint32_t> &r)
+{
+    for (size_t i = 0; i < r.size();) {
+        size_t j = i;
+        while (j + 1 < r.size() && r[j + 1] == r[j] + 1)
+            ++j;
+        if (i)
+            s += ',';
+        s += std::to_string(r[i]);
+        if (j > i)
+            s += '-' + std::to_string(r[j]);
+        i = j + 1;
+    }
+}
 
 class Parser {
 public:
@@ -48,10 +84,11 @@ public:
             fail("truncated");
         return t_[pos_++];
     }
-    std::string until(char stop)
+    // The text up to the first of `stops` (or the end).
+    std::string until(std::string_view stops)
     {
         size_t start = pos_;
-        while (pos_ < t_.size() && t_[pos_] != stop)
+        while (pos_ < t_.size() && stops.find(t_[pos_]) == std::string_view::npos)
             ++pos_;
         return std::string(t_.substr(start, pos_ - start));
     }
@@ -89,7 +126,16 @@ std::string Context::encode() const
     for (uint32_t v : {divisions, port_base, ntasks})
         s += ';' + std::to_string(v);
     s += ';';
-    for (size_t n = 0; n < nodes.size(); ++n) {
+    for (size_t n = 0; n < nodes.size();) {
+        // the longest run from node n: consecutive addresses, one rank step
+        size_t end = n + 1;
+        uint64_t step = end < nodes.size() ? rank_step(nodes[n], nodes[end]) : 0;
+        if (step)
+            while (end < nodes.size() && host_addr(nodes[end].addr) == host_addr(nodes[n].addr) + (end - n) &&
+                   rank_step(nodes[end - 1], nodes[end]) == step)
+                ++end;
+        if (end - n < 2)
+            end = n + 1;
         char a[INET_ADDRSTRLEN];
         in_addr ia{};
         ia.s_addr = nodes[n].addr;
@@ -97,19 +143,11 @@ std::string Context::encode() const
         if (n)
             s += '/';
         s += a;
+        if (end - n >= 2)
+            s += '*' + std::to_string(end - n) + '^' + std::to_string(step);
         s += '=';
-        const auto &r = nodes[n].ranks;
-        for (size_t i = 0; i < r.size();) {
-            size_t j = i;
-            while (j + 1 < r.size() && r[j + 1] == r[j] + 1)
-                ++j;
-            if (i)
-                s += ',';
-            s += std::to_string(r[i]);
-            if (j > i)
-                s += '-' + std::to_string(r[j]);
-            i = j + 1;
-        }
+        append_ranks(s, nodes[n].ranks);
+        n = end;
     }
     return s;
 }
@@ -118,12 +156,12 @@ Context Context::decode(std::string_view text)
 {
     Parser p(text);
     char version = p.take();
-    if (version != kVersion) {
+    if (version != kVersion && version != kVersion2) {
         // Old and new Storm must not be mixed: slurmctld, slurmd and
         // libstormmsg read the form of their own version only.
         if (version >= '1' && version <= '9' && (p.done() || p.peek(';')))
-            p.fail(std::string("format version ") + version + ", this Storm reads version " + kVersion +
-                   " only (slurmctld, slurmd and libstormmsg must be the same Storm)");
+            p.fail(std::string("format version ") + version + ", this Storm reads versions " + kVersion2 +
+                   " and " + kVersion + " only (slurmctld, slurmd and libstormmsg must be the same Storm)");
         p.fail("unknown version");
     }
     Context c;
@@ -152,15 +190,29 @@ Context Context::decode(std::string_view text)
     p.expect(';');
     c.ntasks = p.number("task count");
     p.expect(';');
+    uint64_t ranks_seen = 0;
     while (!p.done()) {
         if (!c.nodes.empty())
             p.expect('/');
         ContextNode node;
-        std::string addr = p.until('=');
+        std::string addr = p.until(version == kVersion2 ? "=" : "=*");
         in_addr ia{};
         if (inet_pton(AF_INET, addr.c_str(), &ia) != 1)
             p.fail("bad node address \"" + addr + "\"");
         node.addr = ia.s_addr;
+        uint32_t count = 1, step = 0;
+        if (version != kVersion2 && p.peek('*')) {
+            p.expect('*');
+            count = p.number("run length");
+            p.expect('^');
+            step = p.number("rank step");
+            if (count < 2 || step < 1)
+                p.fail("a run needs 2 or more nodes and a rank step of 1 or more");
+            if (uint64_t{host_addr(node.addr)} + count - 1 > UINT32_MAX)
+                p.fail("a run of nodes past the last address");
+        }
+        if (count > kMaxNodes - c.nodes.size())
+            p.fail("too many nodes");
         p.expect('=');
         do {
             if (!node.ranks.empty())
@@ -179,9 +231,21 @@ Context Context::decode(std::string_view text)
             if (node.ranks.size() > max_local_tasks)
                 p.fail("too many ranks on one node");
         } while (p.peek(','));
-        c.nodes.push_back(std::move(node));
-        if (c.nodes.size() > 65536)
-            p.fail("too many nodes");
+        // every rank is listed once (validate): a run that would list more
+        // ranks than the step has tasks is refused before it is expanded
+        // (single nodes are bounded by kMaxNodes and max_local_tasks)
+        ranks_seen += uint64_t{count} * node.ranks.size();
+        if (count > 1 && ranks_seen > c.ntasks)
+            p.fail("more ranks than the step's " + std::to_string(c.ntasks) + " tasks");
+        if (uint64_t{*std::max_element(node.ranks.begin(), node.ranks.end())} + uint64_t{count - 1} * step >
+            UINT32_MAX)
+            p.fail("rank out of range");
+        for (uint32_t j = 0; j < count; ++j) {
+            ContextNode n{htonl(host_addr(node.addr) + j), node.ranks};
+            for (auto &r : n.ranks)
+                r += j * step;
+            c.nodes.push_back(std::move(n));
+        }
     }
     try {
         c.validate();

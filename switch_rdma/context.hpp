@@ -17,8 +17,14 @@
 //    context is open on the node (lib/node/admissions.hpp).
 //  - encode() gives one line of printable ASCII (an environment value, and
 //    the form packed into the switch info); decode() accepts exactly that
-//    form and throws net::DecodeError naming what is wrong otherwise (a
-//    context of another format version included).
+//    form, and version 2's, and throws net::DecodeError naming what is
+//    wrong otherwise (a context of another format version included).
+//  - The text grows with the number of runs of nodes, not of nodes: nodes
+//    of consecutive addresses whose ranks follow one pattern (block: node
+//    j holds r0+jk..r0+jk+k-1; cyclic: j, j+N, ...) are written as one run,
+//    so a step on thousands of nodes of one address range encodes in a
+//    few dozen bytes (Slurm carries it to every node of the step, through
+//    each hop of its launch tree).  In memory `nodes` lists every node.
 #pragma once
 
 #include <cstdint>
@@ -37,9 +43,9 @@ constexpr const char *context_env = "STORM_CTX";
 // context).
 constexpr uint32_t max_local_tasks = 64;
 
-// The format version encode() writes and decode() reads (its first
-// character).  2 added the coscheduling flag.
-constexpr char context_format = '2';
+// The format version encode() writes (its first character); decode()
+// reads it and version 2.  2 added the coscheduling flag, 3 runs of nodes.
+constexpr char context_format = '3';
 
 enum class PoolMode : uint8_t {
     divided = 'd', // the node's pool is divided among `divisions` contexts

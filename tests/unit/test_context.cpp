@@ -76,15 +76,13 @@ void test_encode_decode_round_trip(void **)
 {
     Context c = sample();
     std::string text = c.encode();
-    assert_string_equal(text.c_str(),
-                        "2;3;4242;7;1000;d;-;2;40000;10;10.0.0.1=0,2,4/10.0.0.2=1,3,5/192.168.7.200=6-9");
+    assert_string_equal(text.c_str(), "3;3;4242;7;1000;d;-;2;40000;10;10.0.0.1*2^1=0,2,4/192.168.7.200=6-9");
     assert_same(Context::decode(text), c);
     assert_false(Context::decode(text).cosched);
     // Coscheduled (slurmctld's word, which the node agent trusts).
     c.cosched = true;
     text = c.encode();
-    assert_string_equal(text.c_str(),
-                        "2;3;4242;7;1000;d;c;2;40000;10;10.0.0.1=0,2,4/10.0.0.2=1,3,5/192.168.7.200=6-9");
+    assert_string_equal(text.c_str(), "3;3;4242;7;1000;d;c;2;40000;10;10.0.0.1*2^1=0,2,4/192.168.7.200=6-9");
     assert_true(Context::decode(text).cosched);
     assert_same(Context::decode(text), c);
 
@@ -99,7 +97,7 @@ void test_encode_decode_round_trip(void **)
     s.ntasks = 8;
     s.nodes = {{ip("127.0.0.1"), {4, 5, 6, 0, 1, 7, 2, 3}}};
     std::string t = s.encode();
-    assert_string_equal(t.c_str(), "2;63;1;0;0;s;-;1;40000;8;127.0.0.1=4-6,0-1,7,2-3");
+    assert_string_equal(t.c_str(), "3;63;1;0;0;s;-;1;40000;8;127.0.0.1=4-6,0-1,7,2-3");
     assert_same(Context::decode(t), s);
 
     // max_local_tasks on one node, and locate().
@@ -116,6 +114,63 @@ void test_encode_decode_round_trip(void **)
     assert_true(contains(test_helpers::error_of<std::out_of_range>([&] { m.locate(128); }), "rank 128"));
 }
 
+// Runs of nodes: a step on thousands of nodes of consecutive addresses
+// encodes in a few dozen bytes, whatever N (what Slurm carries through
+// every hop of its launch), and decodes to every node.
+Context wide(uint32_t n, uint32_t per_node, bool cyclic)
+{
+    Context c = sample();
+    c.ntasks = n * per_node;
+    c.nodes.clear();
+    uint32_t base = ntohl(ip("10.8.0.1"));
+    for (uint32_t j = 0; j < n; ++j) {
+        ContextNode node{htonl(base + j), {}};
+        for (uint32_t l = 0; l < per_node; ++l)
+            node.ranks.push_back(cyclic ? j + l * n : j * per_node + l);
+        c.nodes.push_back(std::move(node));
+    }
+    return c;
+}
+
+void test_runs_of_nodes(void **)
+{
+    for (uint32_t n : {2u, 64u, 1000u, 16384u}) {
+        Context block = wide(n, 4, false), cyc = wide(n, 3, true);
+        std::string b = block.encode(), y = cyc.encode();
+        assert_true(contains(b, "10.8.0.1*" + std::to_string(n) + "^4=0-3"));
+        assert_true(b.size() < 60);
+        assert_true(contains(y, "10.8.0.1*" + std::to_string(n) + "^1=0," + std::to_string(n) + "," +
+                                    std::to_string(2 * n)));
+        assert_same(Context::decode(b), block);
+        assert_same(Context::decode(y), cyc);
+    }
+    // A gap in the addresses, or a node breaking the rank pattern, ends a run.
+    Context g = wide(6, 2, false);
+    g.nodes[3].addr = ip("10.9.0.1");
+    assert_true(contains(g.encode(), ";10.8.0.1*3^2=0-1/10.9.0.1=6-7/10.8.0.5*2^2=8-9"));
+    assert_same(Context::decode(g.encode()), g);
+    Context p = wide(4, 2, false);
+    std::swap(p.nodes[2].ranks, p.nodes[3].ranks);
+    assert_true(contains(p.encode(), ";10.8.0.1*2^2=0-1/10.8.0.3=6-7/10.8.0.4=4-5"));
+    assert_same(Context::decode(p.encode()), p);
+
+    // Malformed runs.
+    const std::string head = "3;3;4242;7;1000;d;-;2;40000;8;";
+    assert_int_equal(Context::decode(head + "10.0.0.1*4^2=0-1").nodes.size(), 4);
+    assert_true(contains(decode_error(head + "10.0.0.1*1^2=0-1"), "2 or more nodes"));
+    assert_true(contains(decode_error(head + "10.0.0.1*4^0=0-1"), "rank step of 1 or more"));
+    assert_true(contains(decode_error(head + "10.0.0.1*4=0-1"), "expected '^'"));
+    assert_true(contains(decode_error(head + "10.0.0.1*^2=0-1"), "expected run length"));
+    assert_true(contains(decode_error(head + "255.255.255.254*4^2=0-1"), "past the last address"));
+    assert_true(contains(decode_error(head + "10.0.0.1*5^2=0-1"), "more ranks than the step's 8"));
+    assert_true(contains(decode_error(head + "10.0.0.1*4^1=0-1"), "listed twice"));
+    assert_true(contains(decode_error(head + "10.0.0.1*65537^1=0"), "too many nodes"));
+    assert_true(contains(decode_error("3;3;4242;7;1000;d;-;2;40000;4294967295;10.0.0.1*2^4294967295=1"),
+                         "rank out of range"));
+    // Version 2 has no runs.
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;8;10.0.0.1*4^2=0-1"), "bad node address"));
+}
+
 void test_decode_rejects(void **)
 {
     const std::string ok = "2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0,2,4/10.0.0.2=1,3,5";
@@ -123,8 +178,10 @@ void test_decode_rejects(void **)
     assert_true(contains(decode_error(""), "truncated"));
     // Another format version: old and new Storm do not mix, and say so.
     std::string e = decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-5");
-    assert_true(contains(e, "format version 1, this Storm reads version 2 only"));
-    assert_true(contains(decode_error("3;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "format version 3"));
+    assert_true(contains(e, "format version 1, this Storm reads versions 2 and 3 only"));
+    assert_true(contains(decode_error("4;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "format version 4"));
+    // Version 2 (single nodes only) is still read.
+    assert_int_equal(Context::decode(ok).nodes.size(), 2);
     assert_true(contains(decode_error("x;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "unknown version"));
     assert_true(contains(decode_error("21;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "expected ';'"));
     // The coscheduling flag: 'c' or '-', exactly one character; a version
@@ -150,6 +207,7 @@ void test_decode_rejects(void **)
     assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0,0,1-4"), "listed twice"));
     assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-4"), "1 ranks have no node"));
     assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-6"), "out of range"));
+    assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-4,6"), "out of range"));
     assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=3-1"), "decreasing"));
     // Too many ranks per node, in one range or in several.
     assert_true(contains(decode_error("2;3;4242;7;1000;d;-;2;40000;65;10.0.0.1=0-64"), "too many ranks"));
@@ -514,6 +572,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encode_decode_round_trip),
         cmocka_unit_test(test_decode_rejects),
+        cmocka_unit_test(test_runs_of_nodes),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_task_share_credits),
         cmocka_unit_test(test_step_context),

@@ -237,7 +237,7 @@ void test_build_pack_attach(void **)
     void *info = nullptr;
     assert_int_equal(build(s, &info), SLURM_SUCCESS);
     std::string text = ctx_env(info);
-    assert_string_equal(text.c_str(), "2;0;100;0;1000;s;-;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
+    assert_string_equal(text.c_str(), "3;0;100;0;1000;s;-;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
 
     // Through Slurm's buffers, as srun, slurmd and slurmstepd see it.
     buf_t *buf = init_buf(1024);
@@ -307,9 +307,9 @@ void test_modes_and_refusals(void **)
     Step a(200, 0, {1}), b(201, 3, {1}, SHARED_FORCE | 1);
     void *ia = nullptr, *ib = nullptr, *ic = nullptr, *id = nullptr;
     assert_int_equal(build(a, &ia), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(ia).c_str(), "2;0;200;0;1000;d;-;1;40000;1;127.0.0.1=0");
+    assert_string_equal(ctx_env(ia).c_str(), "3;0;200;0;1000;d;-;1;40000;1;127.0.0.1=0");
     assert_int_equal(build(b, &ib), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(ib).c_str(), "2;1;201;3;1000;d;-;1;40000;1;127.0.0.1=0");
+    assert_string_equal(ctx_env(ib).c_str(), "3;1;201;3;1000;d;-;1;40000;1;127.0.0.1=0");
     // storm_ctx_max=2: the third waits (srun retries on INTERCONNECT_BUSY).
     Step c(202, 0, {1});
     assert_int_equal(build(c, &ic), SLURM_ERROR);
@@ -321,7 +321,7 @@ void test_modes_and_refusals(void **)
     P.step_complete(ia, a.layout.node_list);
     P.free_(ia);
     assert_int_equal(build(c, &ic), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ic), "2;0;202;0;"));
+    assert_true(contains(ctx_env(ic), "3;0;202;0;"));
     P.free_(ic); // c keeps id 0 until its job ends
     P.job_complete(job_record(202));
     // 65 tasks on a node: refused for good.
@@ -333,7 +333,7 @@ void test_modes_and_refusals(void **)
     Step e(204, 0, {64});
     void *ie = nullptr;
     assert_int_equal(build(e, &ie), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ie), "2;0;204;0;1000;d;-;1;"));
+    assert_true(contains(ctx_env(ie), "3;0;204;0;1000;d;-;1;"));
     // FORCE:8 without sched/gang: divided n=8; 64 tasks on a node leave
     // no credit, which does not refuse the step (its tasks get the reason).
     slurm_conf.schedtype = xstrdup("sched/backfill");
@@ -344,7 +344,7 @@ void test_modes_and_refusals(void **)
     P.free_(if_);
     P.job_complete(job_record(205));
     assert_int_equal(build(g, &ig), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ig), "2;0;206;0;1000;d;-;8;"));
+    assert_true(contains(ctx_env(ig), "3;0;206;0;1000;d;-;8;"));
     P.free_(ig);
     P.job_complete(job_record(206));
     xfree(slurm_conf.schedtype);
@@ -374,7 +374,7 @@ void test_restart(void **)
     Step c(302, 0, {1});
     void *ic = nullptr;
     assert_int_equal(build(c, &ic), SLURM_SUCCESS); // sweeps 300's entry, takes id 0
-    assert_true(contains(ctx_env(ic), "2;0;302;0;"));
+    assert_true(contains(ctx_env(ic), "3;0;302;0;"));
     P.free_(ic);
 
     // A stale file: it has job 400's step on id 1, the job state has 301
@@ -385,7 +385,7 @@ void test_restart(void **)
     Step d(303, 0, {1});
     void *id = nullptr;
     assert_int_equal(build(d, &id), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(id), "2;0;303;0;"));
+    assert_true(contains(ctx_env(id), "3;0;303;0;"));
     P.free_(id);
     Step e(304, 0, {1});
     void *ie = nullptr;
@@ -402,7 +402,7 @@ void test_restart(void **)
     Step f(305, 0, {1});
     void *if_ = nullptr;
     assert_int_equal(build(f, &if_), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(if_), "2;0;305;0;"));
+    assert_true(contains(ctx_env(if_), "3;0;305;0;"));
     P.free_(if_);
     // slurmctld -c: nothing recovered.
     assert_int_equal(P.restore(g_dir, false), SLURM_SUCCESS);
@@ -515,9 +515,9 @@ void test_cosched_flag(void **)
     assert_int_equal(build(w, &iw), SLURM_SUCCESS);
     assert_int_equal(build(d, &id), SLURM_SUCCESS);
     assert_int_equal(build(n, &in), SLURM_SUCCESS); // a job without a partition record
-    assert_string_equal(ctx_env(iw).c_str(), "2;0;600;0;1000;d;c;1;40000;2;127.0.0.1=0/127.0.0.1=1");
-    assert_string_equal(ctx_env(id).c_str(), "2;1;601;0;1000;d;-;1;40000;1;127.0.0.1=0");
-    assert_true(contains(ctx_env(in), "2;2;602;0;1000;d;-;"));
+    assert_string_equal(ctx_env(iw).c_str(), "3;0;600;0;1000;d;c;1;40000;2;127.0.0.1=0/127.0.0.1=1");
+    assert_string_equal(ctx_env(id).c_str(), "3;1;601;0;1000;d;-;1;40000;1;127.0.0.1=0");
+    assert_true(contains(ctx_env(in), "3;2;602;0;1000;d;-;"));
 
     // The tasks: the socket in the coscheduled step only; a forged
     // variable from srun's environment is dropped.
