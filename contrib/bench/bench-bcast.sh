@@ -109,10 +109,6 @@ rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
 for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
 cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && chmod 755 "$work/prog"
 
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-higher() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
-lower() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b) ? a : b }'; }
 # timed OUTFILE CMD...: prints seconds, or "failed"
 timed() {
     local out=$1 t0 rc
@@ -173,60 +169,6 @@ timed_srun() {
         [ "$show" = quiet ] || tail -n 5 "$work/srun.out" >&2
         end_steps "$jid"
     fi
-}
-# floor N FILE: seconds of floor_mcast from vn1 to vn2..vnN (the node
-# addresses in $addrs); "lost" if a node lost a datagram (the floor has no
-# repairs: such a run is left out of the median), "failed" otherwise
-floor() {
-    local n=$1 f=$2 size i t0 t1 done_n
-    size=$(stat -c %s "$f")
-    rm -rf "$work/floor" && mkdir -p "$work/floor"
-    floor_pids=()
-    for ((i = 2; i <= n; i++)); do
-        "$VC" exec "vn$i" "$FLOORM" recv "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[i]}" /tmp/bench.floor "$size" \
-            "$mtu" > "$work/floor/$i.out" 2>&1 &
-        floor_pids+=($!)
-    done
-    for _ in $(seq 1 600); do # until every receiver joined the group
-        [ "$(cat "$work"/floor/*.out 2> /dev/null | grep -c '^ready$')" -ge $((n - 1)) ] && break
-        sleep 0.1
-    done
-    "$VC" exec vn1 "$FLOORM" send "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[1]}" "$f" /tmp/bench.floor "$mtu" \
-        > "$work/floor/1.out" 2>&1
-    for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done # a receiver that lost one gives up at once or in 30 s
-    floor_pids=()
-    t0=$(sed -n 's/^start //p' "$work/floor/1.out")
-    t1=$(cat "$work"/floor/*.out | sed -n 's/^\(done\|sent\) //p' | sort -n | tail -n 1)
-    done_n=$(cat "$work"/floor/*.out | grep -c '^done ')
-    if [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
-        echo failed
-        sed 's/^/  floor: /' "$work/floor/1.out" | tail -n 3 >&2
-    elif [ "$done_n" != $((n - 1)) ]; then
-        echo lost
-        echo "  floor: $((n - 1 - done_n)) of $((n - 1)) nodes did not get the whole file:" \
-            "$(cat "$work"/floor/*.out | grep -m 1 floor_mcast)" >&2
-    else
-        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
-    fi
-}
-# write_copies N FILE cat|dd: a copy of FILE on each of vn1..vnN
-# (/tmp/bench.copy), two writers at once, by cat or in writes of 63 pages
-write_copies() {
-    local n=$1 f=$2 how=$3 i
-    write() { if [ "$how" = cat ]; then cat "$f" > "$1"; else dd if="$f" of="$1" bs=258048 status=none; fi; }
-    for ((i = 1; i <= n; i += 2)); do write "$STATE/nodes/vn$i/tmp/bench.copy"; done &
-    for ((i = 2; i <= n; i += 2)); do write "$STATE/nodes/vn$i/tmp/bench.copy"; done
-    wait
-}
-# copy limit: N copies of FILE written by two writers at once, by cat or
-# in writes of 63 pages
-copy_limit() {
-    local t0
-    sync
-    t0=$(now)
-    write_copies "$@"
-    secs "$t0" "$(now)"
-    rm -f "$STATE"/nodes/vn*/tmp/bench.copy
 }
 # Before each measurement, where the guest hands freed memory back to its
 # host: N copies of FILE written and removed, so that the measurement
@@ -326,7 +268,7 @@ for n in $NODES; do
                             sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
                         fi
                         ;;
-                    floor) fl=$(floor "$n" "$f") ;;
+                    floor) fl=$(mcast_floor "$n" "$f") ;;
                     srun_storm) timed_srun sx show "$SLURM_CONF" --bcast=/tmp/bench.prog "$work/prog" ;;
                     srun_alone) timed_srun sa show "$STATE/etc/slurm-stock-launch.conf" /bin/true ;;
                     # stock's failures are expected at scale: not shown

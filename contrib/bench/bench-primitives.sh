@@ -50,7 +50,7 @@ head -c 12582912 /dev/urandom > "$work/f12m"
 
 # pct FILE P: the P-th percentile (0-100) of the numbers in FILE, in ms.
 pct() { sort -g "$1" | awk -v p="$2" '{ v[NR] = $1 } END { i = int(NR * p / 100); if (i < 1) i = 1; if (i > NR) i = NR; printf "%.2f", v[i] }'; }
-now() { date +%s.%N; }
+
 # pick p50|p99 OUTPUT: that figure of storm-prim bench's OUTPUT, or "failed".
 pick() { local v; v=$(sed -n "s/.*$1 \([0-9.]*\) ms.*/\1/p" <<<"$2"); echo "${v:-failed}"; }
 # quiet: until this machine's CPUs were at least 90% idle over a second, at

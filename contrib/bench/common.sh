@@ -51,3 +51,71 @@ vc_up() {
 agents_cipher() {
     sed -n 's/.*multicast data path on group .*, AES-GCM by //p' "$1/log/slurmd-vn1.log" 2>/dev/null | tail -n 1
 }
+
+now() { date +%s.%N; }
+# secs START END: END - START seconds, two decimals
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+# shellcheck disable=SC2154 # VC, work, FLOORM, FLOOR_*, addrs, mtu are the caller's
+# mcast_floor N FILE: seconds of floor_mcast from vn1 to vn2..vnN (the node
+# addresses in $addrs); "lost" if a node lost a datagram (the floor has no
+# repairs: such a run is left out of the median), "failed" otherwise.
+# Needs VC, work, FLOORM, FLOOR_GROUP, FLOOR_PORT, addrs (vnI's address at
+# index I), mtu (the links' MTU) and an array floor_pids (the receivers,
+# for the caller's exit trap to kill)
+mcast_floor() {
+    local n=$1 f=$2 size i t0 t1 done_n
+    size=$(stat -c %s "$f")
+    rm -rf "$work/floor" && mkdir -p "$work/floor"
+    floor_pids=()
+    for ((i = 2; i <= n; i++)); do
+        "$VC" exec "vn$i" "$FLOORM" recv "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[i]}" /tmp/bench.floor "$size" \
+            "$mtu" > "$work/floor/$i.out" 2>&1 &
+        floor_pids+=($!)
+    done
+    for _ in $(seq 1 600); do # until every receiver joined the group
+        [ "$(cat "$work"/floor/*.out 2> /dev/null | grep -c '^ready$')" -ge $((n - 1)) ] && break
+        sleep 0.1
+    done
+    "$VC" exec vn1 "$FLOORM" send "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[1]}" "$f" /tmp/bench.floor "$mtu" \
+        > "$work/floor/1.out" 2>&1
+    for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done # a receiver that lost one gives up at once or in 30 s
+    floor_pids=()
+    t0=$(sed -n 's/^start //p' "$work/floor/1.out")
+    t1=$(cat "$work"/floor/*.out | sed -n 's/^\(done\|sent\) //p' | sort -n | tail -n 1)
+    done_n=$(cat "$work"/floor/*.out | grep -c '^done ')
+    if [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
+        echo failed
+        sed 's/^/  floor: /' "$work/floor/1.out" | tail -n 3 >&2
+    elif [ "$done_n" != $((n - 1)) ]; then
+        echo lost
+        echo "  floor: $((n - 1 - done_n)) of $((n - 1)) nodes did not get the whole file:" \
+            "$(cat "$work"/floor/*.out | grep -m 1 floor_mcast)" >&2
+    else
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'
+    fi
+}
+
+# shellcheck disable=SC2154 # STATE is the caller's (the cluster's state directory)
+# write_copies N FILE cat|dd: a copy of FILE on each of vn1..vnN
+# (/tmp/bench.copy), two writers at once, by cat or in writes of 63 pages
+write_copies() {
+    local n=$1 f=$2 how=$3 i
+    write() { if [ "$how" = cat ]; then cat "$f" > "$1"; else dd if="$f" of="$1" bs=258048 status=none; fi; }
+    for ((i = 1; i <= n; i += 2)); do write "$STATE/nodes/vn$i/tmp/bench.copy"; done &
+    for ((i = 2; i <= n; i += 2)); do write "$STATE/nodes/vn$i/tmp/bench.copy"; done
+    wait
+}
+# copy limit: N copies of FILE written by two writers at once, by cat or
+# in writes of 63 pages
+copy_limit() {
+    local t0
+    sync
+    t0=$(now)
+    write_copies "$@"
+    secs "$t0" "$(now)"
+    rm -f "$STATE"/nodes/vn*/tmp/bench.copy
+}
+# lower A B, higher A B: the lower or higher of two numbers
+lower() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b) ? a : b }'; }
+higher() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }

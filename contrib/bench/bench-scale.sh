@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# bench-scale: how Storm's costs grow with the number of nodes, each figure
+# beside stock Slurm's and this machine's floor for the same work at the
+# same N, on one virtual cluster per node count (Storm's suite on stock
+# daemons, agents multicasting on -m GROUP:PORT, links unshaped).
+#
+#   sudo contrib/bench/bench-scale.sh [-n "64 256 512 1000"] [-s "12 100"]
+#                                     [-k REPS] [-m GROUP:PORT] [-t SECONDS]
+#                                     [-d DATAFILE] [-g yes|no]
+#
+# For each node count N it prints one row:
+#   start      seconds `storm-vcluster up N` took, and the memory the cluster
+#              holds per node, two ways: "pss", the proportional set size of
+#              its processes (slurmctld, munged, every slurmd with its agent)
+#              over N, which other work on the machine does not disturb;
+#              "avail", MemAvailable before minus after, over N, which also
+#              counts the kernel's share (namespaces, links, sockets) but
+#              moves with anything else running;
+#   launch     `srun -N N /bin/true` (Slurm's own launch, Storm's plugins
+#              loaded), the median of REPS;
+#   MB storm / stock / floor
+#              for each size (-s, MB): storm-bcast into a job on every node
+#              (median of REPS, every copy's md5 checked on the first and
+#              last node), stock sbcast (once, at most -t SECONDS, default
+#              300: it fails at scale), and the floor: the same file
+#              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
+#              node writing its copy, nothing of Storm in it;
+#              and the copy limit: N copies of the file written on this
+#              machine by two writers at once, no network (the lower of
+#              cat's and 63-page writes, as bench-bcast measures it);
+#              "storm/copy" and "storm/floor" are what carry over to a real
+#              cluster: on one machine N nodes share two cores and one
+#              page cache, so both grow with N, and their ratio should not;
+#   strobe     with -g yes (default): two jobs alternating on every node
+#              (storm_gang_quantum N/8 ms, at least 2 ms), each node's strobe
+#              delivery delay over its last strobes, the median node's p50
+#              and the worst node's p99 (storm-gang nodes), strobes by
+#              multicast.
+# Every measurement also goes to DATAFILE (-d, default
+# /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
+# which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor,
+# copy, launch, read, write).  A failed run prints as "failed" and is not written
+# there.  Clusters are brought down on exit, failed or not.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$top}
+. "$top/contrib/bench/common.sh"
+BCAST=$BUILD/tools/storm-bcast
+GANG=$BUILD/tools/storm-gang
+FLOORM=$BUILD/contrib/bench/floor_mcast
+FLOOR_GROUP=239.255.77.9 FLOOR_PORT=6839
+VC=$top/contrib/vcluster/storm-vcluster
+NODES="64 256 512 1000" SIZES="12 100" REPS=3 MCAST=239.255.77.1:6831 STOCK_TIMEOUT=300 GANGS=yes
+work=/var/tmp/storm-bench-scale
+DATA=$work/data.txt
+usage() { echo "usage: $0 [-n NODES] [-s SIZES_MB] [-k REPS] [-m GROUP:PORT] [-t SECONDS] [-d DATAFILE] [-g yes|no]" >&2; exit 2; }
+while getopts n:s:k:m:t:d:g: o; do
+    case $o in
+    n) NODES=$OPTARG ;;
+    s) SIZES=$OPTARG ;;
+    k) REPS=$OPTARG ;;
+    m) MCAST=$OPTARG ;;
+    t) STOCK_TIMEOUT=$OPTARG ;;
+    d) DATA=$OPTARG ;;
+    g) GANGS=$OPTARG ;;
+    *) usage ;;
+    esac
+done
+check_reps bench-scale "$REPS"
+for n in $NODES; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] && ((n >= 2)) || { echo "bench-scale: -n takes node counts of 2 or more, not \"$n\"" >&2; exit 2; }
+done
+for s in $SIZES; do [[ $s =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale: -s takes whole MB, not \"$s\"" >&2; exit 2; }; done
+[[ $STOCK_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale: -t takes whole seconds, not \"$STOCK_TIMEOUT\"" >&2; exit 2; }
+[[ $MCAST =~ ^[0-9.]+:[0-9]+$ ]] || { echo "bench-scale: -m takes GROUP:PORT (the floor and Storm multicast), not \"$MCAST\"" >&2; exit 2; }
+case $GANGS in yes | no) ;; *) usage ;; esac
+[ "$(id -u)" = 0 ] || { echo "bench-scale: must run as root" >&2; exit 2; }
+for x in "$BCAST" "$GANG" "$FLOORM"; do [ -x "$x" ] || { echo "bench-scale: $x not built (run contrib/storm-setup, then make)" >&2; exit 2; }; done
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
+floor_pids=()
+trap 'kill "${floor_pids[@]}" 2> /dev/null; "$VC" down > /dev/null 2>&1' EXIT
+rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
+mkdir -p "$(dirname "$DATA")" && : >> "$DATA" || { echo "bench-scale: cannot write $DATA" >&2; exit 2; }
+for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
+
+# record N MB KIND SECONDS: a measurement for the model (numbers only)
+record() { [[ $4 =~ ^[0-9.]+$ ]] && echo "$1 $2 $3 $4" >> "$DATA"; }
+# timed OUT CMD...: seconds CMD took, "failed" if it failed or outlasted -t
+timed() {
+    local out=$1 t0
+    shift
+    t0=$(now)
+    if timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1; then secs "$t0" "$(now)"; else echo failed; fi
+}
+clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.*; sync; }
+mem_avail_mb() { awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo; }
+# MB of proportional set size of the cluster's processes (their command
+# lines name its state directory)
+cluster_pss_mb() {
+    local p
+    for p in $(pgrep -f -- "$STATE/"); do cat "/proc/$p/smaps_rollup" 2> /dev/null; done |
+        awk '/^Pss:/ { k += $2 } END { printf "%.1f", k / 1024 }'
+}
+# storm_once N FILE: seconds of one storm-bcast, "corrupt" if a copy differs
+storm_once() {
+    local n=$1 f=$2 t want node
+    t=$(timed "$work/storm.out" "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm)
+    if [ "$t" = failed ]; then
+        sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
+    else
+        want=$(md5sum < "$f")
+        for node in vn1 "vn$n"; do
+            [ "$("$VC" exec "$node" sh -c 'md5sum < /tmp/bench.storm')" = "$want" ] ||
+                { echo "bench-scale: $node's copy differs ($n nodes)" >&2; t=corrupt; }
+        done
+    fi
+    echo "$t"
+}
+# the median node's p50 and the worst node's p99 of strobe delivery (us)
+strobes() {
+    local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i
+    for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
+    local deadline=$((SECONDS + 180)) # pgrep itself is slow with thousands of processes: a deadline, not a count
+    while [ "$(pgrep -fc '^(/usr/bin/)?sleep 900$')" -lt $((2 * n)) ]; do
+        ((SECONDS < deadline)) || { echo "bench-scale: the two jobs' $((2 * n)) tasks did not all start in 3 min" >&2; break; }
+        sleep 1
+    done
+    sleep 40 # each node's window (its last strobes within 30 s) holds the steady state
+    "$GANG" nodes > "$work/nodes.$n" 2>&1
+    scancel -p gang
+    awk -v q="${dq}ms" '/^delivery over/ { for (i = 1; i <= NF; i++) { if ($i == "p50") a = $(i + 1); if ($i == "p99") b = $(i + 1) } }
+        END { if (a != "" && b != "") printf "%s/%s@%s", a, b, q; else printf "failed" }' "$work/nodes.$n"
+}
+
+rows=()
+for n in $NODES; do
+    "$VC" down > /dev/null 2>&1
+    sysctl -qw net.ipv4.neigh.default.gc_thresh1=16384 net.ipv4.neigh.default.gc_thresh2=65536 net.ipv4.neigh.default.gc_thresh3=262144
+    dq=$((n / 8 > 2 ? n / 8 : 2))
+    m0=$(mem_avail_mb) t0=$(now)
+    if ! "$VC" up "$n" --conf "MessageTimeout=10" --conf "SwitchParameters=storm_mcast=$MCAST" \
+        --conf "SchedulerParameters=storm_gang_quantum=${dq}ms" \
+        --conf "PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
+        > "$work/up.out" 2>&1; then
+        tail -n 5 "$work/up.out" >&2
+        rows+=("$(printf '%6s %s' "$n" "cluster did not start")")
+        continue
+    fi
+    start=$(secs "$t0" "$(now)")
+    sleep 5 # the agents' start-up settles
+    per_node=$(awk -v p="$(cluster_pss_mb)" -v a="$m0" -v b="$(mem_avail_mb)" -v n="$n" \
+        'BEGIN { printf "%.1f/%.1f", p / n, (a - b) / n }')
+    eval "$("$VC" env)"
+    addrs=()
+    while read -r i a; do addrs[i]=$a; done < <(scontrol -o show node |
+        sed -n 's/^NodeName=vn\([0-9]*\) .*NodeAddr=\([^ ]*\) .*/\1 \2/p')
+    mtu=$("$VC" exec vn1 cat /sys/class/net/eth0/mtu)
+    # this machine's read and write for the model (one node, page cache)
+    for s in $SIZES; do
+        record "$n" "$s" read "$(timed /dev/null cat "$work/f$s")"
+        sync
+        record "$n" "$s" write "$(timed /dev/null cp "$work/f$s" "$STATE/nodes/vn1/tmp/bench.w")"
+        rm -f "$STATE/nodes/vn1/tmp/bench.w"
+    done
+    launch=()
+    for ((r = 0; r < REPS; r++)); do
+        t=$(timed "$work/srun.out" srun -N "$n" /bin/true)
+        [ "$t" = failed ] && tail -n 3 "$work/srun.out" >&2
+        record "$n" 0 launch "$t"
+        launch+=("$t")
+    done
+    row=$(printf '%6s %6s %11s %7s' "$n" "$start" "$per_node" "$(median "${launch[@]}")")
+    jid=$(sbatch --parsable -N "$n" -o /dev/null -D "$work" --wrap "sleep 7200")
+    for _ in $(seq 600); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
+    for s in $SIZES; do
+        f=$work/f$s xs=() fs=()
+        clean_dest
+        storm_once "$n" "$f" > /dev/null # warm-up: the first writes on a fresh cluster fault in memory
+        for ((r = 0; r < REPS; r++)); do
+            clean_dest
+            t=$(storm_once "$n" "$f")
+            record "$n" "$s" storm-mcast "$t"
+            xs+=("$t")
+            clean_dest
+            t=$(mcast_floor "$n" "$f")
+            record "$n" "$s" floor "$t"
+            fs+=("${t/#lost/held}")
+        done
+        clean_dest
+        st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
+        record "$n" "$s" sbcast "$st"
+        clean_dest
+        copy=$(lower "$(copy_limit "$n" "$f" cat)" "$(copy_limit "$n" "$f" dd)")
+        record "$n" "$s" copy "$copy"
+        x=$(median "${xs[@]}") fl=$(median "${fs[@]}")
+        [ "$fl" = held ] && fl=lost
+        echo "  $n nodes $s MB: storm ${xs[*]} floor ${fs[*]} copy $copy sbcast $st" >&2
+        row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
+            "$copy" "$(ratio "$x" "$copy" "%.2f")")
+    done
+    scancel "$jid"
+    g=-
+    if [ "$GANGS" = yes ]; then
+        for _ in $(seq 300); do [ -z "$(squeue -h -j "$jid" 2> /dev/null)" ] && break; sleep 0.2; done
+        g=$(strobes "$n")
+    fi
+    row+=$(printf ' %18s' "$g")
+    rows+=("$row")
+    echo "${rows[-1]}" >&2
+done
+"$VC" down > /dev/null 2>&1
+echo
+echo "Scale: Storm's suite on stock Slurm daemons, multicast on $MCAST, links unshaped, $(nproc) cores shared by every node"
+echo "start = storm-vcluster up (s); MB/node = memory the cluster holds per node, pss/avail (its processes' PSS; MemAvailable's drop); launch = srun /bin/true (s, median of $REPS);"
+echo "for each size: storm = storm-bcast (median of $REPS), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s), ratio = stock / storm,"
+echo "floor = plain C multicast of the file to every node (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
+echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
+echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum; measurements for contrib/model/storm-model: $DATA"
+hdr=$(printf '%6s %6s %11s %7s' nodes start MB/node launch)
+for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr copy /copy); done
+hdr+=$(printf ' %18s' strobe)
+echo "$hdr"
+for r in "${rows[@]}"; do echo "$r"; done
