@@ -18,6 +18,8 @@
 #              moves with anything else running;
 #   launch     `srun -N N /bin/true` (Slurm's own launch, Storm's plugins
 #              loaded), the median of REPS;
+#   ctx(B)     the bytes of a step's communication context (STORM_CTX, in
+#              the switch info Slurm's launch carries through every hop);
 #   MB storm / stock / floor
 #              for each size (-s, MB): storm-bcast into a job on every node
 #              (median of REPS, every copy's md5 checked on the first and
@@ -169,7 +171,11 @@ for n in $NODES; do
         record "$n" 0 launch "$t"
         launch+=("$t")
     done
-    row=$(printf '%6s %6s %11s %7s' "$n" "$start" "$per_node" "$(median "${launch[@]}")")
+    # the step's communication context: what Slurm carries in the switch
+    # info to every node, through every hop of its launch tree
+    ctx=$(timeout "$STOCK_TIMEOUT" srun -N "$n" -n "$n" sh -c '[ "$SLURM_NODEID" = 0 ] && printf %s "$STORM_CTX"' 2> /dev/null | wc -c)
+    record "$n" 0 context-bytes "$ctx"
+    row=$(printf '%6s %6s %11s %7s %6s' "$n" "$start" "$per_node" "$(median "${launch[@]}")" "$ctx")
     jid=$(sbatch --parsable -N "$n" -o /dev/null -D "$work" --wrap "sleep 7200")
     for _ in $(seq 600); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
     for s in $SIZES; do
@@ -212,11 +218,12 @@ done
 echo
 echo "Scale: Storm's suite on stock Slurm daemons, multicast on $MCAST, links unshaped, $(nproc) cores shared by every node"
 echo "start = storm-vcluster up (s); MB/node = memory the cluster holds per node, pss/avail (its processes' PSS; MemAvailable's drop); launch = srun /bin/true (s, median of $REPS);"
+echo "ctx(B) = bytes of a step's context (STORM_CTX), which Slurm's launch carries through every hop;"
 echo "for each size: storm = storm-bcast (median of $REPS), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s), ratio = stock / storm,"
 echo "floor = plain C multicast of the file to every node (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
 echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum; measurements for contrib/model/storm-model: $DATA"
-hdr=$(printf '%6s %6s %11s %7s' nodes start MB/node launch)
+hdr=$(printf '%6s %6s %11s %7s %6s' nodes start MB/node launch 'ctx(B)')
 for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr copy /copy); done
 hdr+=$(printf ' %18s' strobe)
 echo "$hdr"
