@@ -39,6 +39,9 @@ t_diag < "$T_WORK/ctx.out"
 t_check "each task of a step gets the step's context (8 tasks, 4 nodes, divided)" \
     bash -c "[ \$(awk '{print \$2}' '$T_WORK/ctx.out' | sort -u | wc -l) = 1 ] &&
              [ \$(grep -c ';d;-;1;' '$T_WORK/ctx.out') = 8 ]"
+# nodes of consecutive addresses, 2 tasks each: one run, not a list of nodes
+t_check "the context lists the 4 nodes as one run (block, 2 tasks a node)" \
+    bash -c "[ \$(grep -c ';8;[0-9.]*\*4^2=0-1\$' '$T_WORK/ctx.out') = 8 ]"
 timeout 120 srun -p debug -N4 -n8 -O "$A2A" 500 3000 > "$T_WORK/one.out" 2> "$T_WORK/one.err"
 rc=$?
 t_diag < "$T_WORK/one.err"
