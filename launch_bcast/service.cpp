@@ -78,16 +78,32 @@ std::string Service::name(uint32_t i) const
 
 std::string Service::describe(const prim::XferResult &r) const
 {
+    // The nodes whose reason reached the head first (the tree carries the
+    // first prim::kMaxReasons), then the others: a node without one failed
+    // with the node serving it, or its reason was one too many (its slurmd
+    // logs it).
     std::string out;
     unsigned listed = 0;
-    for (uint32_t i = 0; i < r.failed.size() && listed < 32; ++i, ++listed) {
+    for (const auto &[n, why] : r.reasons)
+        if (r.failed.contains(n) && listed < 32) {
+            out += "\n  " + name(n) + ": " + why;
+            ++listed;
+        }
+    bool capped = r.reasons.size() >= prim::kMaxReasons;
+    for (uint32_t i = 0; i < r.failed.size() && listed < 32; ++i) {
         uint32_t n = r.failed.nth(i);
-        auto it = r.reasons.find(n);
+        if (r.reasons.count(n))
+            continue;
         out += "\n  " + name(n) + ": " +
-               (it != r.reasons.end() ? it->second : "failed with the node serving it");
+               (capped ? "failed with the node serving it, or for a reason of its own that its slurmd logged"
+                       : "failed with the node serving it");
+        ++listed;
     }
     if (r.failed.size() > listed)
-        out += "\n  and " + std::to_string(r.failed.size() - listed) + " more nodes";
+        out += "\n  and " + std::to_string(r.failed.size() - listed) + " more nodes" +
+               (capped ? " (the head keeps the first " + std::to_string(prim::kMaxReasons) +
+                             " reasons; each node's slurmd logs its own)"
+                       : "");
     return std::to_string(r.failed.size()) + " of " + "the job's nodes failed:" + out;
 }
 
