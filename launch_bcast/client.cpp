@@ -450,6 +450,8 @@ struct Run {
         case Reply::failed:
             stop(r.message.empty() ? "the broadcast failed" : r.message);
             break;
+        case Reply::working: // the head is alive: arm() above
+            break;
         }
     }
 

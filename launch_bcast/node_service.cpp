@@ -28,7 +28,7 @@ ServiceConfig service_config(const node::Host &host)
 NodeService::NodeService(node::Host &host, NodeSetup setup)
     : setup_(std::move(setup)),
       receiver_(host.base, *host.engine, *setup_.authorizer, receiver_config(host, setup_), host.log),
-      service_(*host.engine, *setup_.authorizer, service_config(host), host.log)
+      service_(host.base, *host.engine, *setup_.authorizer, service_config(host), host.log)
 {
     receiver_.recover();
     host.engine->add_sink(

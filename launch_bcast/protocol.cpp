@@ -155,7 +155,7 @@ Reply Reply::decode(std::string_view payload)
     net::Reader r(payload);
     Reply p;
     uint8_t k = r.u8();
-    if (k < opened || k > failed)
+    if (k < opened || k > working)
         throw DecodeError("unknown reply kind " + std::to_string(k));
     p.kind = static_cast<Kind>(k);
     p.value = r.u64();

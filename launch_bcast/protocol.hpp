@@ -86,10 +86,16 @@ struct ChunkHeader {
     static ChunkHeader decode(net::Reader &r);
 };
 
+// The head's answers.  `working` says only that the head is alive and its
+// broadcast still going: the head sends it when it has said nothing else
+// for the broadcast's hop timeout, for a wait on the nodes may last the
+// timeout once per level of the tree (and an abort as long again), which
+// is longer than a client's silence deadline of three timeouts from 74
+// nodes on at fanout 8.
 struct Reply {
-    enum Kind : uint8_t { opened = 1, done = 2, committed = 3, failed = 4 };
+    enum Kind : uint8_t { opened = 1, done = 2, committed = 3, failed = 4, working = 5 };
     Kind kind = failed;
-    uint64_t value = 0; // opened: the session id; done: the chunk's sequence number
+    uint64_t value = 0; // opened: the session id; done: the chunk's sequence number; working: chunks answered
     std::string message;
 
     std::string encode() const;

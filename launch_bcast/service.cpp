@@ -1,6 +1,9 @@
 #include "launch_bcast/service.hpp"
 
 #include <cinttypes>
+#include <stdexcept>
+
+#include <event2/event.h>
 
 #include "launch_bcast/receiver.hpp"
 
@@ -31,14 +34,42 @@ struct Service::Session {
     uint64_t early_bytes = 0;
     bool close_asked = false;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    // the last answer sent to the client, and whether it was the final one
+    std::chrono::steady_clock::time_point replied = start;
+    bool final_sent = false;
+    uint64_t answered = 0; // chunks confirmed by every node
 };
 
-Service::Service(prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log)
+Service::Service(event_base *base, prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log)
     : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log))
 {
+    keepalive_ = event_new(
+        base, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *arg) { static_cast<Service *>(arg)->keepalive(); }, this);
+    if (!keepalive_)
+        throw std::runtime_error("cannot create the broadcast service's timer");
+    timeval period{0, 250000};
+    event_add(keepalive_, &period);
 }
 
-Service::~Service() { *alive_ = false; }
+Service::~Service()
+{
+    *alive_ = false;
+    if (keepalive_)
+        event_free(keepalive_);
+}
+
+void Service::keepalive()
+{
+    auto now = std::chrono::steady_clock::now();
+    for (auto &kv : sessions_) {
+        auto &s = kv.second;
+        // within max(timeout, 0.5 s) + 0.25 s of the last answer: under a
+        // client's deadline of max(3 timeouts, 1 s)
+        if (!s->final_sent && now - s->replied >= std::max(s->timeout, milliseconds(500)))
+            send_reply(s, Reply{Reply::working, s->answered, ""});
+    }
+}
 
 std::string Service::name(uint32_t i) const
 {
@@ -47,21 +78,40 @@ std::string Service::name(uint32_t i) const
 
 std::string Service::describe(const prim::XferResult &r) const
 {
+    // The nodes whose reason reached the head first (the tree carries the
+    // first prim::kMaxReasons), then the others: a node without one failed
+    // with the node serving it, or its reason was one too many (its slurmd
+    // logs it).
     std::string out;
     unsigned listed = 0;
-    for (uint32_t i = 0; i < r.failed.size() && listed < 32; ++i, ++listed) {
+    for (const auto &[n, why] : r.reasons)
+        if (r.failed.contains(n) && listed < 32) {
+            out += "\n  " + name(n) + ": " + why;
+            ++listed;
+        }
+    bool capped = r.reasons.size() >= prim::kMaxReasons;
+    for (uint32_t i = 0; i < r.failed.size() && listed < 32; ++i) {
         uint32_t n = r.failed.nth(i);
-        auto it = r.reasons.find(n);
+        if (r.reasons.count(n))
+            continue;
         out += "\n  " + name(n) + ": " +
-               (it != r.reasons.end() ? it->second : "failed with the node serving it");
+               (capped ? "failed with the node serving it, or for a reason of its own that its slurmd logged"
+                       : "failed with the node serving it");
+        ++listed;
     }
     if (r.failed.size() > listed)
-        out += "\n  and " + std::to_string(r.failed.size() - listed) + " more nodes";
+        out += "\n  and " + std::to_string(r.failed.size() - listed) + " more nodes" +
+               (capped ? " (the head keeps the first " + std::to_string(prim::kMaxReasons) +
+                             " reasons; each node's slurmd logs its own)"
+                       : "");
     return std::to_string(r.failed.size()) + " of " + "the job's nodes failed:" + out;
 }
 
 void Service::send_reply(const std::shared_ptr<Session> &s, const Reply &r)
 {
+    s->replied = std::chrono::steady_clock::now();
+    if (r.kind == Reply::committed || r.kind == Reply::failed)
+        s->final_sent = true;
     auto c = s->conn.lock();
     if (c && !c->closed())
         c->send(kReplyFrame, s->sid, r.encode());
@@ -185,6 +235,7 @@ void Service::data(const std::shared_ptr<Session> &s, net::DataRef ref)
                                return;
                            if (!r.ok)
                                return fail_session(s, "transfer of " + s->dest + " failed: " + describe(r));
+                           s->answered++;
                            send_reply(s, Reply{Reply::done, seq, ""});
                            if (s->close_asked && s->inflight == 0)
                                commit(s);

@@ -14,7 +14,12 @@
 // replaced and lets the step's tasks start).  Anything failing -- a node's
 // refusal, a node dying, the client going away, before the finish --
 // aborts the broadcast on every node (a node that committed puts back what
-// it replaced) and tells the client which nodes failed and why.
+// it replaced) and tells the client which nodes failed and why.  Until
+// it sent its last answer it tells a client it has said nothing to for
+// the hop timeout that it is still at work (Reply::working): the client's
+// silence deadline is then one on the head alone, and the head's own
+// per-hop deadlines, which grow with the levels of the tree, name the
+// nodes that failed a broadcast.
 //
 // Threading: the agent's loop thread only.
 #pragma once
@@ -29,6 +34,9 @@
 #include "lib/common/log.hpp"
 #include "lib/prim/engine.hpp"
 
+struct event;
+struct event_base;
+
 namespace storm::bcast {
 
 struct ServiceConfig {
@@ -39,7 +47,8 @@ struct ServiceConfig {
 
 class Service {
 public:
-    Service(prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log);
+    // `base`: the engine's loop (for the keepalive timer).
+    Service(event_base *base, prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log);
     ~Service();
     Service(const Service &) = delete;
     Service &operator=(const Service &) = delete;
@@ -69,6 +78,7 @@ private:
     void send_reply(const std::shared_ptr<Session> &s, const Reply &r);
     std::string describe(const prim::XferResult &r) const;
     std::string name(uint32_t i) const;
+    void keepalive();
 
     prim::Engine &engine_;
     Authorizer &auth_;
@@ -77,6 +87,7 @@ private:
     std::map<const net::Connection *, std::shared_ptr<Session>> sessions_;
     uint64_t early_chunks_ = 0;
     uint64_t paused_ = 0;
+    event *keepalive_ = nullptr; // every 0.25 s: Reply::working to silent sessions
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

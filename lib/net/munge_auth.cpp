@@ -1,7 +1,10 @@
 #include "lib/net/munge_auth.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include <munge.h>
 
@@ -24,6 +27,34 @@ std::string describe(munge_err_t e, munge_ctx_t ctx)
 {
     const char *detail = ctx ? munge_ctx_strerror(ctx) : nullptr;
     return std::string(detail ? detail : munge_strerror(e));
+}
+
+constexpr int kSocketAttempts = 8;
+
+// Calls f() (a munge call on ctx) until it returns anything but
+// EMUNGE_SOCKET, kSocketAttempts times at most, sleeping 10 ms, then
+// twice as long each time up to 100 ms (450 ms in all); `attempts` says
+// how many calls were made.
+template <typename F> munge_err_t with_retries(F f, int &attempts)
+{
+    std::chrono::milliseconds pause(10);
+    munge_err_t e = EMUNGE_SOCKET;
+    for (attempts = 1;; ++attempts) {
+        e = f();
+        if (e != EMUNGE_SOCKET || attempts == kSocketAttempts)
+            return e;
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(100));
+    }
+}
+
+std::string failure(const char *what, munge_err_t e, munge_ctx_t ctx, int attempts)
+{
+    std::string out = std::string("munge ") + what + " failed: " + describe(e, ctx);
+    if (e == EMUNGE_SOCKET && attempts > 1)
+        out += " (munged's socket refused all " + std::to_string(attempts) +
+               " attempts in 0.45 s: its connection backlog is full, or it is not running)";
+    return out;
 }
 
 } // namespace
@@ -50,9 +81,12 @@ std::string MungeAuth::encode(std::string_view payload) const
 {
     CtxPtr ctx = make_ctx(socket_);
     char *cred = nullptr;
-    munge_err_t e = munge_encode(&cred, ctx.get(), payload.data(), static_cast<int>(payload.size()));
+    int attempts = 0;
+    munge_err_t e = with_retries(
+        [&] { return munge_encode(&cred, ctx.get(), payload.data(), static_cast<int>(payload.size())); },
+        attempts);
     if (e != EMUNGE_SUCCESS)
-        throw AuthError("munge encode failed: " + describe(e, ctx.get()));
+        throw AuthError(failure("encode", e, ctx.get(), attempts));
     std::string out(cred);
     std::free(cred);
     return out;
@@ -75,10 +109,12 @@ MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok) c
     int len = 0;
     uid_t uid;
     gid_t gid;
-    munge_err_t e = munge_decode(text.c_str(), ctx.get(), &buf, &len, &uid, &gid);
+    int attempts = 0;
+    munge_err_t e =
+        with_retries([&] { return munge_decode(text.c_str(), ctx.get(), &buf, &len, &uid, &gid); }, attempts);
     std::unique_ptr<void, decltype(&std::free)> hold(buf, std::free);
     if (e != EMUNGE_SUCCESS && !(replay_ok && e == EMUNGE_CRED_REPLAYED))
-        throw AuthError("munge decode failed: " + describe(e, ctx.get()));
+        throw AuthError(failure("decode", e, ctx.get(), attempts));
     Credential c{uid, gid, std::string(static_cast<const char *>(buf), len > 0 ? len : 0)};
     return c;
 }

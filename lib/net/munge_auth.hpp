@@ -11,6 +11,14 @@
 // munge error ("Replayed credential", "Invalid credential", ...) and never
 // return a credential munge did not accept.  A MungeAuth is immutable and
 // safe to share between threads (each call makes its own munge context).
+// munged's socket takes a bounded backlog of connections (256 in munge
+// 0.5.15); past it a connection fails at once, "Resource temporarily
+// unavailable" (EMUNGE_SOCKET), which a burst of decodes makes happen
+// (1000 agents sharing one munged on the virtual cluster, each verifying
+// a broadcast's credential at once: 300 of them refused it).  Such a call
+// is tried again, as Slurm's auth/munge does, kSocketAttempts times in
+// all over about half a second (the calling thread sleeps meanwhile); the
+// error then says how many attempts failed.
 #pragma once
 
 #include <stdexcept>

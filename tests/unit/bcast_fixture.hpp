@@ -129,7 +129,7 @@ struct BcastCluster {
                                        return receivers[i] ? receivers[i]->on_chunk(ev, origin, data, sealed)
                                                            : std::string("no receiver");
                                    });
-            services.push_back(std::make_unique<Service>(*cl.agents[i], authz,
+            services.push_back(std::make_unique<Service>(cl.base, *cl.agents[i], authz,
                                                          ServiceConfig{i, names, control_fanout},
                                                          Logger("head" + std::to_string(i))));
             auto *svc = services.back().get();

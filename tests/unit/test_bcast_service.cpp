@@ -2,7 +2,8 @@
 // agent the client talks to: chunks held while the nodes open and dropped
 // if one cannot, a client sending too much before they opened cut off, a
 // commit one node fails undone on every node, a node killed mid-transfer
-// failing the broadcast, and the credentials it refuses.
+// failing the broadcast, the credentials it refuses, and a hung node two
+// levels down named to a client whose deadline its wait outlasts.
 
 #include <atomic>
 #include <chrono>
@@ -250,6 +251,49 @@ void test_node_killed_mid_transfer(void **)
     assert_true(listing(out).empty());
 }
 
+// A node that accepts connections and never answers (a hung agent) two
+// levels below the head: the head's wait on it (one hop timeout per level
+// of the tree, five levels for 16 nodes at fanout 2) and the abort that
+// follows outlast the client's deadline of three hop timeouts without an
+// answer.  The head says it is still at work meanwhile, so the client
+// hears which node failed the broadcast, not that the head was silent.
+void test_slow_nodes_outlast_the_client_deadline(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    make_file(src, 100000, 0644);
+    std::string out = open_to_all(t.path + "/out");
+    BcastCluster bc(16, t.path, 2);
+    bc.on_loop([&] {
+        bc.receivers[1].reset();
+        bc.cl.agents[1].reset();
+    });
+    int hung = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(hung, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    assert_int_equal(bind(hung, reinterpret_cast<const sockaddr *>(&bc.cl.table[1]), sizeof bc.cl.table[1]),
+                     0);
+    assert_int_equal(listen(hung, 16), 0); // never accepted, never answered
+    FakeAuth user(kUser);
+    ClientOptions o = bc.options(out + "/", cred(16));
+    o.timeout = 500ms;
+    std::string err;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+        broadcast(user, o, scan(src));
+    } catch (const BcastError &e) {
+        err = e.what();
+    }
+    auto took = std::chrono::steady_clock::now() - t0;
+    close(hung);
+    assert_true(contains(err, "node1: no answer within the timeout"));
+    assert_false(contains(err, "no answer from the Storm agent"));
+    assert_true(took > 1500ms); // longer than the client's own deadline
+    assert_true(listing(out).empty());
+}
+
 } // namespace
 
 int main()
@@ -261,6 +305,7 @@ int main()
         cmocka_unit_test(test_failed_commit_leaves_no_node_changed),
         cmocka_unit_test(test_bad_credentials),
         cmocka_unit_test(test_node_killed_mid_transfer),
+        cmocka_unit_test(test_slow_nodes_outlast_the_client_deadline),
     };
     return cmocka_run_group_tests_name("bcast_service", tests, nullptr, nullptr);
 }

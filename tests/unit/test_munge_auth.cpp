@@ -1,13 +1,19 @@
 // Unit tests of munge authentication (lib/net/munge_auth.*) against two
 // private munged daemons with different keys, started in a scratch
 // directory: round trip, payload binding, forged, tampered, replayed and
-// foreign-key credentials.  Skipped where munged cannot run (not root).
+// foreign-key credentials (skipped where munged cannot run: not root); and
+// a socket whose backlog is full, tried again before it fails.
 #include "tests/unit/cmocka.hpp"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
+#include <vector>
 
 #include "lib/net/munge_auth.hpp"
 #include "tests/unit/helpers.hpp"
@@ -106,6 +112,43 @@ void test_credentials(void **)
     assert_true(contains(auth_error([&] { none.encode("x"); }), "munge encode failed"));
 }
 
+// munged's socket with its backlog full: every connection fails at once
+// ("Resource temporarily unavailable"); the call is tried again for about
+// half a second, then fails saying so.
+void test_full_backlog(void **)
+{
+    char tmpl[] = "/tmp/storm-munge-full.XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    std::string path = std::string(tmpl) + "/sock";
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    assert_int_equal(bind(l, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    assert_int_equal(listen(l, 0), 0);
+    std::vector<int> queued; // never accepted: they fill the backlog
+    for (;;) {
+        int c = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (connect(c, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+            close(c);
+            break;
+        }
+        queued.push_back(c);
+    }
+    MungeAuth busy(path);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string err = auth_error([&] { busy.decode("MUNGE:x:"); });
+    auto took = std::chrono::steady_clock::now() - t0;
+    assert_true(contains(err, "Resource temporarily unavailable"));
+    assert_true(contains(err, "all 8 attempts"));
+    assert_true(took >= std::chrono::milliseconds(400));
+    for (int c : queued)
+        close(c);
+    close(l);
+    unlink(path.c_str());
+    rmdir(tmpl);
+}
+
 } // namespace
 
 int main()
@@ -113,6 +156,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_socket_from_authinfo),
         cmocka_unit_test(test_credentials),
+        cmocka_unit_test(test_full_backlog),
     };
     return cmocka_run_group_tests_name("munge_auth", tests, setup, teardown);
 }
