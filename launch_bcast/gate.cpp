@@ -103,6 +103,9 @@ LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<ui
 {
     // Only slurmstepd (root or SlurmdUser) holds steps here.
     server_.admit_only(trusted_);
+    // slurmstepd sends its request right after it connects; a held step
+    // then waits by design (hearing "still" every `still`).
+    server_.first_request_within(net::UnixServer::kDefaultFirstRequest, [this](int fd) { drop(fd); });
 }
 
 LaunchGate::~LaunchGate()
@@ -194,6 +197,7 @@ void LaunchGate::read_request(Waiter &w)
     ssize_t n = recv(w.fd, buf, sizeof buf, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
+    server_.settled(w.fd); // its request is in: answered, dropped or held
     if (n <= 0 || !w.sids.empty()) {
         // The step went away (its slurmstepd was killed, or gave up), or
         // spoke out of turn: nobody to answer.
@@ -283,6 +287,7 @@ void LaunchGate::drop(int fd)
     if (it == waiters_.end())
         return;
     event_free(it->second->ev);
+    server_.settled(fd);
     ::close(fd);
     waiters_.erase(it);
 }

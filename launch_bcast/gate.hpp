@@ -16,7 +16,10 @@
 //
 // The socket: SOCK_SEQPACKET at <SlurmdSpoolDir>/socket_name, served on the
 // agent's loop; only the uids in `trusted` (root, the slurmd's user) may
-// ask.  One request per connection, net::Writer encoding:
+// ask (others are closed at accept), and a connection that sent no request
+// within net::UnixServer::kDefaultFirstRequest of its accept is closed; a
+// held step is never cut (it waits by design).  One request per
+// connection, net::Writer encoding:
 //   hold   {u8 version, u8 'W', u32 job, u32 step, u32 count (1..max_sids),
 //           u64 sid x count}
 //   still  {u8 version, u8 'S'}, every `still_every` while the step is held
