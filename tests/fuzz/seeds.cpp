@@ -132,5 +132,20 @@ int main(int argc, char **argv)
          "storm_gang_stop=signal,storm_cosched_partitions=work,storm_cosched_slice=2s");
     seed("fuzz_settings", 2, 1,
          "bf_interval=1,storm_gang_quantum=10ms,storm_gang_failsafe=2s,storm_gang_mpl=2");
+
+    // Command lines: NUL between the arguments.
+    using namespace std::string_literals;
+    seed("fuzz_bcast_args", 1, 0,
+         "-f\0-p\0--compress=zlib\0-s\0"
+         "64k\0--timeout=30\0-j\0"
+         "42.3\0-F\0"
+         "4\0--window=8m\0"
+         "--send-libs=yes\0--exclude=/usr/lib\0--progress\0-v\0/tmp/a.out\0a.out"s);
+    seed("fuzz_bcast_args", 2, 0, "-C\0--no-progress\0--send-libs\0src\0/tmp/dst"s);
+    seed("fuzz_bcast_args", 3, 0, "--help"s);
+    seed("fuzz_bcast_args", 4, 1, "4294967294.0");
+    seed("fuzz_gang_args", 1, 0, "nodes\0-n\0vn[1-8]"s, false);
+    seed("fuzz_gang_args", 2, 0, "status", false);
+    seed("fuzz_gang_args", 3, 0, "nodes\0-n\0all"s, false);
     return 0;
 }
