@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const auto &o = a.options;
         FUZZ_REQUIRE(o.chunk_size == bcast::ClientOptions{}.chunk_size ||
                      (o.chunk_size >= 1024 && o.chunk_size <= bcast::kMaxChunk));
-        FUZZ_REQUIRE(o.timeout.count() >= 1 && o.timeout.count() <= 3600);
+        FUZZ_REQUIRE(o.timeout >= std::chrono::seconds(1) && o.timeout <= std::chrono::seconds(3600));
         FUZZ_REQUIRE(o.fanout >= 1 && o.fanout <= 64);
         FUZZ_REQUIRE(a.window_bytes >= 1024 && a.window_bytes <= (1u << 30));
         FUZZ_REQUIRE(a.progress >= -1 && a.progress <= 1);

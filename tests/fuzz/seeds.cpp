@@ -147,5 +147,32 @@ int main(int argc, char **argv)
     seed("fuzz_gang_args", 1, 0, "nodes\0-n\0vn[1-8]"s, false);
     seed("fuzz_gang_args", 2, 0, "status", false);
     seed("fuzz_gang_args", 3, 0, "nodes\0-n\0all"s, false);
+
+    // Multicast: a chunk of 2000 bytes in its two segments (32-byte header,
+    // lib/net/mcast.cpp; 1440 bytes each at MTU 1500), as two datagrams,
+    // then as one GSO send; records {u8 flags, u16 length, u16 gso, bytes}.
+    {
+        auto segment = [](uint16_t seg, size_t len) {
+            net::Writer w;
+            w.u32(0x53544d43);
+            w.u32(2);
+            w.u64(7);
+            w.u64(0);
+            w.u32(2000);
+            w.u16(seg);
+            w.u16(1440);
+            return w.take() + std::string(len, static_cast<char>('a' + seg));
+        };
+        auto record = [](uint8_t flags, const std::string &bytes, uint16_t gso) {
+            net::Writer w;
+            w.u8(flags);
+            w.u16(static_cast<uint16_t>(bytes.size()));
+            w.u16(gso);
+            return w.take() + bytes;
+        };
+        std::string s0 = segment(0, 1440), s1 = segment(1, 560);
+        seed("fuzz_mcast", 1, 0, record(0, s0, 0) + record(0, s1, 0), false);
+        seed("fuzz_mcast", 2, 0, record(1, s0 + s1, static_cast<uint16_t>(s0.size())), false);
+    }
     return 0;
 }
