@@ -61,6 +61,25 @@ std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
     return w.take();
 }
 
+Hold read_hold(std::string_view packet)
+{
+    net::Reader r(packet.data(), packet.size());
+    if (r.u8() != version)
+        throw net::DecodeError("another version of the launch gate");
+    if (r.u8() != kHold)
+        throw net::DecodeError("not a hold request");
+    Hold h;
+    h.job = r.u32();
+    h.step = r.u32();
+    uint32_t count = r.u32();
+    if (count == 0 || count > max_sids)
+        throw net::DecodeError(std::to_string(count) + " broadcasts");
+    for (uint32_t i = 0; i < count; ++i)
+        h.sids.push_back(r.u64());
+    r.finish();
+    return h;
+}
+
 void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids,
           std::chrono::milliseconds quiet_limit)
 {
@@ -215,19 +234,10 @@ void LaunchGate::read_request(Waiter &w)
         return;
     }
     try {
-        net::Reader r(buf, static_cast<size_t>(n));
-        if (r.u8() != gate::version)
-            throw net::DecodeError("another version of the launch gate");
-        if (r.u8() != kHold)
-            throw net::DecodeError("not a hold request");
-        w.job = r.u32();
-        w.step = r.u32();
-        uint32_t count = r.u32();
-        if (count == 0 || count > gate::max_sids)
-            throw net::DecodeError(std::to_string(count) + " broadcasts");
-        for (uint32_t i = 0; i < count; ++i)
-            w.sids.push_back(r.u64());
-        r.finish();
+        gate::Hold h = gate::read_hold(std::string_view(buf, static_cast<size_t>(n)));
+        w.job = h.job;
+        w.step = h.step;
+        w.sids = std::move(h.sids);
     } catch (const net::DecodeError &e) {
         log_.error("malformed request: %s", e.what());
         answer(w.fd, std::string("malformed request: ") + e.what());

@@ -74,6 +74,14 @@ std::string format(const std::vector<uint64_t> &sids);
 std::vector<uint64_t> parse(std::string_view text);
 
 std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids);
+// A hold request as the agent reads it (the inverse of hold()); throws
+// net::DecodeError naming what is wrong: another version, not a hold, 0 or
+// more than max_sids sessions, bytes missing or left over.
+struct Hold {
+    uint32_t job = 0, step = 0;
+    std::vector<uint64_t> sids;
+};
+Hold read_hold(std::string_view packet);
 
 // slurmstepd's side: blocks until the agent answers; throws
 // net::UnixUnreachable when no agent listens at `socket_path`, and

@@ -126,6 +126,7 @@ int main(int argc, char **argv)
         storm_cosched_encode(m, STORM_COSCHED_REGISTER, 0, 42, 3, 0);
         seed("fuzz_control", 5, 1, std::string(reinterpret_cast<char *>(m), sizeof m));
     }
+    seed("fuzz_control", 6, 3, bcast::gate::hold(42, 0, {0x0123456789abcdefull, 7}));
 
     seed("fuzz_settings", 1, 0,
          "storm_agent_port=6830,storm_fanout=8,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500,"
