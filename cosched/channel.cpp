@@ -159,6 +159,10 @@ Channel::Channel(event_base *base, std::string socket_path, Verifier verifier, H
 {
     // Tasks of every user register here: each user's connections are bounded.
     server_.limit_per_uid(net::UnixServer::kDefaultPerUid);
+    // A task registers right after it connects; once its registration is
+    // in, it may idle as long as it lives.
+    server_.first_request_within(net::UnixServer::kDefaultFirstRequest,
+                                 [this](int fd) { drop(fd, "", false); });
 }
 
 Channel::~Channel()
@@ -291,6 +295,7 @@ void Channel::drop(int fd, const std::string &why, bool log_error)
         log_.error("closed the request channel of pid %d (uid %u): %s", c->pid, c->uid, why.c_str());
     if (c->ev)
         event_free(c->ev);
+    server_.settled(fd);
     ::close(fd);
     if (c->job)
         handler_.on_unregister(fd, c->pid, c->job);
@@ -328,7 +333,9 @@ void Channel::handle(Client &c, const unsigned char *m, size_t n)
         if (!job || status != 0 || count != 0)
             return bad("a registration with job " + std::to_string(job) + ", status " +
                        std::to_string(status) + ", count " + std::to_string(count));
-        // Not read until the worker has checked it (on_verified).
+        // Not read until the worker has checked it (on_verified), which
+        // registers it or closes it: the deadline no longer applies.
+        server_.settled(c.fd);
         c.serial = ++next_serial_;
         c.want_job = job;
         c.want_rank = rank;

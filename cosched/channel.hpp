@@ -23,7 +23,11 @@
 // is closed.
 //
 // The listening socket (mode 0666, a stale one replaced, its file removed
-// with the channel) is a net::UnixServer (lib/net/unix_server.hpp).
+// with the channel) is a net::UnixServer (lib/net/unix_server.hpp): at most
+// kDefaultPerUid connections per uid, and a connection that sent no
+// well-formed REGISTER within kDefaultFirstRequest of its accept is closed
+// (one warning line).  A registered task is never cut for being idle: it
+// may wait for its job's turn as long as it lives.
 //
 // Contract: everything runs on the loop thread.  The Handler outlives the
 // channel.  The destructor closes every connection without calling the

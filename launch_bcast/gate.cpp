@@ -61,6 +61,25 @@ std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids)
     return w.take();
 }
 
+Hold read_hold(std::string_view packet)
+{
+    net::Reader r(packet.data(), packet.size());
+    if (r.u8() != version)
+        throw net::DecodeError("another version of the launch gate");
+    if (r.u8() != kHold)
+        throw net::DecodeError("not a hold request");
+    Hold h;
+    h.job = r.u32();
+    h.step = r.u32();
+    uint32_t count = r.u32();
+    if (count == 0 || count > max_sids)
+        throw net::DecodeError(std::to_string(count) + " broadcasts");
+    for (uint32_t i = 0; i < count; ++i)
+        h.sids.push_back(r.u64());
+    r.finish();
+    return h;
+}
+
 void wait(const std::string &socket_path, uint32_t job, uint32_t step, const std::vector<uint64_t> &sids,
           std::chrono::milliseconds quiet_limit)
 {
@@ -103,6 +122,9 @@ LaunchGate::LaunchGate(event_base *base, std::string socket_path, std::vector<ui
 {
     // Only slurmstepd (root or SlurmdUser) holds steps here.
     server_.admit_only(trusted_);
+    // slurmstepd sends its request right after it connects; a held step
+    // then waits by design (hearing "still" every `still`).
+    server_.first_request_within(net::UnixServer::kDefaultFirstRequest, [this](int fd) { drop(fd); });
 }
 
 LaunchGate::~LaunchGate()
@@ -194,6 +216,7 @@ void LaunchGate::read_request(Waiter &w)
     ssize_t n = recv(w.fd, buf, sizeof buf, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
+    server_.settled(w.fd); // its request is in: answered, dropped or held
     if (n <= 0 || !w.sids.empty()) {
         // The step went away (its slurmstepd was killed, or gave up), or
         // spoke out of turn: nobody to answer.
@@ -211,19 +234,10 @@ void LaunchGate::read_request(Waiter &w)
         return;
     }
     try {
-        net::Reader r(buf, static_cast<size_t>(n));
-        if (r.u8() != gate::version)
-            throw net::DecodeError("another version of the launch gate");
-        if (r.u8() != kHold)
-            throw net::DecodeError("not a hold request");
-        w.job = r.u32();
-        w.step = r.u32();
-        uint32_t count = r.u32();
-        if (count == 0 || count > gate::max_sids)
-            throw net::DecodeError(std::to_string(count) + " broadcasts");
-        for (uint32_t i = 0; i < count; ++i)
-            w.sids.push_back(r.u64());
-        r.finish();
+        gate::Hold h = gate::read_hold(std::string_view(buf, static_cast<size_t>(n)));
+        w.job = h.job;
+        w.step = h.step;
+        w.sids = std::move(h.sids);
     } catch (const net::DecodeError &e) {
         log_.error("malformed request: %s", e.what());
         answer(w.fd, std::string("malformed request: ") + e.what());
@@ -283,6 +297,7 @@ void LaunchGate::drop(int fd)
     if (it == waiters_.end())
         return;
     event_free(it->second->ev);
+    server_.settled(fd);
     ::close(fd);
     waiters_.erase(it);
 }

@@ -16,7 +16,10 @@
 //
 // The socket: SOCK_SEQPACKET at <SlurmdSpoolDir>/socket_name, served on the
 // agent's loop; only the uids in `trusted` (root, the slurmd's user) may
-// ask.  One request per connection, net::Writer encoding:
+// ask (others are closed at accept), and a connection that sent no request
+// within net::UnixServer::kDefaultFirstRequest of its accept is closed; a
+// held step is never cut (it waits by design).  One request per
+// connection, net::Writer encoding:
 //   hold   {u8 version, u8 'W', u32 job, u32 step, u32 count (1..max_sids),
 //           u64 sid x count}
 //   still  {u8 version, u8 'S'}, every `still_every` while the step is held
@@ -71,6 +74,14 @@ std::string format(const std::vector<uint64_t> &sids);
 std::vector<uint64_t> parse(std::string_view text);
 
 std::string hold(uint32_t job, uint32_t step, const std::vector<uint64_t> &sids);
+// A hold request as the agent reads it (the inverse of hold()); throws
+// net::DecodeError naming what is wrong: another version, not a hold, 0 or
+// more than max_sids sessions, bytes missing or left over.
+struct Hold {
+    uint32_t job = 0, step = 0;
+    std::vector<uint64_t> sids;
+};
+Hold read_hold(std::string_view packet);
 
 // slurmstepd's side: blocks until the agent answers; throws
 // net::UnixUnreachable when no agent listens at `socket_path`, and

@@ -27,6 +27,11 @@ Pool::Pool(event_base *base, PoolSetup setup, Logger log)
 {
     // Tasks of every user attach here: each user's connections are bounded.
     server_.limit_per_uid(net::UnixServer::kDefaultPerUid, setup_.trusted);
+    // A connection is established by its first request from slurmstepd,
+    // or by its attach as a task (which may then idle as long as its task
+    // lives); anything else is closed after the deadline.
+    server_.first_request_within(net::UnixServer::kDefaultFirstRequest,
+                                 [this](int fd) { drop(fd, nullptr); });
 }
 
 Pool::~Pool()

@@ -238,6 +238,7 @@ void Pool::attach(Client &c, const control::Ids &ids)
     if (!reply(c, control::attached(a), w.memfd))
         return refuse(std::string("cannot answer: ") + std::strerror(errno));
     c.task = true;
+    server_.settled(c.fd); // a task: long-lived, however idle
     c.ctx = ids.id;
     c.local = local;
     c.rank = ids.rank;

@@ -14,6 +14,11 @@
 //  - task: halted, ready, failed, on a connection attached as a task only;
 //    on any other the connection is dropped as an "unexpected control
 //    message" before the body is read.
+// A connection must be established within the control socket's deadline
+// (net::UnixServer::kDefaultFirstRequest of its accept): by a request of
+// slurmstepd's, or by a task's attach.  One that did neither (idle, refused,
+// or a user's refused open) is closed then; an established one is never
+// cut for being idle (a task's connection lives as long as the task).
 // Any other type is unexpected too; a malformed message (or a handler that
 // throws) closes the connection with one error line.
 #include "switch_rdma/pool.hpp"
@@ -167,6 +172,7 @@ void Pool::drop(int fd, const char *why)
     }
     if (c.ev)
         event_free(c.ev);
+    server_.settled(fd);
     ::close(fd);
     clients_.erase(it);
     for (auto &[id, w] : windows_) {
@@ -197,6 +203,8 @@ void Pool::handle(Client &c, const std::string &msg, int)
                                     " a communication context"));
             return;
         }
+        if (route->sender == Sender::slurmstepd)
+            server_.settled(c.fd); // slurmstepd's request: the peer is known
         route->handle(*this, c, q);
     } catch (const std::exception &e) {
         log_.error("malformed control message from pid %d (uid %u): %s", c.pid, c.uid, e.what());

@@ -14,72 +14,22 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <getopt.h>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 
 #include "launch_bcast/client.hpp"
 #include "slurm_adapter/bcast_job.hpp"
+#include "tools/bcast_args.hpp"
 
 using namespace storm;
 
 namespace {
 
-// The help text; it names the multicast chunk size from the constant itself.
-const std::string kUsage =
-    std::string("usage: storm-bcast [OPTIONS] SOURCE DEST\n"
-                "  -f, --force             replace DEST where it exists\n"
-                "  -p, --preserve          keep SOURCE's access and modification times\n"
-                "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
-                "  -s, --size=SIZE         chunk size (default 32k, or ") +
-    std::to_string(net::kMcastChunkSize) +
-    " bytes where the\n"
-    "                          agents multicast, half that to " +
-    std::to_string(bcast::kSmallChunkNodes) +
-    " nodes or fewer;\n"
-    "                          k and m suffixes)\n"
-    "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
-    "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
-    "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"
-    "  -w, --window=SIZE       bytes in flight, unacknowledged by every node (default 16m)\n"
-    "      --send-libs[=yes|no] also send SOURCE's shared libraries to DEST_libs/\n"
-    "      --exclude=PATHS     libraries under these directories are not sent\n"
-    "                          (default: BcastExclude)\n"
-    "      --progress, --no-progress   show progress (default: when stderr is a terminal)\n"
-    "  -v, --verbose           say what is sent where\n"
-    "  -V, --version, -h, --help\n";
-
 [[noreturn]] void usage(const std::string &why)
 {
-    std::fprintf(stderr, "storm-bcast: %s\n%s", why.c_str(), kUsage.c_str());
+    std::fprintf(stderr, "storm-bcast: %s\n%s", why.c_str(), tools::kBcastUsage.c_str());
     std::exit(2);
-}
-
-uint64_t parse_size(const char *s)
-{
-    char *end = nullptr;
-    errno = 0;
-    unsigned long long v = std::strtoull(s, &end, 10);
-    if (end == s || errno)
-        usage(std::string("bad size ") + s);
-    if (*end == 'k' || *end == 'K')
-        v <<= 10, ++end;
-    else if (*end == 'm' || *end == 'M')
-        v <<= 20, ++end;
-    if (*end)
-        usage(std::string("bad size ") + s);
-    return v;
-}
-
-uint32_t parse_uint(const char *s, const char *what, uint32_t lo, uint32_t hi)
-{
-    char *end = nullptr;
-    errno = 0;
-    unsigned long v = std::strtoul(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        usage(std::string("bad ") + what + " \"" + s + "\" (" + std::to_string(lo) + "-" +
-              std::to_string(hi) + ")");
-    return static_cast<uint32_t>(v);
 }
 
 class Progress {
@@ -116,104 +66,28 @@ private:
 
 int main(int argc, char **argv)
 {
-    enum { kSendLibs = 256, kExclude, kProgress, kNoProgress };
-    const option longopts[] = {{"force", no_argument, nullptr, 'f'},
-                               {"preserve", no_argument, nullptr, 'p'},
-                               {"compress", optional_argument, nullptr, 'C'},
-                               {"size", required_argument, nullptr, 's'},
-                               {"timeout", required_argument, nullptr, 't'},
-                               {"jobid", required_argument, nullptr, 'j'},
-                               {"fanout", required_argument, nullptr, 'F'},
-                               {"window", required_argument, nullptr, 'w'},
-                               {"send-libs", optional_argument, nullptr, kSendLibs},
-                               {"exclude", required_argument, nullptr, kExclude},
-                               {"progress", no_argument, nullptr, kProgress},
-                               {"no-progress", no_argument, nullptr, kNoProgress},
-                               {"verbose", no_argument, nullptr, 'v'},
-                               {"version", no_argument, nullptr, 'V'},
-                               {"help", no_argument, nullptr, 'h'},
-                               {nullptr, 0, nullptr, 0}};
-    bcast::ClientOptions o;
-    std::string job_arg;
-    bool send_libs = false, verbose = false;
-    int progress = -1;
-    std::string exclude;
-    bool exclude_set = false;
-    uint64_t window_bytes = 16u << 20;
-    int c;
-    while ((c = getopt_long(argc, argv, "fpC::s:t:j:F:w:vVh", longopts, nullptr)) != -1) {
-        switch (c) {
-        case 'f':
-            o.flags |= bcast::kForce;
-            break;
-        case 'p':
-            o.flags |= bcast::kPreserve;
-            break;
-        case 'C':
-            if (optarg && strcasecmp(optarg, "none") == 0)
-                o.compress = false;
-            else if (!optarg || !strcasecmp(optarg, "zlib") || !strcasecmp(optarg, "lz4"))
-                o.compress = true;
-            else
-                usage(std::string("unknown compression \"") + optarg + "\" (zlib, lz4 or none)");
-            break;
-        case 's': {
-            uint64_t v = parse_size(optarg);
-            if (v < 1024 || v > bcast::kMaxChunk)
-                usage("chunk size must be 1k to " + std::to_string(bcast::kMaxChunk >> 20) + "m");
-            o.chunk_size = static_cast<uint32_t>(v);
-            break;
-        }
-        case 't':
-            o.timeout = std::chrono::seconds(parse_uint(optarg, "timeout", 1, 3600));
-            break;
-        case 'j':
-            job_arg = optarg;
-            break;
-        case 'w':
-            window_bytes = parse_size(optarg);
-            if (window_bytes < 1024 || window_bytes > (1u << 30))
-                usage("window must be 1k to 1024m");
-            break;
-        case 'F':
-            o.fanout = static_cast<uint8_t>(parse_uint(optarg, "fanout", 1, 64));
-            break;
-        case kSendLibs:
-            send_libs = !optarg || !strcasecmp(optarg, "yes");
-            if (optarg && strcasecmp(optarg, "yes") && strcasecmp(optarg, "no"))
-                usage(std::string("--send-libs takes yes or no, not \"") + optarg + "\"");
-            break;
-        case kExclude:
-            exclude = optarg;
-            exclude_set = true;
-            break;
-        case kProgress:
-            progress = 1;
-            break;
-        case kNoProgress:
-            progress = 0;
-            break;
-        case 'v':
-            verbose = true;
-            break;
-        case 'V':
-            std::printf("storm-bcast %s (Slurm %s)\n", STORM_VERSION, STORM_SLURM_VERSION);
-            return 0;
-        case 'h':
-            std::fputs(kUsage.c_str(), stdout);
-            return 0;
-        default:
-            usage("bad option");
-        }
+    tools::BcastArgs a;
+    try {
+        a = tools::parse_bcast_args(argc, argv);
+    } catch (const tools::UsageError &e) {
+        usage(e.what());
     }
-    if (argc - optind != 2)
-        usage("needs SOURCE and DEST");
-    std::string source = argv[optind], dest = argv[optind + 1];
-    if (dest.empty() || dest.back() == '/')
-        usage("DEST must name the file or directory to create, not \"" + dest + "\"");
+    if (a.action == tools::BcastArgs::Action::version) {
+        std::printf("storm-bcast %s (Slurm %s)\n", STORM_VERSION, STORM_SLURM_VERSION);
+        return 0;
+    }
+    if (a.action == tools::BcastArgs::Action::help) {
+        std::fputs(tools::kBcastUsage.c_str(), stdout);
+        return 0;
+    }
+    bcast::ClientOptions &o = a.options;
+    std::string &job_arg = a.job, &exclude = a.exclude, &source = a.source, &dest = a.dest;
+    const bool send_libs = a.send_libs, verbose = a.verbose;
+    int progress = a.progress;
+    const uint64_t window_bytes = a.window_bytes;
 
     slurm_init(nullptr);
-    if (!exclude_set)
+    if (!a.exclude_set)
         exclude = slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude : "none";
     if (dest.front() != '/') {
         std::string base = shim::bcast_dest_dir();
@@ -236,11 +110,10 @@ int main(int argc, char **argv)
         if (const char *s = getenv("SLURM_STEP_ID"))
             job_arg += std::string(".") + s;
     }
-    {
-        size_t dot = job_arg.find('.');
-        job = parse_uint(job_arg.substr(0, dot).c_str(), "job id", 1, UINT32_MAX - 1);
-        if (dot != std::string::npos)
-            step = parse_uint(job_arg.substr(dot + 1).c_str(), "step id", 0, UINT32_MAX - 1);
+    try {
+        std::tie(job, step) = tools::parse_job_step(job_arg, NO_VAL);
+    } catch (const tools::UsageError &e) {
+        usage(e.what());
     }
     if (progress < 0)
         progress = isatty(STDERR_FILENO) ? 1 : 0;

@@ -38,6 +38,7 @@
 #include "lib/net/munge_auth.hpp"
 #include "lib/prim/engine.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
+#include "tools/gang_args.hpp"
 
 extern "C" {
 #include "src/common/read_config.h"
@@ -126,7 +127,7 @@ void step(prim::Engine &e, const std::shared_ptr<Probe> &p, int &outstanding)
         2000ms);
 }
 
-int nodes(const std::vector<std::string> &args)
+int nodes(const tools::GangArgs &args)
 {
     std::vector<shim::SlurmNode> table;
     agent::AgentConfig acfg;
@@ -137,18 +138,19 @@ int nodes(const std::vector<std::string> &args)
         usage(e.what());
     }
     std::vector<uint32_t> pick;
-    if (args.size() == 2 && args[0] == "-n" && args[1] != "all") {
-        for (const auto &name : shim::expand_hostlist(args[1].c_str())) {
+    if (!args.nodes_ok) {
+        usage("bad arguments to nodes");
+    } else if (!args.all) {
+        for (const auto &name : shim::expand_hostlist(args.pick.c_str())) {
             auto it = std::find_if(table.begin(), table.end(), [&](auto &n) { return n.name == name; });
             if (it == table.end())
                 usage(("no node " + name + " in slurm.conf").c_str());
             pick.push_back(static_cast<uint32_t>(it - table.begin()));
         }
-    } else if (args.empty() || (args.size() == 2 && args[0] == "-n")) {
+    } else {
         for (uint32_t i = 0; i < table.size(); ++i)
             pick.push_back(i);
-    } else
-        usage("bad arguments to nodes");
+    }
     prim::EngineConfig ec;
     ec.nodes = shim::agent_addresses(table, acfg.port);
     ec.fanout = acfg.fanout;
@@ -212,14 +214,14 @@ int nodes(const std::vector<std::string> &args)
 int main(int argc, char **argv)
 {
     block_sigpipe();
-    std::string cmd = argc > 1 ? argv[1] : "status";
-    if (cmd == "-h" || cmd == "--help")
+    tools::GangArgs args = tools::parse_gang_args(argc, argv);
+    if (args.command == tools::GangArgs::Command::help)
         usage("gang scheduling's matrix and the nodes' view");
     if (slurm_conf_init(nullptr) != SLURM_SUCCESS)
         usage("cannot read slurm.conf (set SLURM_CONF)");
-    if (cmd == "status" && argc <= 2)
+    if (args.command == tools::GangArgs::Command::status)
         return status();
-    if (cmd == "nodes")
-        return nodes(std::vector<std::string>(argv + 2, argv + argc));
-    usage(("unknown command " + cmd).c_str());
+    if (args.command == tools::GangArgs::Command::nodes)
+        return nodes(args);
+    usage(("unknown command " + args.word).c_str());
 }

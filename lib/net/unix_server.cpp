@@ -21,7 +21,12 @@ UnixServer::UnixServer(event_base *base, std::string path, Logger log, std::stri
 {
 }
 
-UnixServer::~UnixServer() { close_socket(); }
+UnixServer::~UnixServer()
+{
+    close_socket();
+    for (auto &[fd, p] : pending_)
+        event_free(p->ev);
+}
 
 void UnixServer::admit_only(std::vector<uid_t> uids)
 {
@@ -36,25 +41,31 @@ void UnixServer::limit_per_uid(size_t n, std::vector<uid_t> exempt)
     admitted_ = std::move(exempt);
 }
 
-void UnixServer::refusal(const char *fmt, ...)
+void UnixServer::first_request_within(std::chrono::milliseconds wait, OnExpired on_expired)
 {
-    ++refused_;
+    first_wait_ = wait;
+    on_expired_ = std::move(on_expired);
+}
+
+void UnixServer::warn(Counted &c, const char *fmt, ...)
+{
+    ++c.count;
     auto now = std::chrono::steady_clock::now();
-    if (refused_logged_ != 0 && now - refusal_log_ < std::chrono::seconds(10))
+    if (c.logged != 0 && now - c.last < std::chrono::seconds(10))
         return; // counted: the next line says how many
     char line[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    uint64_t more = refused_ - refused_logged_ - 1;
+    uint64_t more = c.count - c.logged - 1;
     if (more)
-        log_.warning("%s (and %llu more refusals since the last such line)", line,
-                     static_cast<unsigned long long>(more));
+        log_.warning("%s (and %llu more %s since the last such line)", line,
+                     static_cast<unsigned long long>(more), c.noun);
     else
-        log_.warning("%s (further refusals are counted, logged every 10 s)", line);
-    refused_logged_ = refused_;
-    refusal_log_ = now;
+        log_.warning("%s (further %s are counted, logged every 10 s)", line, c.noun);
+    c.logged = c.count;
+    c.last = now;
 }
 
 bool UnixServer::admit(int fd, const ucred &cred)
@@ -63,9 +74,9 @@ bool UnixServer::admit(int fd, const ucred &cred)
         cred.uid == 0 || std::find(admitted_.begin(), admitted_.end(), cred.uid) != admitted_.end();
     if (only_) {
         if (!privileged)
-            refusal(
-                "closed a connection of uid %u (pid %d) to the %s %s: only root and SlurmdUser may use it",
-                static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what_.c_str(), path_.c_str());
+            warn(refusals_,
+                 "closed a connection of uid %u (pid %d) to the %s %s: only root and SlurmdUser may use it",
+                 static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what_.c_str(), path_.c_str());
         return privileged;
     }
     if (per_uid_ == 0 || privileged)
@@ -79,16 +90,66 @@ bool UnixServer::admit(int fd, const ucred &cred)
                               }),
                open.end());
     if (open.size() >= per_uid_) {
-        refusal("closed a connection of uid %u (pid %d) to the %s %s: the uid holds %zu connections to it "
-                "already (the limit)",
-                static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what_.c_str(), path_.c_str(),
-                open.size());
+        warn(refusals_,
+             "closed a connection of uid %u (pid %d) to the %s %s: the uid holds %zu connections to it "
+             "already (the limit)",
+             static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), what_.c_str(), path_.c_str(),
+             open.size());
         return false;
     }
     struct stat st;
     if (fstat(fd, &st) == 0)
         open.emplace_back(fd, st.st_ino);
     return true;
+}
+
+void UnixServer::watch_deadline(int fd, const ucred &cred)
+{
+    if (first_wait_.count() <= 0)
+        return;
+    settled(fd); // a descriptor the owner closed without saying so
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    auto p = std::make_unique<Pending>(Pending{this, fd, st.st_ino, cred, nullptr});
+    p->ev = event_new(base_, -1, 0, on_deadline, p.get());
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(first_wait_).count();
+    timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+    if (!p->ev || event_add(p->ev, &tv) != 0) {
+        // Without a timer the connection is served as before the deadline.
+        if (p->ev)
+            event_free(p->ev);
+        log_.error("cannot watch a connection's first request on the %s %s", what_.c_str(), path_.c_str());
+        return;
+    }
+    pending_[fd] = std::move(p);
+}
+
+void UnixServer::settled(int fd) noexcept
+{
+    auto it = pending_.find(fd);
+    if (it == pending_.end())
+        return;
+    event_free(it->second->ev);
+    pending_.erase(it);
+}
+
+void UnixServer::on_deadline(int, short, void *arg)
+{
+    auto *p = static_cast<Pending *>(arg);
+    UnixServer *self = p->self;
+    int fd = p->fd;
+    ino_t ino = p->ino;
+    ucred cred = p->cred;
+    self->settled(fd); // frees *p
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != ino)
+        return; // the owner closed it already
+    self->warn(self->expiries_,
+               "closed a connection of uid %u (pid %d) to the %s %s: no request within %lld ms of its accept",
+               static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), self->what_.c_str(),
+               self->path_.c_str(), static_cast<long long>(self->first_wait_.count()));
+    self->on_expired_(fd);
 }
 
 void UnixServer::close_socket() noexcept
@@ -157,6 +218,7 @@ void UnixServer::on_accept(int fd, short, void *arg)
             ::close(c);
             continue;
         }
+        self->watch_deadline(c, cred);
         self->on_client_(c, cred);
     }
 }

@@ -1,7 +1,8 @@
 // A unix control socket of the node agent, on its libevent loop: the
 // listening SOCK_SEQPACKET socket and its accept event, shared by the
-// buffer pool's control socket (switch_rdma/pool.hpp) and the local
-// scheduler's request socket (cosched/channel.hpp).
+// buffer pool's control socket (switch_rdma/pool.hpp), the local
+// scheduler's request socket (cosched/channel.hpp) and the launch gate
+// (launch_bcast/gate.hpp).
 //
 // Tasks run as their users, so the socket file is mode 0666: a peer is
 // known by what the kernel says of it (SO_PEERCRED: pid, uid, gid), never
@@ -36,6 +37,20 @@
 //    owner's close() ends it; nothing else is asked of the owner).  Each
 //    kind of refusal is one warning line, then counted and logged at most
 //    every 10 s.
+//  - First-request deadline (set before start()): with
+//    first_request_within(wait, on_expired), every accepted connection
+//    must complete its first request (or whatever identifies its peer, as
+//    the owner defines it) within `wait` of its accept.  The owner calls
+//    settled(fd) once it has (and may call it when it closes the
+//    connection earlier; settled() of an unknown fd does nothing).  A
+//    connection still unsettled at its deadline, whose descriptor still
+//    refers to the socket accepted, is handed to on_expired(fd), which
+//    closes it (the owner's drop: the descriptor and its events are the
+//    owner's).  Each expiry is counted (expired()) and logged as the
+//    refusals are: one warning line naming the uid, pid and the wait, then
+//    at most every 10 s with the count.  A settled connection is never
+//    cut by the server, however long it stays idle: what an established
+//    peer may do, and for how long, is the owner's protocol.
 //
 // watch_readable() is the companion for the accepted connections: one
 // persistent EV_READ event per connection; keep_watched() adds it to a
@@ -50,6 +65,7 @@
 #include <memory>
 #include <string>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "lib/common/log.hpp"
@@ -79,18 +95,49 @@ public:
     // one node, far below slurmd's descriptor limit.
     static constexpr size_t kDefaultPerUid = 512;
 
+    using OnExpired = std::function<void(int fd)>;
+    // Every connection must complete its first request within `wait` (see
+    // the contract above); on_expired(fd) closes one that did not.
+    void first_request_within(std::chrono::milliseconds wait, OnExpired on_expired);
+    // The connection on `fd` completed its first request (or is being
+    // closed by the owner): the deadline no longer applies to it.
+    void settled(int fd) noexcept;
+    // The agent's deadline for a first request: every peer (slurmstepd,
+    // the tasks' libstormmsg) sends it right after connect().
+    static constexpr std::chrono::seconds kDefaultFirstRequest{10};
+
     void start();
     const std::string &path() const noexcept { return path_; }
     // Connections closed at accept by admit_only() and limit_per_uid().
-    uint64_t refused() const noexcept { return refused_; }
+    uint64_t refused() const noexcept { return refusals_.count; }
+    // Connections closed by the first-request deadline, and those it
+    // watches now.
+    uint64_t expired() const noexcept { return expiries_.count; }
+    size_t unsettled() const noexcept { return pending_.size(); }
     bool listening() const noexcept { return fd_ >= 0; }
 
 private:
+    // A warning counted, and logged at most every 10 s (with the count).
+    struct Counted {
+        const char *noun; // "refusals"
+        uint64_t count = 0, logged = 0;
+        std::chrono::steady_clock::time_point last{};
+    };
+    // A connection under the first-request deadline.
+    struct Pending {
+        UnixServer *self;
+        int fd;
+        ino_t ino;
+        ucred cred;
+        event *ev;
+    };
     static void on_accept(int fd, short, void *arg);
+    static void on_deadline(int, short, void *arg);
     void close_socket() noexcept; // and removes the file
     // Whether a peer of `cred` may connect now (else logs why, rate-limited).
     bool admit(int fd, const ucred &cred);
-    void refusal(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    void watch_deadline(int fd, const ucred &cred);
+    void warn(Counted &c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
     event_base *base_;
     std::string path_;
@@ -106,8 +153,10 @@ private:
     // socket accepted on it (a descriptor the owner closed, or reused for
     // another socket, no longer counts).
     std::map<uid_t, std::vector<std::pair<int, ino_t>>> open_by_uid_;
-    uint64_t refused_ = 0, refused_logged_ = 0;
-    std::chrono::steady_clock::time_point refusal_log_{};
+    Counted refusals_{"refusals"}, expiries_{"closures"};
+    std::chrono::milliseconds first_wait_{0}; // 0: no deadline
+    OnExpired on_expired_;
+    std::map<int, std::unique_ptr<Pending>> pending_; // by descriptor
 };
 
 // A persistent EV_READ event on `fd` calling cb(fd, EV_READ, arg), added to

@@ -1,5 +1,6 @@
 #include "switch_rdma/msg/endpoint.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <climits>
@@ -16,6 +17,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <vector>
 
 #include "lib/net/fd_passing.hpp"
 #include "lib/net/wire.hpp"
@@ -305,46 +307,109 @@ void Endpoint::connect_peers()
         }
         ready(p, fd);
     }
-    // Upwards: accept every higher rank.
+    // Upwards: accept every higher rank.  Anyone may connect to the port,
+    // so the hellos are read side by side, each within 5 s of its accept,
+    // at most kMaxHellos at once (the oldest closed for a newer one): a
+    // connection that says nothing holds up no peer.
+    constexpr size_t kMaxHellos = 64;
+    struct Waiting {
+        int fd;
+        Clock::time_point until;
+        Hello h;
+        size_t got;
+    };
+    std::vector<Waiting> waiting;
+    struct CloseWaiting {
+        std::vector<Waiting> &w;
+        ~CloseWaiting()
+        {
+            for (auto &x : w)
+                ::close(x.fd);
+        }
+    } wcloser{waiting};
     uint32_t expected = ntasks_ - 1 - rank_;
     std::string refused;
+    auto refuse = [&](size_t i, const std::string &why) {
+        ::close(waiting[i].fd);
+        waiting.erase(waiting.begin() + static_cast<long>(i));
+        refused += (refused.empty() ? "" : "; ") + why;
+    };
     while (expected) {
-        if (!wait_fd(lfd, POLLIN, deadline))
+        auto now = Clock::now();
+        if (now >= deadline)
             error(ETIMEDOUT, std::to_string(expected) + " peers of higher rank did not connect to " +
                                  rank_text(rank_) + " within " + std::to_string(timeout_s_) + " s" +
                                  (refused.empty() ? "" : " (refused: " + refused + ")"));
-        int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        Hello h{};
-        auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-        std::string why;
-        if (!read_all(fd, &h, sizeof h, hello_deadline))
-            why = "no hello";
-        else if (h.magic == hello_magic_v1)
-            why = "rank " + std::to_string(h.src) + " speaks frame version 1, this task version " +
-                  std::to_string(frame_version) + " (the step's tasks use different libstormmsg versions)";
-        else if (h.magic != hello_magic || h.order != byte_order)
-            why = "not a libstormmsg peer of this byte order";
-        else if (h.id != ctx_.id || h.job != ctx_.job_id || h.step != ctx_.step_id)
-            why = "context " + std::to_string(h.id) + " of step " + std::to_string(h.job) + "." +
-                  std::to_string(h.step) + " is not this one";
-        else if (h.dst != rank_ || h.src <= rank_ || h.src >= ntasks_ || peers_[h.src].fd >= 0)
-            why = "unexpected ranks " + std::to_string(h.src) + " -> " + std::to_string(h.dst);
-        else if (h.packet_size != att_.packet_size)
-            why = "packet size " + std::to_string(h.packet_size) + " differs";
-        if (!why.empty()) {
-            ::close(fd);
-            refused += (refused.empty() ? "" : "; ") + why;
-            continue;
+        for (size_t i = waiting.size(); i-- > 0;)
+            if (now >= waiting[i].until)
+                refuse(i, "no hello");
+        auto wake = deadline;
+        std::vector<pollfd> fds{{lfd, POLLIN, 0}};
+        for (const auto &x : waiting) {
+            fds.push_back({x.fd, POLLIN, 0});
+            wake = std::min(wake, x.until);
         }
-        HelloAck a{hello_magic, 1};
-        if (!write_all(fd, &a, sizeof a, deadline)) {
-            ::close(fd);
+        int n = poll(fds.data(), fds.size(), remaining_ms(wake));
+        if (n < 0 && errno != EINTR)
+            error(errno, sys("poll"));
+        if (n <= 0)
             continue;
+        // Hellos first (fds[i + 1] is waiting[i]), from the last, since a
+        // refusal removes its entry.
+        for (size_t i = waiting.size(); i-- > 0;) {
+            if (!fds[i + 1].revents)
+                continue;
+            Waiting &x = waiting[i];
+            ssize_t r =
+                ::recv(x.fd, reinterpret_cast<char *>(&x.h) + x.got, sizeof x.h - x.got, MSG_DONTWAIT);
+            if (r < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (r <= 0) {
+                refuse(i, "no hello");
+                continue;
+            }
+            x.got += static_cast<size_t>(r);
+            if (x.got < sizeof x.h)
+                continue;
+            const Hello &h = x.h;
+            std::string why;
+            if (h.magic == hello_magic_v1)
+                why = "rank " + std::to_string(h.src) + " speaks frame version 1, this task version " +
+                      std::to_string(frame_version) +
+                      " (the step's tasks use different libstormmsg versions)";
+            else if (h.magic != hello_magic || h.order != byte_order)
+                why = "not a libstormmsg peer of this byte order";
+            else if (h.id != ctx_.id || h.job != ctx_.job_id || h.step != ctx_.step_id)
+                why = "context " + std::to_string(h.id) + " of step " + std::to_string(h.job) + "." +
+                      std::to_string(h.step) + " is not this one";
+            else if (h.dst != rank_ || h.src <= rank_ || h.src >= ntasks_ || peers_[h.src].fd >= 0)
+                why = "unexpected ranks " + std::to_string(h.src) + " -> " + std::to_string(h.dst);
+            else if (h.packet_size != att_.packet_size)
+                why = "packet size " + std::to_string(h.packet_size) + " differs";
+            if (!why.empty()) {
+                refuse(i, why);
+                continue;
+            }
+            HelloAck a{hello_magic, 1};
+            int fd = x.fd;
+            uint32_t src = h.src;
+            waiting.erase(waiting.begin() + static_cast<long>(i));
+            if (!write_all(fd, &a, sizeof a, deadline)) {
+                ::close(fd);
+                continue;
+            }
+            ready(src, fd);
+            --expected;
         }
-        ready(h.src, fd);
-        --expected;
+        if (fds[0].revents & POLLIN) {
+            int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0)
+                continue;
+            if (waiting.size() == kMaxHellos)
+                refuse(0, "more than " + std::to_string(kMaxHellos) + " connections without a hello");
+            waiting.push_back(
+                Waiting{fd, std::min(deadline, Clock::now() + std::chrono::seconds(5)), Hello{}, 0});
+        }
     }
 }
 

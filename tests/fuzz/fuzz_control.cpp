@@ -1,11 +1,13 @@
 // Fuzz target: the requests the node agent's unix sockets read from any
 // local process: the buffer pool's control messages (switch_rdma/control.hpp:
 // header, then each type's reader, as Pool::handle routes them; an open
-// carries a whole communication context) and the coscheduling request, a
-// fixed 16-byte message (lib/node/cosched_protocol.h).  A control message
-// decoded must be the one its fields encode again.
+// carries a whole communication context), the coscheduling request, a
+// fixed 16-byte message (lib/node/cosched_protocol.h), and the launch
+// gate's hold request (launch_bcast/gate.hpp; first byte 3 mod 4).  A
+// message decoded must be the one its fields encode again.
 #include <cstring>
 
+#include "launch_bcast/gate.hpp"
 #include "lib/net/wire.hpp"
 #include "lib/node/cosched_protocol.h"
 #include "switch_rdma/control.hpp"
@@ -59,6 +61,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             default:
                 break;
             }
+        } catch (const net::DecodeError &) {
+        }
+    } else if (in.which % 4 == 3) {
+        // The launch gate's hold request (launch_bcast/gate.hpp), from
+        // slurmstepd: what decodes encodes again the same.
+        try {
+            auto h = bcast::gate::read_hold(in.rest);
+            FUZZ_REQUIRE(!h.sids.empty() && h.sids.size() <= bcast::gate::max_sids);
+            FUZZ_REQUIRE(bcast::gate::hold(h.job, h.step, h.sids) == in.rest);
         } catch (const net::DecodeError &) {
         }
     } else if (in.rest.size() == STORM_COSCHED_MSG_SIZE) {

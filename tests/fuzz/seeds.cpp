@@ -126,11 +126,54 @@ int main(int argc, char **argv)
         storm_cosched_encode(m, STORM_COSCHED_REGISTER, 0, 42, 3, 0);
         seed("fuzz_control", 5, 1, std::string(reinterpret_cast<char *>(m), sizeof m));
     }
+    seed("fuzz_control", 6, 3, bcast::gate::hold(42, 0, {0x0123456789abcdefull, 7}));
 
     seed("fuzz_settings", 1, 0,
          "storm_agent_port=6830,storm_fanout=8,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500,"
          "storm_gang_stop=signal,storm_cosched_partitions=work,storm_cosched_slice=2s");
     seed("fuzz_settings", 2, 1,
          "bf_interval=1,storm_gang_quantum=10ms,storm_gang_failsafe=2s,storm_gang_mpl=2");
+
+    // Command lines: NUL between the arguments.
+    using namespace std::string_literals;
+    seed("fuzz_bcast_args", 1, 0,
+         "-f\0-p\0--compress=zlib\0-s\0"
+         "64k\0--timeout=30\0-j\0"
+         "42.3\0-F\0"
+         "4\0--window=8m\0"
+         "--send-libs=yes\0--exclude=/usr/lib\0--progress\0-v\0/tmp/a.out\0a.out"s);
+    seed("fuzz_bcast_args", 2, 0, "-C\0--no-progress\0--send-libs\0src\0/tmp/dst"s);
+    seed("fuzz_bcast_args", 3, 0, "--help"s);
+    seed("fuzz_bcast_args", 4, 1, "4294967294.0");
+    seed("fuzz_gang_args", 1, 0, "nodes\0-n\0vn[1-8]"s, false);
+    seed("fuzz_gang_args", 2, 0, "status", false);
+    seed("fuzz_gang_args", 3, 0, "nodes\0-n\0all"s, false);
+
+    // Multicast: a chunk of 2000 bytes in its two segments (32-byte header,
+    // lib/net/mcast.cpp; 1440 bytes each at MTU 1500), as two datagrams,
+    // then as one GSO send; records {u8 flags, u16 length, u16 gso, bytes}.
+    {
+        auto segment = [](uint16_t seg, size_t len) {
+            net::Writer w;
+            w.u32(0x53544d43);
+            w.u32(2);
+            w.u64(7);
+            w.u64(0);
+            w.u32(2000);
+            w.u16(seg);
+            w.u16(1440);
+            return w.take() + std::string(len, static_cast<char>('a' + seg));
+        };
+        auto record = [](uint8_t flags, const std::string &bytes, uint16_t gso) {
+            net::Writer w;
+            w.u8(flags);
+            w.u16(static_cast<uint16_t>(bytes.size()));
+            w.u16(gso);
+            return w.take() + bytes;
+        };
+        std::string s0 = segment(0, 1440), s1 = segment(1, 560);
+        seed("fuzz_mcast", 1, 0, record(0, s0, 0) + record(0, s1, 0), false);
+        seed("fuzz_mcast", 2, 0, record(1, s0 + s1, static_cast<uint16_t>(s0.size())), false);
+    }
     return 0;
 }

@@ -7,8 +7,11 @@
 #  - unauthenticated TCP connections: 200 idle connections from one address
 #    to an agent are held 32 at a time and all closed after the 10 s hello
 #    deadline, each with one log line (hole 3);
-#  - unix sockets: the launch gate closes a user's connection at once, and a
-#    user holds at most 512 connections to the buffer pool's socket (hole 4).
+#  - unix sockets: the launch gate closes a user's connection at once, a
+#    user holds at most 512 connections to the buffer pool's socket, and
+#    connections that send no first request are closed after the 10 s
+#    deadline (a user's to the pool, root's to the gate) while a step's
+#    tasks, attached to the pool, idle past it and still exchange (hole 4).
 . "$(dirname "$0")/lib.sh"
 t_require_root
 t_require_installed
@@ -88,18 +91,20 @@ cc -O1 -o "$T_WORK/unix_flood" -x c - << 'EOF' || t_bail "cannot compile the uni
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-/* unix_flood PATH N: N connections to PATH, held 2 s; prints how many the
-   server closed (end of file) and how many stayed open. */
+/* unix_flood PATH N [SECONDS]: N connections to PATH, held SECONDS (2)
+   without a word; prints how many the server closed (end of file) and how
+   many stayed open. */
 int main(int argc, char **argv)
 {
     int n = atoi(argv[2]), *fds = calloc(n, sizeof *fds), closed = 0, open_ = 0;
+    int hold = argc > 3 ? atoi(argv[3]) : 2;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     strncpy(sa.sun_path, argv[1], sizeof sa.sun_path - 1);
     for (int i = 0; i < n; ++i) {
         fds[i] = socket(AF_UNIX, SOCK_SEQPACKET, 0);
         if (connect(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0) { perror("connect"); return 1; }
     }
-    sleep(2);
+    sleep(hold);
     for (int i = 0; i < n; ++i) {
         char b;
         if (recv(fds[i], &b, 1, MSG_DONTWAIT) == 0) closed++; else open_++;
@@ -114,4 +119,56 @@ t_check "  one line says why" grep -q "closed a connection of uid 65534 .* to th
 out=$(as_user bash -c "ulimit -n 4096; '$T_WORK/unix_flood' '$spool/storm-pool.sock' 600")
 t_check "buffer pool's socket: a user holds 512 of 600 connections ($out)" [ "$out" = "88 512" ]
 t_check "  one line says why" grep -q "closed a connection of uid 65534 .* to the control socket .*: the uid holds 512 connections to it already" "$LOG/slurmd-vn1.log"
+
+# The first-request deadline (10 s): idle connections are closed, a step's
+# tasks (attached to the pool) may idle far longer.
+LIBDIR=$(t_make_var libdir)
+cc -O1 -o "$T_WORK/idle_task" -x c - -I"$STORM_SRCDIR" -L"$LIBDIR" -lstormmsg -Wl,-rpath,"$LIBDIR" << 'EOF' ||
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "switch_rdma/msg/storm_msg.h"
+/* idle_task SECONDS: attaches to its step's context, idles, then passes a
+   message around the ring and meets at a barrier. */
+int main(int argc, char **argv)
+{
+    int secs = atoi(argv[1]), got = -1;
+    if (storm_msg_init() != 0) { fprintf(stderr, "idle_task: init: %s\n", storm_msg_error()); return 1; }
+    int rank = storm_msg_rank(), size = storm_msg_size();
+    sleep(secs);
+    if (storm_msg_send((rank + 1) % size, 3, &rank, sizeof rank) != 0 ||
+        storm_msg_recv((rank + size - 1) % size, 3, &got, sizeof got, NULL, NULL) < 0 ||
+        storm_msg_barrier() != 0) {
+        fprintf(stderr, "idle_task: rank %d after %d s: %s\n", rank, secs, storm_msg_error());
+        return 1;
+    }
+    printf("idle_task: rank %d ok after %d s idle\n", rank, secs);
+    storm_msg_finalize();
+    return 0;
+}
+EOF
+    t_bail "cannot compile the idle task against $LIBDIR"
+as_user timeout 60 srun --jobid="$job" -N 2 -n 2 -w vn1,vn2 "$T_WORK/idle_task" 14 > "$T_WORK/idle.out" 2>&1 &
+idle=$!
+as_user "$T_WORK/unix_flood" "$spool/storm-pool.sock" 20 1 > "$T_WORK/early.out" &
+early=$!
+as_user "$T_WORK/unix_flood" "$spool/storm-pool.sock" 20 13 > "$T_WORK/late.out" &
+late=$!
+"$T_WORK/unix_flood" "$spool/storm-bcast.sock" 2 13 > "$T_WORK/gate.out" &
+gate=$!
+wait "$early" "$late" "$gate"
+out=$(cat "$T_WORK/early.out")
+t_check "buffer pool's socket: 20 idle connections of a user all open after 1 s ($out)" [ "$out" = "0 20" ]
+out=$(cat "$T_WORK/late.out")
+t_check "  all 20 closed 13 s later, past the 10 s deadline ($out)" [ "$out" = "20 0" ]
+t_check "  one line says why" grep -q "closed a connection of uid 65534 .* to the control socket .*: no request within 10000 ms of its accept" "$LOG/slurmd-vn1.log"
+out=$(cat "$T_WORK/gate.out")
+t_check "launch gate: 2 idle connections of root closed by the deadline ($out)" [ "$out" = "2 0" ]
+t_check "  one line says why" grep -q "closed a connection of uid 0 .* to the launch gate .*: no request within 10000 ms of its accept" "$LOG/slurmd-vn1.log"
+wait "$idle"
+rc=$?
+ok=$(grep -c '^idle_task: rank [01] ok after 14 s idle' "$T_WORK/idle.out")
+t_check "a step's 2 tasks attached to the pool idle 14 s, then exchange (exit $rc, $ok ranks ok)" \
+    [ "$rc.$ok" = 0.2 ]
+[ "$rc" = 0 ] || t_diag < "$T_WORK/idle.out"
 t_done

@@ -482,6 +482,59 @@ void test_wrong_context_refused(void **)
     munmap(sh, sizeof *sh);
 }
 
+// Connections that never say hello (anyone can open them: the port is
+// known) hold up no peer: rank 1's hello is read beside them, and the step
+// starts at once (it took 5 s when hellos were read one connection at a
+// time, each given 5 s).
+void test_idle_connections_hold_up_no_peer(void **)
+{
+    Shared *sh = shared_block();
+    {
+        Agent agent(2, 12, 16 * 1024 * 2, 1024);
+        auto task = [sh](uint32_t r) {
+            return [sh, r] {
+                if (init_failed()) {
+                    report(sh->r[r], 1, storm_msg_error());
+                    return 1;
+                }
+                int rc = storm_msg_barrier() == 0 && storm_msg_finalize() == 0 ? 0 : 1;
+                report(sh->r[r], rc, storm_msg_error());
+                return rc;
+            };
+        };
+        agent.spawn(0, task(0));
+        agent.serve_attach(1);
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sa.sin_port = htons(agent.ctx.port_for(0));
+        std::vector<int> idle;
+        for (int i = 0; i < 400 && idle.size() < 3; ++i) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0) {
+                idle.push_back(fd);
+                continue;
+            }
+            close(fd);
+            usleep(10000);
+        }
+        assert_int_equal(idle.size(), 3);
+        auto t0 = std::chrono::steady_clock::now();
+        agent.spawn(1, task(1));
+        agent.serve_attach(1);
+        assert_true(agent.wait_all(30));
+        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (uint32_t r = 0; r < 2; ++r)
+            if (sh->r[r].status != 0)
+                fail_msg("rank %u: %s", r, sh->r[r].error);
+        if (took > 4)
+            fail_msg("the step took %.1f s to start beside 3 idle connections", took);
+        for (int fd : idle)
+            close(fd);
+    }
+    munmap(sh, sizeof *sh);
+}
+
 // A context of one task: messages to itself, a barrier, switches, finalize.
 void test_single_task(void **)
 {
@@ -624,6 +677,7 @@ int main()
         cmocka_unit_test(test_task_killed),
         cmocka_unit_test(test_mark_timeout),
         cmocka_unit_test(test_wrong_context_refused),
+        cmocka_unit_test(test_idle_connections_hold_up_no_peer),
         cmocka_unit_test(test_single_task),
         cmocka_unit_test(test_attach_swapped_out),
         cmocka_unit_test(test_programs),

@@ -2,7 +2,9 @@
 // socket file's mode, a client's SO_PEERCRED credentials, a stale file
 // replaced, the file removed with the server, and clear errors; a uid's
 // connections bounded, and only root and SlurmdUser where a socket is
-// theirs alone (issue 39, hole 4).
+// theirs alone, and a connection that does not complete its first request
+// within the deadline closed while an established one idles on (issue 39,
+// hole 4).
 #include "tests/unit/cmocka.hpp"
 
 #include <cerrno>
@@ -303,6 +305,71 @@ void test_admission(void **)
     close(r);
 }
 
+// first_request_within(): a connection idle past the deadline is handed to
+// on_expired (and counted); one the owner settled stays however long it
+// idles; one the owner closed itself, its descriptor number now another
+// file's, is left alone.
+void test_first_request_deadline(void **)
+{
+    Bench b;
+    auto srv = b.server(b.sock());
+    std::vector<int> expired;
+    srv->first_request_within(300ms, [&](int fd) {
+        expired.push_back(fd);
+        close(fd);
+    });
+    srv->start();
+    int idle = connect_to(b.sock());
+    int talker = connect_to(b.sock());
+    int quitter = connect_to(b.sock());
+    assert_true(idle >= 0 && talker >= 0 && quitter >= 0);
+    assert_true(b.spin_until([&] { return b.accepted.size() == 3; }));
+    assert_int_equal(srv->unsettled(), 3);
+    int idle_fd = b.accepted[0].fd, talker_fd = b.accepted[1].fd, quitter_fd = b.accepted[2].fd;
+    // The talker's first request: the owner settles it.
+    assert_int_equal(send(talker, "req", 3, 0), 3);
+    char buf[8];
+    assert_true(b.spin_until([&] { return recv(talker_fd, buf, sizeof buf, MSG_DONTWAIT) == 3; }));
+    srv->settled(talker_fd);
+    // The quitter's descriptor is closed by the owner without a word, and
+    // its number goes to another file.
+    assert_int_equal(close(quitter_fd), 0);
+    int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (other != quitter_fd) {
+        assert_int_equal(dup2(other, quitter_fd), quitter_fd);
+        close(other);
+    }
+    assert_int_equal(srv->unsettled(), 2);
+    assert_false(closed_by_server(idle)); // not before its deadline
+    assert_true(b.spin_until([&] { return !expired.empty(); }));
+    assert_int_equal(expired.size(), 1);
+    assert_int_equal(expired[0], idle_fd);
+    assert_int_equal(srv->expired(), 1);
+    assert_true(b.spin_until([&] { return closed_by_server(idle); }));
+    // Well past the deadline: the settled connection still works, and the
+    // other file is untouched.
+    b.spin_until([] { return false; }); // 2 s
+    assert_int_equal(expired.size(), 1);
+    assert_int_equal(srv->unsettled(), 0);
+    assert_false(closed_by_server(talker));
+    assert_int_equal(send(talker, "more", 4, 0), 4);
+    assert_int_equal(recv(talker_fd, buf, sizeof buf, MSG_DONTWAIT), 4);
+    assert_true(fcntl(quitter_fd, F_GETFD) >= 0);
+    // A connection accepted later gets its own deadline.
+    int late = connect_to(b.sock());
+    assert_true(b.spin_until([&] { return expired.size() == 2; }));
+    assert_true(closed_by_server(late));
+    assert_int_equal(srv->expired(), 2);
+    // The owner's part: accepted[] holds closed descriptors too.
+    b.accepted.clear();
+    close(talker_fd);
+    close(quitter_fd);
+    close(idle);
+    close(talker);
+    close(quitter);
+    close(late);
+}
+
 } // namespace
 
 int main()
@@ -313,6 +380,7 @@ int main()
         cmocka_unit_test(test_unlinked_on_destruction),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_first_request_deadline),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
