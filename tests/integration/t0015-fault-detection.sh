@@ -37,8 +37,7 @@ wait_out() {
 }
 in_service() { ! out_of_service "$1"; }
 running() { [ "$(job_field "$1" JobState)" = RUNNING ]; }
-wait_in_service() { ! out_of_service "$1"; }
-running() { for _ in $(seq 150); do running "$1" && return 0; sleep 0.2; done; return 1; }
+wait_running() { for _ in $(seq 150); do running "$1" && return 0; sleep 0.2; done; return 1; }
 
 t_check "slurmctld runs Storm's fault detection at ${TIMEOUT}s" \
     grep -q "fault detection: a node whose agent answers no heartbeat for ${TIMEOUT}s" "$CTLD_LOG"
@@ -94,8 +93,11 @@ t_check "vn3 stays out of service once it answers again, until an administrator 
 scontrol update nodename=vn3 state=resume
 for _ in $(seq 100); do out_of_service vn3 || break; sleep 0.2; done
 t_check "after scontrol update state=resume vn3 is back in service ($(node_state vn3))" in_service vn3
+# Responding again (no '*' after the state) before a job is sent there.
+for _ in $(seq 100); do case "$(node_state vn3)" in *'*'*) sleep 0.2 ;; *) break ;; esac; done
 timeout 60 srun -N1 -w vn3 hostname > "$T_WORK/srun.out" 2>&1
-t_check "  and runs a job ($(head -c 80 "$T_WORK/srun.out"))" [ "$(cat "$T_WORK/srun.out")" = vn3 ]
+t_diag < "$T_WORK/srun.out"
+t_check "  and runs a job ($(tail -n 1 "$T_WORK/srun.out" | head -c 80))" [ "$(tail -n 1 "$T_WORK/srun.out")" = vn3 ]
 again=0
 for _ in $(seq $((TIMEOUT * 4 * 2))); do
     out_of_service vn3 && again=1
