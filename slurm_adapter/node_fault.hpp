@@ -34,16 +34,19 @@ inline slurmctld_lock_t fault_lock()
     return ctld_lock(WRITE_LOCK, WRITE_LOCK, WRITE_LOCK, READ_LOCK, READ_LOCK);
 }
 
-// Whether Slurm has node `name` in service: known, and neither down,
+// Whether Slurm has node `name` in service: known, registered since
+// slurmctld started (not UNKNOWN: at a cluster's boot slurmctld may start
+// before the slurmds) and responding (not NO_RESPOND: a node resumed by an
+// administrator is beaten once Slurm heard from it), and neither down,
 // drained or draining, failing, a future node, powered down or powering up
 // or down, nor rebooting.  Storm beats these only: a node Slurm took out
 // of service (or Storm did) is never reported again until it is back.
 inline bool in_service(const std::string &name)
 {
     node_record_t *n = find_node_record(const_cast<char *>(name.c_str()));
-    return n && !IS_NODE_DOWN(n) && !IS_NODE_DRAIN(n) && !IS_NODE_FAIL(n) && !IS_NODE_FUTURE(n) &&
-           !IS_NODE_POWERED_DOWN(n) && !IS_NODE_POWERING_DOWN(n) && !IS_NODE_POWERING_UP(n) &&
-           !IS_NODE_REBOOT_ISSUED(n);
+    return n && !IS_NODE_UNKNOWN(n) && !IS_NODE_NO_RESPOND(n) && !IS_NODE_DOWN(n) && !IS_NODE_DRAIN(n) &&
+           !IS_NODE_FAIL(n) && !IS_NODE_FUTURE(n) && !IS_NODE_POWERED_DOWN(n) && !IS_NODE_POWERING_DOWN(n) &&
+           !IS_NODE_POWERING_UP(n) && !IS_NODE_REBOOT_ISSUED(n);
 }
 
 // Node `name` drained with `reason` (as SlurmUser), then set down: Slurm
