@@ -16,6 +16,10 @@
 //                        whichever is longer)
 //   storm_gang_mpl       slots in the matrix, 1-64, at most the largest N
 //                        of the gang partitions (default: that N)
+//   storm_fault_timeout  a node whose agent answers no heartbeat for this
+//                        long is drained and set down in Slurm (its jobs
+//                        requeued or failed), 0 (off) or 1s - 1h
+//                        (default 5s; lib/prim/fault_monitor.hpp)
 //
 // Contract: GangConfig::parse() throws ConfigError naming the setting, the
 // value and what is allowed; the other SchedulerParameters are backfill's.
@@ -43,6 +47,10 @@ struct GangConfig {
     std::chrono::milliseconds failsafe{5000};
     unsigned mpl = 0;
     std::vector<std::string> partitions; // the gang partitions
+    // slurmctld's fault detection (not gang scheduling's: it runs with or
+    // without gang partitions); 0 = off.
+    std::chrono::milliseconds fault_timeout{kDefaultFaultTimeout};
+    static constexpr std::chrono::milliseconds kDefaultFaultTimeout{5000};
 
     static GangConfig parse(const char *sched_params, const std::vector<PartitionInfo> &parts,
                             bool stock_gang_on, bool switch_rdma)
@@ -74,6 +82,7 @@ struct GangConfig {
         }
         bool asked = p.has("storm_gang_mpl");
         c.mpl = static_cast<unsigned>(p.take_uint("storm_gang_mpl", 1, kMaxSlots, std::max(top, 1u)));
+        c.fault_timeout = std::chrono::milliseconds(take_fault_timeout(p) / 1000);
         p.reject_unknown();
         if (asked && top == 0)
             throw ConfigError("SchedulerParameters: storm_gang_mpl=" + std::to_string(c.mpl) +
@@ -91,6 +100,18 @@ struct GangConfig {
                               " is gang-scheduled (OverSubscribe=FORCE) but SwitchType is not switch/rdma, "
                               "whose node agents switch the jobs");
         return c;
+    }
+
+    // storm_fault_timeout: 0 (off), or 1s - 1h, in microseconds.
+    static uint64_t take_fault_timeout(ParamList &p)
+    {
+        const uint64_t def = static_cast<uint64_t>(kDefaultFaultTimeout.count()) * 1000;
+        uint64_t us = p.take_duration_us("storm_fault_timeout", 0, 3600000000ull, def);
+        if (us != 0 && us < 1000000)
+            throw ConfigError("SchedulerParameters: invalid value \"" + format_duration_us(us) +
+                              "\" for storm_fault_timeout (allowed: 0 to turn fault detection off, or a "
+                              "duration from 1s to 60min with a unit: us, ms, s or min)");
+        return us;
     }
 };
 

@@ -114,6 +114,8 @@ uint64_t ParamList::take_duration_us(const std::string &key, uint64_t min_us, ui
         mult = 1000000;
     else if (unit == "min")
         mult = 60000000;
+    else if (unit.empty() && digits > 0 && s.find_first_not_of('0') == std::string::npos)
+        mult = 1; // zero needs no unit
     if (!mult || !parse_u64(s.substr(0, digits), n) || n > UINT64_MAX / mult)
         bad_value(key, *it, allowed);
     uint64_t us = n * mult;

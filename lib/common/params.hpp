@@ -37,7 +37,8 @@ public:
     // Unsigned integer in [min, max]; `def` when the key is absent.
     uint64_t take_uint(const std::string &key, uint64_t min, uint64_t max, uint64_t def);
 
-    // Duration with a unit suffix: us, ms, s or min ("2ms", "30s").  Returns
+    // Duration with a unit suffix: us, ms, s or min ("2ms", "30s"; a zero
+    // needs none).  Returns
     // microseconds in [min_us, max_us]; `def_us` when absent.
     uint64_t take_duration_us(const std::string &key, uint64_t min_us, uint64_t max_us, uint64_t def_us);
 

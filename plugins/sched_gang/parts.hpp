@@ -11,6 +11,7 @@
 
 #include "slurm_adapter/shim.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -22,6 +23,17 @@
 
 #include "sched_gang/config.hpp"
 #include "sched_gang/manager.hpp"
+
+struct event_base;
+struct event;
+
+namespace storm::prim {
+class Engine;
+class FaultMonitor;
+} // namespace storm::prim
+namespace storm::net {
+class Authenticator;
+}
 
 namespace storm::plugins::sched_gang {
 
@@ -60,6 +72,44 @@ private:
     std::thread poller;
     // Stopped time not yet added to each job's end time (under a second).
     std::map<uint32_t, std::chrono::microseconds> carry;
+};
+
+// Storm's fault detection in slurmctld (fault.cpp): beats every node agent
+// of the nodes Slurm has in service, and drains and sets down in Slurm
+// those silent for storm_fault_timeout.  configure() may be called with
+// slurmctld's locks held (init, reconfigure): it starts the thread the
+// first time the timeout is not 0 and SwitchType is switch/rdma, and
+// otherwise only posts the new timeout (0 stops the beats); it throws if
+// the thread cannot start.  The destructor joins the thread: call it
+// without slurmctld's locks (fini()).
+class FaultWatch {
+public:
+    explicit FaultWatch(const Logger &log);
+    ~FaultWatch();
+    FaultWatch(const FaultWatch &) = delete;
+    FaultWatch &operator=(const FaultWatch &) = delete;
+
+    void configure(std::chrono::milliseconds timeout);
+
+private:
+    void start();
+    void poll() noexcept;
+    void take_out_of_service();
+
+    Logger log;        // "sched/gang: fault: "
+    Logger engine_log; // the plugin's
+    std::atomic<int64_t> timeout_ms{0};
+    std::atomic<bool> quit{false};
+    std::thread thread;
+    // On the loop thread.
+    std::vector<std::string> names; // Storm's node table
+    event_base *base = nullptr;
+    event *poll_ev = nullptr;
+    std::unique_ptr<net::Authenticator> auth;
+    std::unique_ptr<prim::Engine> engine;
+    std::unique_ptr<prim::FaultMonitor> monitor;
+    std::chrono::milliseconds current{0};
+    std::vector<std::pair<uint32_t, std::chrono::milliseconds>> failed;
 };
 
 } // namespace storm::plugins::sched_gang

@@ -12,6 +12,7 @@
 
 STORM_PLUGIN_IDENTITY("Storm gang scheduler (wraps sched/backfill)", "sched/gang")
 
+using storm::plugins::sched_gang::FaultWatch;
 using storm::plugins::sched_gang::GangMachine;
 
 namespace {
@@ -26,6 +27,7 @@ struct SchedContext {
     storm::shim::WrappedPlugin<BackfillOps> backfill{"sched", "sched/backfill", backfill_syms,
                                                      sizeof(backfill_syms)};
     GangMachine machine{log}; // stopped before backfill is unloaded
+    FaultWatch fault{log};    // stopped first
 };
 
 SchedContext *g_ctx = nullptr;
@@ -41,6 +43,8 @@ extern "C" int init(void)
                                 "Storm %s loaded (Slurm %s); wrapping sched/backfill", STORM_VERSION,
                                 STORM_SLURM_VERSION);
         ctx->machine.init(config);
+        if (running_in_slurmctld())
+            ctx->fault.configure(config.fault_timeout);
         return ctx;
     });
 }
@@ -50,7 +54,10 @@ extern "C" int fini(void) { return storm::shim::fini_context(g_ctx); }
 extern "C" int sched_p_reconfig(void)
 {
     return storm::shim::guarded(g_ctx->log, "reconfig", [] {
-        g_ctx->machine.reconfigure(storm::shim::read_gang_config());
+        auto config = storm::shim::read_gang_config();
+        g_ctx->machine.reconfigure(config);
+        if (running_in_slurmctld())
+            g_ctx->fault.configure(config.fault_timeout);
         return g_ctx->backfill.ops().reconfig();
     });
 }

@@ -15,6 +15,7 @@
 #include "agent/agent_config.hpp"
 #include "lib/common/thread_name.hpp"
 #include "lib/net/munge_auth.hpp"
+#include "slurm_adapter/ctld_lock.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
 #include "slurm_api.hpp"
 
@@ -29,20 +30,9 @@ namespace storm::plugins::sched_gang {
 
 namespace {
 
-storm::gang::Timing timing(const storm::gang::GangConfig &c) { return {c.quantum, c.failsafe, c.mpl}; }
+using storm::shim::ctld_lock;
 
-// slurmctld's locks, set by name: the struct gains members across lines
-// (26.05: select_node), and those not named here stay NO_LOCK.
-slurmctld_lock_t ctld_lock(lock_level_t job, lock_level_t node, lock_level_t part)
-{
-    slurmctld_lock_t lock{};
-    lock.conf = NO_LOCK;
-    lock.job = job;
-    lock.node = node;
-    lock.part = part;
-    lock.fed = NO_LOCK;
-    return lock;
-}
+storm::gang::Timing timing(const storm::gang::GangConfig &c) { return {c.quantum, c.failsafe, c.mpl}; }
 
 // Whether `host` (the index among the job's nodes) has core `core` of
 // socket `socket` in the job's allocation.

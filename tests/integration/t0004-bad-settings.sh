@@ -24,7 +24,9 @@ bad_conf "SwitchParameters port not a number" "SwitchParameters=storm_agent_port
 bad_conf "SwitchParameters unknown key" "SwitchParameters=storm_fanout=4,storm_fanuot=3" \
     'switch/rdma: init: SwitchParameters: unknown key storm_fanuot (known: storm_agent_port, storm_fanout, storm_rt_priority, storm_pool_size,'
 bad_conf "SchedulerParameters unknown storm_ key" "SchedulerParameters=bf_interval=5,storm_quantum=2ms" \
-    'sched/gang: init: SchedulerParameters: unknown key storm_quantum (known: storm_gang_quantum, storm_gang_failsafe, storm_gang_mpl)'
+    'sched/gang: init: SchedulerParameters: unknown key storm_quantum (known: storm_gang_quantum, storm_gang_failsafe, storm_gang_mpl, storm_fault_timeout)'
+bad_conf "fault timeout under a second" "SchedulerParameters=storm_fault_timeout=500ms" \
+    'sched/gang: init: SchedulerParameters: invalid value "500ms" for storm_fault_timeout (allowed: 0 to turn fault detection off, or a duration from 1s to 60min'
 GANGP="PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 State=UP"
 bad_conf "gang quantum 0" "SchedulerParameters=storm_gang_quantum=0" \
     'sched/gang: init: SchedulerParameters: invalid value "0" for storm_gang_quantum' "$GANGP"

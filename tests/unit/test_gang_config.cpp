@@ -2,7 +2,7 @@
 // whether an idle slot lends the node: agent/agent_config.hpp) and
 // slurmctld's (quantum, fail-safe, multiprogramming level, the partitions
 // that allow it: sched_gang/config.hpp), with the errors naming the
-// setting.
+// setting; slurmctld's fault timeout, in the same SchedulerParameters.
 
 #include <vector>
 
@@ -54,6 +54,19 @@ void test_config(void **)
     assert_true(contains(err("storm_gang_mpl=0"), "storm_gang_mpl"));
     assert_true(contains(err("storm_gang_quantum=100ms,storm_gang_failsafe=200ms"), "storm_gang_failsafe"));
     assert_true(contains(err("storm_gang_slots=2"), "storm_gang_slots"));
+    // Fault detection: 5 s by default, 0 turns it off, 1s - 1h otherwise.
+    assert_int_equal(GangConfig::parse(nullptr, parts, false, true).fault_timeout.count(), 5000);
+    assert_int_equal(GangConfig::parse("storm_fault_timeout=0", parts, false, true).fault_timeout.count(), 0);
+    assert_int_equal(GangConfig::parse("storm_fault_timeout=3s", parts, false, true).fault_timeout.count(),
+                     3000);
+    assert_int_equal(
+        GangConfig::parse("storm_fault_timeout=1500ms", parts, false, true).fault_timeout.count(), 1500);
+    assert_true(
+        contains(err("storm_fault_timeout=500ms"), "invalid value \"500ms\" for storm_fault_timeout"));
+    assert_true(contains(err("storm_fault_timeout=2h"), "storm_fault_timeout"));
+    assert_true(contains(err("storm_fault_timeout=5"), "storm_fault_timeout"));
+    assert_true(contains(err("storm_fault_timeout=61min"), "storm_fault_timeout"));
+    assert_true(contains(err("storm_fault_timeout"), "storm_fault_timeout"));
     assert_true(contains(err(nullptr, true), "PreemptMode includes GANG"));
     assert_true(contains(err(nullptr, false, false), "switch/rdma"));
     std::vector<PartitionInfo> none = {{"debug", false, 1}, {"shared", false, 4}};

@@ -1,0 +1,73 @@
+// Which watched nodes have gone silent for the fault timeout: the
+// bookkeeping of slurmctld's fault detection (fault_monitor.hpp), apart
+// from any network or clock so that it can be tested alone.
+//
+// Each watched node is healthy, suspect (it missed a beat: it did not
+// answer a round, or the answer of its subtree did not come) or failed (it
+// answered nothing, neither beat nor probe, for `timeout` since the last
+// time it did).  A suspect that answers again is healthy again.  A failed
+// node is reported once by expire() and stays failed, whatever it answers
+// later: only watch() leaving it out (the resource manager took it out of
+// service) and taking it back (an administrator put it back), or forget(),
+// start it afresh.  A node that starts being watched counts as having
+// answered at that moment.
+//
+// Time the caller itself did not run (tick() called after a gap longer
+// than `stall`: the process was starved or stopped) does not count against
+// any node: a controller that was not running cannot tell who was silent.
+//
+// Contract: times never go backwards; node numbers are the caller's.  Not
+// thread safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace storm::prim {
+
+class FaultTracker {
+public:
+    using Clock = std::chrono::steady_clock;
+    FaultTracker(std::chrono::milliseconds timeout, std::chrono::milliseconds stall);
+
+    enum class State { healthy, suspect, failed };
+
+    // The nodes to watch from now on.  Returns those that were not watched
+    // before (they start healthy, as having answered at `now`).
+    std::vector<uint32_t> watch(const std::set<uint32_t> &nodes, Clock::time_point now);
+    // Starts `node` afresh at its next watch() (it is no longer watched).
+    void forget(uint32_t node) { nodes_.erase(node); }
+
+    // `node` answered at `now`: a suspect is healthy again (true).
+    bool alive(uint32_t node, Clock::time_point now);
+    // `node` missed a beat: healthy nodes become suspect (true).
+    bool suspect(uint32_t node);
+    // Called at least every `stall` by the caller's timer.
+    void tick(Clock::time_point now);
+
+    struct Failure {
+        uint32_t node;
+        std::chrono::milliseconds silent; // since it last answered
+    };
+    // Suspects silent for `timeout` or more: now failed, each reported once.
+    std::vector<Failure> expire(Clock::time_point now);
+
+    std::vector<uint32_t> in_state(State s) const;
+    bool watched(uint32_t node) const { return nodes_.count(node) != 0; }
+    State state(uint32_t node) const { return nodes_.at(node).state; }
+    std::chrono::milliseconds timeout() const { return timeout_; }
+
+private:
+    struct Node {
+        State state = State::healthy;
+        Clock::time_point last_ok;
+    };
+    std::chrono::milliseconds timeout_, stall_;
+    std::map<uint32_t, Node> nodes_;
+    Clock::time_point last_tick_{};
+};
+
+} // namespace storm::prim
