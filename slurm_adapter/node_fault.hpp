@@ -49,21 +49,22 @@ inline bool in_service(const std::string &name)
            !IS_NODE_POWERING_UP(n) && !IS_NODE_REBOOT_ISSUED(n);
 }
 
-// Node `name` drained with `reason` (as SlurmUser), then set down: Slurm
-// kills its jobs and requeues those that may be requeued, as for a node
-// that stopped responding.  The reason stays Storm's (set_node_down_ptr
-// keeps a reason already there).  False if Slurm has no such node or it
-// is out of service already.
+// Node `name` set down with `reason`: Slurm kills its jobs and requeues
+// those that may be requeued, as for a node that stopped responding; then
+// drained (as SlurmUser), so that it stays out of service until an
+// administrator resumes it.  In this order the reason is written once on
+// every line: drain_nodes keeps a reason already there, while from 24.11
+// set_node_down_ptr appends its own to one drain_nodes set (it read
+// "storm: ... : storm: ...").  False if Slurm has no such node or it is
+// out of service already.
 inline bool fail_node(const std::string &name, const std::string &reason)
 {
     if (!in_service(name))
         return false;
     node_record_t *n = find_node_record(const_cast<char *>(name.c_str()));
     std::string nm = name, why = reason;
-    if (drain_nodes(nm.data(), why.data(), slurm_conf.slurm_user_id) != SLURM_SUCCESS)
-        return false;
     set_node_down_ptr(n, why.data());
-    return true;
+    return drain_nodes(nm.data(), why.data(), slurm_conf.slurm_user_id) == SLURM_SUCCESS;
 }
 
 } // namespace storm::shim

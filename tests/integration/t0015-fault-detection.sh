@@ -66,7 +66,7 @@ t_check "vn2's killed slurmd: vn2 out of service after $took s (at most $TIMEOUT
     awk -v t="$took" -v m=$((TIMEOUT + MARGIN)) 'BEGIN { exit !(t <= m && t >= 1) }'
 t_check "  down or drained ($(node_state vn2))" out_of_service vn2
 t_check "  with Storm's reason naming the missed heartbeats ($(node_reason vn2))" \
-    bash -c "sinfo -h -N -n vn2 -o %E | grep -Eq '^storm: no heartbeat for [0-9.]+ s'"
+    bash -c "sinfo -h -N -n vn2 -o %E | grep -Eqx 'storm: no heartbeat for [0-9.]+ s'"
 for _ in $(seq 50); do [ "$(job_field "$R" Restarts)" = 1 ] && break; sleep 0.2; done
 echo "job $R: $(job_field "$R" JobState), Restarts=$(job_field "$R" Restarts), reason $(job_field "$R" Reason)" | t_diag
 t_check "  its --requeue job was requeued by Slurm (Restarts=$(job_field "$R" Restarts), $(job_field "$R" JobState))" \
@@ -82,7 +82,7 @@ echo "vn3 stopped: out of service after $took s: $(node_state vn3), reason '$(no
 t_check "vn3's frozen slurmd (SIGSTOP): vn3 out of service after $took s (at most $TIMEOUT + $MARGIN s)" \
     awk -v t="$took" -v m=$((TIMEOUT + MARGIN)) 'BEGIN { exit !(t <= m && t >= 1) }'
 t_check "  with Storm's reason ($(node_reason vn3))" \
-    bash -c "sinfo -h -N -n vn3 -o %E | grep -Eq '^storm: no heartbeat for [0-9.]+ s'"
+    bash -c "sinfo -h -N -n vn3 -o %E | grep -Eqx 'storm: no heartbeat for [0-9.]+ s'"
 for _ in $(seq 50); do [ "$(job_field "$F" JobState)" = NODE_FAIL ] && break; sleep 0.2; done
 t_check "  its --no-requeue job failed as Slurm fails it ($(job_field "$F" JobState))" \
     [ "$(job_field "$F" JobState)" = NODE_FAIL ]
