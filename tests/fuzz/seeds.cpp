@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     o.fanout = 2;
     o.entries.resize(2);
     o.entries[0].path = "dir";
-    o.entries[0].dir = true;
+    o.entries[0].kind = bcast::Entry::directory;
     o.entries[0].mode = 0755;
     o.entries[1].path = "dir/file";
     o.entries[1].mode = 0644;
