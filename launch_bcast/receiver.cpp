@@ -313,6 +313,17 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
                 return "not enough space in " + parent + ": " + std::to_string(need) + " bytes needed, " +
                        std::to_string(avail) + " free";
         }
+    }
+    // Journaled before anything is staged: a slurmd killed while it stages
+    // (a large tree takes a while) removes the part it made when it starts
+    // again.
+    try {
+        journal_add(sid, *s);
+    } catch (const std::exception &e) {
+        return e.what();
+    }
+    std::string unstaged = [&]() -> std::string {
+        AsUser as(s->grant.uid, s->grant.gid, s->groups);
         // Stage everything; on any failure remove what was made.
         size_t kept = 0;
         auto fail = [&](const std::string &why) {
@@ -416,15 +427,13 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
             f.ino = made.st_ino;
             s->files.push_back(std::move(f));
         }
+        return "";
+    }();
+    if (!unstaged.empty()) {
+        journal_remove(sid);
+        return unstaged;
     }
     s->last = std::chrono::steady_clock::now();
-    try {
-        journal_add(sid, *s);
-    } catch (const std::exception &e) {
-        AsUser as(s->grant.uid, s->grant.gid, s->groups);
-        beneath::remove_tree(s->parent_fd, s->temp_name);
-        return e.what();
-    }
     engine_.set_variable(var_prefix(sid) + "complete", s->incomplete == 0 ? 1 : 0);
     log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
               session_hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,

@@ -123,25 +123,39 @@ t_check "  naming vn2 and the cause" grep -q "vn2: cannot replace /scratch/env: 
 t_check "  every node has the old tree back, exact" same_everywhere /scratch/env "$T_WORK/m.src"
 t_check "  and no temporaries" no_trace /nonexistent
 
-# vn4 killed while the new tree streams (links shaped to 100 Mbit/s: about 4 s).
-"$VC" shape 100mbit > /dev/null
-b -f -p "$NEW" /scratch/env &
-bpid=$!
-sleep 1
-kill -9 "$(cat "$STATE/run/slurmd-vn4.pid")"
-wait "$bpid"
-rc=$?
-"$VC" shape off > /dev/null
-t_check "vn4 killed mid-tree: exit 1 (rc $rc)" [ "$rc" = 1 ]
-t_check "  naming vn4" grep -q "vn4: " "$T_WORK/b.out"
-vn4_left=$(find "$STATE/nodes/vn4/scratch" -maxdepth 1 -name '.env.storm-*' 2>/dev/null | wc -l)
-"$VC" start vn4 > /dev/null
-for _ in $(seq 50); do grep -q "left by a broadcast that did not finish" "$STATE/log/slurmd-vn4.log" && break; sleep 0.2; done
-scontrol update nodename=vn4 state=resume > /dev/null 2>&1
-t_check "  vn4 had staged part of it ($vn4_left staging directory), its restarted slurmd removed it" \
-    bash -c "[ $vn4_left = 1 ] && [ \$(ls -a '$STATE/nodes/vn4/scratch' | grep -c storm-) = 0 ]"
-t_check "  every node (vn4 too) has the old tree, exact" same_everywhere /scratch/env "$T_WORK/m.src"
-t_check "  and no temporaries" no_trace /nonexistent
+# vn4 killed while the new tree streams (links shaped to 100 Mbit/s: about
+# 4 s): once while the nodes stage its 404 entries, once while the data
+# flows (vn4 said it is receiving).
+for when in staging data; do
+    before=$(stat -c %s "$STATE/log/slurmd-vn4.log")
+    "$VC" shape 100mbit > /dev/null
+    b -f -p "$NEW" /scratch/env &
+    bpid=$!
+    if [ $when = staging ]; then
+        for _ in $(seq 400); do [ -n "$(ls -A "$STATE"/nodes/vn4/scratch/.env.storm-*/d 2>/dev/null)" ] && break; sleep 0.01; done
+    else
+        for _ in $(seq 200); do tail -c +$((before + 1)) "$STATE/log/slurmd-vn4.log" | grep -q "receiving /scratch/env" && break; sleep 0.05; done
+        sleep 0.5
+    fi
+    vn4_part=$(find "$STATE"/nodes/vn4/scratch/.env.storm-* 2>/dev/null | wc -l)
+    kill -9 "$(cat "$STATE/run/slurmd-vn4.pid")"
+    wait "$bpid"
+    rc=$?
+    "$VC" shape off > /dev/null
+    t_check "vn4 killed mid-tree ($when, $vn4_part entries staged there): exit 1 (rc $rc)" [ "$rc" = 1 ]
+    t_check "  naming vn4" grep -q "vn4: " "$T_WORK/b.out"
+    vn4_left=$(find "$STATE/nodes/vn4/scratch" -maxdepth 1 -name '.env.storm-*' 2>/dev/null | wc -l)
+    "$VC" start vn4 > /dev/null
+    for _ in $(seq 50); do
+        tail -c +$((before + 1)) "$STATE/log/slurmd-vn4.log" | grep -q "left by a broadcast that did not finish" && break
+        sleep 0.2
+    done
+    scontrol update nodename=vn4 state=resume > /dev/null 2>&1
+    t_check "  vn4 had staged part of it ($vn4_left staging directory), its restarted slurmd removed it" \
+        bash -c "[ $vn4_left = 1 ] && [ \$(ls -a '$STATE/nodes/vn4/scratch' | grep -c storm-) = 0 ]"
+    t_check "  every node (vn4 too) has the old tree, exact" same_everywhere /scratch/env "$T_WORK/m.src"
+    t_check "  and no temporaries" no_trace /nonexistent
+done
 python3 "$MANIFEST" "$NEW" > "$T_WORK/m.new"
 t_check "with every node up, --force replaces the tree whole" b -f -p "$NEW" /scratch/env
 t_check "  every node has the new tree, exact" same_everywhere /scratch/env "$T_WORK/m.new"
