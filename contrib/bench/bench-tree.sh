@@ -62,7 +62,10 @@ PY
             echo "$W/gen50k" ;;
     esac
 }
-manifest() { (cd "$1" && find . -printf '%y %s %l %p\n' | LC_ALL=C sort | md5sum); }
+# a tree's names, kinds, file sizes and link targets (a directory's size
+# depends on its file system)
+listing="find . -type d -printf '%y 0 %p\\n' -o -printf '%y %s %l %p\\n'"
+manifest() { (cd "$1" && eval "$listing" | LC_ALL=C sort | md5sum); }
 printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor storm stock \
     stock/st st/lim
 for n in $nodes; do
@@ -99,7 +102,7 @@ for n in $nodes; do
                     cat "$W/b.out" >&2
                 fi
                 for x in $first $last; do
-                    [ "$("$VC" exec "$x" sh -c "cd /tmp/tree-storm && find . -printf '%y %s %l %p\n' | LC_ALL=C sort | md5sum")" = "$ref" ] ||
+                    [ "$("$VC" exec "$x" sh -c "cd /tmp/tree-storm && $listing | LC_ALL=C sort | md5sum")" = "$ref" ] ||
                         echo "bench-tree: $x: storm-bcast's copy of $t differs" >&2
                 done
                 t0=$(now)
