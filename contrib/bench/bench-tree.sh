@@ -9,8 +9,8 @@
 #   sudo contrib/bench/bench-tree.sh [-n "8 16"] [-r "shaped unshaped"]
 #                                    [-t "pystdlib gen50k"] [-k REPS]
 #
-# Trees: pystdlib, Python's standard library (/usr/lib/python3.11, or the
-# python3 found); gen50k, a generated tree of 50,000 files averaging 2 KB
+# Trees: pystdlib, the system Python's standard library
+# (/usr/lib/python3.11 on Debian 12; PYSTDLIB=DIR for another); gen50k, a generated tree of 50,000 files averaging 2 KB
 # in 500 directories.  For each node count, regime (links shaped to
 # 100 Mbit/s by storm-vcluster, or unshaped) and tree it prints the tree's
 # files and bytes, the link limit (the time one 100 Mbit/s link needs for
@@ -40,8 +40,11 @@ work=$W
 rm -rf "$W" && mkdir -p "$W" && chmod 1777 "$W"
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 now() { date +%s.%N; }
-py=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])' 2> /dev/null)
+# the system's Python (root's PATH may lead to a private one that nobody
+# cannot read); PYSTDLIB=DIR chooses another
+py=${PYSTDLIB:-$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])' 2> /dev/null)}
 [ -d "${py:-}" ] || py=/usr/lib/python3.11
+as_user test -r "$py" -a -x "$py" || { echo "bench-tree: nobody cannot read $py" >&2; exit 2; }
 tree_dir() { # NAME: the tree's directory, made once
     case $1 in
         pystdlib) echo "$py" ;;
