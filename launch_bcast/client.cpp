@@ -11,6 +11,7 @@
 #include <thread>
 #include <dirent.h>
 #include <fcntl.h>
+#include <map>
 #include <memory>
 #include <set>
 #include <sys/stat.h>
@@ -35,9 +36,9 @@ Entry entry_of(const std::string &rel, const struct stat &st)
 {
     Entry e;
     e.path = rel;
-    e.dir = S_ISDIR(st.st_mode);
+    e.kind = S_ISDIR(st.st_mode) ? Entry::directory : Entry::file;
     e.mode = st.st_mode & 07777;
-    e.size = e.dir ? 0 : static_cast<uint64_t>(st.st_size);
+    e.size = e.dir() ? 0 : static_cast<uint64_t>(st.st_size);
     e.atime = st.st_atime;
     e.mtime = st.st_mtime;
     return e;
@@ -51,17 +52,85 @@ void check_readable(const std::string &path)
     ::close(fd);
 }
 
-void walk(const std::string &root, const std::string &rel, Source &src)
+const char *special_kind(mode_t m)
 {
-    std::string dir = rel.empty() ? root : root + "/" + rel;
-    DIR *d = opendir(dir.c_str());
-    if (!d)
-        throw BcastError(sys("cannot read directory " + dir, errno));
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISSOCK(m))
+        return "a socket";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    return "of an unknown kind";
+}
+
+// The walk of a directory tree: what lstat finds, never following a link.
+struct Walk {
+    std::string root;
+    Source &src;
+    std::map<std::pair<dev_t, ino_t>, uint32_t> inodes; // files with several links: their first entry
+    std::vector<std::string> refused;                   // special files, "PATH (a FIFO)"
+
+    void dir(const std::string &rel);
+    void add(const std::string &rel, const std::string &p, const struct stat &st);
+};
+
+void Walk::add(const std::string &rel, const std::string &p, const struct stat &st)
+{
+    if (S_ISLNK(st.st_mode)) {
+        Entry e;
+        e.path = rel;
+        e.kind = Entry::symlink;
+        e.atime = st.st_atime;
+        e.mtime = st.st_mtime;
+        std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+        ssize_t n = readlink(p.c_str(), target.data(), target.size());
+        if (n < 0)
+            throw BcastError(sys("cannot read the symbolic link " + p, errno));
+        if (static_cast<size_t>(n) >= target.size())
+            throw BcastError(p + " changed while being read");
+        target.resize(static_cast<size_t>(n));
+        e.target = std::move(target);
+        src.entries.push_back(std::move(e));
+        src.paths.emplace_back();
+    } else if (S_ISDIR(st.st_mode)) {
+        src.entries.push_back(entry_of(rel, st));
+        src.paths.emplace_back();
+        dir(rel);
+    } else if (S_ISREG(st.st_mode)) {
+        if (st.st_nlink > 1) {
+            auto [it, first] = inodes.emplace(std::make_pair(st.st_dev, st.st_ino),
+                                              static_cast<uint32_t>(src.entries.size()));
+            if (!first) {
+                Entry e;
+                e.path = rel;
+                e.kind = Entry::hardlink;
+                e.link = it->second;
+                src.entries.push_back(std::move(e));
+                src.paths.emplace_back();
+                return;
+            }
+        }
+        check_readable(p);
+        src.entries.push_back(entry_of(rel, st));
+        src.paths.push_back(p);
+    } else {
+        refused.push_back(p + " (" + special_kind(st.st_mode) + ")");
+    }
+}
+
+void Walk::dir(const std::string &rel)
+{
+    std::string d = rel.empty() ? root : root + "/" + rel;
+    DIR *dp = opendir(d.c_str());
+    if (!dp)
+        throw BcastError(sys("cannot read directory " + d, errno));
     std::vector<std::string> names;
-    while (dirent *e = readdir(d))
+    while (dirent *e = readdir(dp))
         if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
             names.push_back(e->d_name);
-    closedir(d);
+    closedir(dp);
     std::sort(names.begin(), names.end());
     for (const auto &n : names) {
         std::string r = rel.empty() ? n : rel + "/" + n;
@@ -69,19 +138,7 @@ void walk(const std::string &root, const std::string &rel, Source &src)
         struct stat st;
         if (lstat(p.c_str(), &st) != 0)
             throw BcastError(sys("cannot read " + p, errno));
-        if (S_ISLNK(st.st_mode) && (stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)))
-            throw BcastError(p + " is a symbolic link to something other than a file");
-        if (S_ISDIR(st.st_mode)) {
-            src.entries.push_back(entry_of(r, st));
-            src.paths.emplace_back();
-            walk(root, r, src);
-        } else if (S_ISREG(st.st_mode)) {
-            check_readable(p);
-            src.entries.push_back(entry_of(r, st));
-            src.paths.push_back(p);
-        } else {
-            throw BcastError(p + " is neither a file nor a directory");
-        }
+        add(r, p, st);
     }
 }
 
@@ -130,7 +187,16 @@ Source scan(const std::string &path)
     } else if (S_ISDIR(st.st_mode)) {
         src.entries.push_back(entry_of("", st));
         src.paths.emplace_back();
-        walk(path, "", src);
+        Walk w{path, src, {}, {}};
+        w.dir("");
+        if (!w.refused.empty()) {
+            std::string list;
+            for (size_t i = 0; i < w.refused.size() && i < 10; ++i)
+                list += (i ? ", " : "") + w.refused[i];
+            if (w.refused.size() > 10)
+                list += " and " + std::to_string(w.refused.size() - 10) + " more";
+            throw BcastError(path + " holds special files, which are not sent: " + list);
+        }
     } else {
         throw BcastError(path + " is neither a file nor a directory");
     }
@@ -141,7 +207,7 @@ Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode)
 {
     Source src;
     Entry top;
-    top.dir = true;
+    top.kind = Entry::directory;
     top.mode = dir_mode;
     top.atime = top.mtime = time(nullptr);
     src.entries.push_back(top);
@@ -246,7 +312,7 @@ private:
         try {
             for (size_t i = 0; i < src_.entries.size(); ++i) {
                 const Entry &e = src_.entries[i];
-                if (e.dir || e.size == 0)
+                if (e.kind != Entry::file || e.size == 0)
                     continue;
                 read_file(static_cast<uint32_t>(i), src_.paths[i], e.size);
                 std::lock_guard<std::mutex> l(m_);

@@ -37,13 +37,16 @@ public:
 // What to send: the entries of the open request and where each file is read.
 struct Source {
     std::vector<Entry> entries;
-    std::vector<std::string> paths; // by entry; "" for directories
+    std::vector<std::string> paths; // by entry; "" but for files
     uint64_t total_bytes() const { return bcast::total_bytes(entries); }
 };
 
-// A file, or a directory with its whole tree (symbolic links inside are
-// followed only if they lead to files or directories).  Throws BcastError
-// for a missing or unreadable source.
+// A file, or a directory with its whole tree, as it is: symbolic links
+// inside as links (their targets as written), files linked several times
+// inside as hard links to the first, empty directories kept.  SOURCE
+// itself may be a link (followed).  Throws BcastError for a missing or
+// unreadable source, and for a tree holding devices, FIFOs or sockets
+// (naming them).
 Source scan(const std::string &path);
 // Files gathered from several places into one directory (a program's
 // shared libraries): each file under its base name.

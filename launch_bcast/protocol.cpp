@@ -50,6 +50,7 @@ std::string session_hex(uint64_t sid)
 std::string OpenRequest::encode() const
 {
     net::Writer w;
+    w.u32(kOpenVersion);
     w.bytes(cred);
     w.bytes(dest);
     w.u32(flags);
@@ -58,11 +59,15 @@ std::string OpenRequest::encode() const
     w.u32(static_cast<uint32_t>(entries.size()));
     for (const auto &e : entries) {
         w.bytes(e.path);
-        w.u8(e.dir ? 1 : 0);
+        w.u8(e.kind);
         w.u32(e.mode);
         w.u64(e.size);
         w.u64(static_cast<uint64_t>(e.atime));
         w.u64(static_cast<uint64_t>(e.mtime));
+        if (e.kind == Entry::symlink)
+            w.bytes(e.target);
+        else if (e.kind == Entry::hardlink)
+            w.u32(e.link);
     }
     return w.take();
 }
@@ -70,6 +75,10 @@ std::string OpenRequest::encode() const
 OpenRequest OpenRequest::decode(std::string_view payload)
 {
     net::Reader r(payload);
+    uint32_t version = r.u32();
+    if (version != kOpenVersion)
+        throw DecodeError("a broadcast request of another version (storm-bcast and the agents must be of "
+                          "the same release)");
     OpenRequest q;
     q.cred = std::string(r.bytes(kMaxCred));
     q.dest = std::string(r.bytes(kMaxPath));
@@ -83,15 +92,30 @@ OpenRequest OpenRequest::decode(std::string_view payload)
     for (uint32_t i = 0; i < n; ++i) {
         Entry e;
         e.path = std::string(r.bytes(kMaxPath));
-        e.dir = r.u8() != 0;
+        uint8_t kind = r.u8();
+        if (kind > Entry::hardlink)
+            throw DecodeError("entry \"" + e.path + "\" of unknown kind " + std::to_string(kind));
+        e.kind = static_cast<Entry::Kind>(kind);
         e.mode = r.u32();
         e.size = r.u64();
         e.atime = static_cast<int64_t>(r.u64());
         e.mtime = static_cast<int64_t>(r.u64());
+        if (e.kind == Entry::symlink)
+            e.target = std::string(r.bytes(kMaxPath));
+        else if (e.kind == Entry::hardlink)
+            e.link = r.u32();
         if (i == 0 ? !e.path.empty() : !safe_relative_path(e.path))
             throw DecodeError("entry path \"" + e.path + "\" is not allowed");
-        if (e.mode > 07777 || (e.dir && e.size != 0))
+        if (e.mode > 07777 || (e.kind != Entry::file && e.size != 0))
             throw DecodeError("entry \"" + e.path + "\" has a bad mode or size");
+        if (i == 0 && e.kind != Entry::file && e.kind != Entry::directory)
+            throw DecodeError("a broadcast of a link");
+        if (e.kind == Entry::symlink &&
+            (e.target.empty() || e.target.size() >= kMaxPath || e.target.find('\0') != std::string::npos))
+            throw DecodeError("symbolic link \"" + e.path + "\" has a bad target");
+        if (e.kind == Entry::hardlink &&
+            (e.link == 0 || e.link >= i || q.entries[e.link].kind != Entry::file))
+            throw DecodeError("hard link \"" + e.path + "\" does not name an earlier file");
         q.entries.push_back(std::move(e));
     }
     r.finish();
@@ -99,9 +123,9 @@ OpenRequest OpenRequest::decode(std::string_view payload)
         throw DecodeError("no credential");
     if (q.dest.size() < 2 || q.dest.front() != '/' || q.dest.find('\0') != std::string::npos)
         throw DecodeError("destination \"" + q.dest + "\" is not an absolute path");
-    if (q.dest.back() == '/' && q.entries.front().dir)
+    if (q.dest.back() == '/' && q.entries.front().dir())
         throw DecodeError("a directory needs a destination name, not \"" + q.dest + "\"");
-    if (!q.entries.front().dir && n != 1)
+    if (!q.entries.front().dir() && n != 1)
         throw DecodeError("a file broadcast with more than one entry");
     if (q.fanout < 1 || q.fanout > 64 || q.timeout_ms < 1 || q.timeout_ms > 3600000)
         throw DecodeError("fanout or timeout out of range");

@@ -44,19 +44,34 @@ enum Flags : uint32_t {
     kPreserve = 2, // keep the source's access and modification times
 };
 
-// One file or directory of a broadcast.  The first entry is the
-// destination itself (path ""); a directory's contents follow it, with
-// paths relative to it ("a", "a/b").
+// One entry of a broadcast.  The first entry is the destination itself
+// (path "", a file or a directory); a directory's contents follow it, with
+// paths relative to it ("a", "a/b"), each directory before what it holds.
+// Symbolic links keep their targets exactly as written (relative,
+// absolute, dangling, pointing outside: a node never follows one); a hard
+// link names an earlier file entry of the same broadcast.  Other kinds of
+// files (devices, FIFOs, sockets) are never sent.
 struct Entry {
+    enum Kind : uint8_t { file = 0, directory = 1, symlink = 2, hardlink = 3 };
     std::string path;
-    bool dir = false;
-    uint32_t mode = 0; // permission bits (07777)
-    uint64_t size = 0; // bytes (files)
+    Kind kind = file;
+    uint32_t mode = 0; // permission bits (07777); 0 for links
+    uint64_t size = 0; // bytes (files; 0 for every other kind)
     int64_t atime = 0, mtime = 0;
+    std::string target; // symlink: its target as written
+    uint32_t link = 0;  // hardlink: the index of the file entry it links to
+
+    bool dir() const { return kind == directory; }
 };
 
 // The bytes of the files among `entries`.
 uint64_t total_bytes(const std::vector<Entry> &entries);
+
+// The open request's version, its first 4 bytes: above any credential's
+// length, so that an agent or client of the version before (which started
+// with the credential) refuses the other's request rather than misread it.
+// 0x53420002 ("SB", 2): entries with kinds (symlinks, hard links).
+constexpr uint32_t kOpenVersion = 0x53420002;
 
 struct OpenRequest {
     std::string cred; // Slurm's sbcast credential, packed

@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
-#include <ftw.h>
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -16,6 +15,7 @@
 #include <zlib.h>
 
 #include "launch_bcast/as_user.hpp"
+#include "launch_bcast/beneath.hpp"
 
 namespace storm::bcast {
 
@@ -47,25 +47,8 @@ std::string dirname_of(const std::string &p)
 
 std::string basename_of(const std::string &p) { return p.substr(p.rfind('/') + 1); }
 
-// Removes a file or a whole tree (no symlink is followed); as the caller's
-// file system ids.
-int remove_tree(const std::string &path)
-{
-    struct stat st;
-    if (lstat(path.c_str(), &st) != 0)
-        return errno == ENOENT ? 0 : errno;
-    if (!S_ISDIR(st.st_mode))
-        return unlink(path.c_str()) == 0 ? 0 : errno;
-    int rc = nftw(
-        path.c_str(),
-        [](const char *p, const struct stat *, int type, struct FTW *) {
-            return (type == FTW_DP ? rmdir(p) : unlink(p)) == 0 ? 0 : errno;
-        },
-        16, FTW_DEPTH | FTW_PHYS);
-    return rc < 0 ? errno : rc;
-}
-
-// Moves the staged `temp` to `dest`.  An existing destination is swapped
+// Moves the staged `temp` to `dest`, both names in the directory `dir`.
+// An existing destination is swapped
 // with the new one (RENAME_EXCHANGE): readers see the old or the new,
 // never neither, and the old one stays under the temporary name
 // (`kept_old`) until the broadcast is finished everywhere (then removed)
@@ -75,23 +58,49 @@ int remove_tree(const std::string &path)
 // where the broadcast never promised more than the page cache (neither
 // does stock sbcast, which truncates and rewrites).  Where the file system
 // cannot exchange (EINVAL), or the destination went away meanwhile, a
-// plain rename (nothing kept).  Returns "" or why it failed.
-std::string swap_into_place(const std::string &temp, const std::string &dest, bool dir, bool &kept_old)
+// plain rename (nothing kept).  Returns "" or why it failed; `shown` names
+// the destination in it.
+std::string swap_into_place(int dir, const std::string &temp, const std::string &dest, bool is_dir,
+                            bool &kept_old, const std::string &shown)
 {
     kept_old = false;
     struct stat st;
-    bool exists = lstat(dest.c_str(), &st) == 0;
-    if (exists && (dir || !S_ISDIR(st.st_mode))) {
-        if (renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dest.c_str(), RENAME_EXCHANGE) == 0) {
+    bool exists = fstatat(dir, dest.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (exists && (is_dir || !S_ISDIR(st.st_mode))) {
+        if (renameat2(dir, temp.c_str(), dir, dest.c_str(), RENAME_EXCHANGE) == 0) {
             kept_old = true;
             return "";
         }
-        if (dir || (errno != EINVAL && errno != ENOENT))
-            return err("cannot replace " + dest, errno);
+        if (is_dir || (errno != EINVAL && errno != ENOENT))
+            return err("cannot replace " + shown, errno);
     }
-    if (rename(temp.c_str(), dest.c_str()) != 0)
-        return err("cannot rename into " + dest, errno);
+    if (renameat(dir, temp.c_str(), dir, dest.c_str()) != 0)
+        return err("cannot rename into " + shown, errno);
     return "";
+}
+
+const char *kind_name(Entry::Kind k)
+{
+    switch (k) {
+    case Entry::directory:
+        return "directory";
+    case Entry::symlink:
+        return "symbolic link";
+    default:
+        return "file";
+    }
+}
+
+bool is_kind(mode_t m, Entry::Kind k)
+{
+    switch (k) {
+    case Entry::directory:
+        return S_ISDIR(m);
+    case Entry::symlink:
+        return S_ISLNK(m);
+    default:
+        return S_ISREG(m);
+    }
 }
 
 } // namespace
@@ -107,7 +116,9 @@ std::string var_prefix(uint64_t sid) { return "bcast:" + session_hex(sid) + ":";
 constexpr size_t kKeptDescriptors = 64;
 
 struct Receiver::File {
-    std::string path; // in the staging area
+    std::string path; // in the staging area, for messages
+    std::string rel;  // beneath the staging directory; "" for the top entry
+    Entry::Kind kind = Entry::file;
     bool dir = false;
     uint32_t mode = 0;
     uint64_t size = 0, received = 0;
@@ -123,6 +134,11 @@ struct Receiver::Session {
     Grant grant;
     std::vector<gid_t> groups;
     std::string dest, temp;
+    // Every access goes through these: the destination's directory (as the
+    // user opened it at the open) and the staged tree's top (a directory
+    // broadcast), never through a path the user may change meanwhile.
+    int parent_fd = -1, root_fd = -1;
+    std::string dest_name, temp_name; // in parent_fd
     uint32_t flags = 0;
     std::vector<File> files;
     size_t incomplete = 0;
@@ -140,6 +156,33 @@ struct Receiver::Session {
         for (auto &f : files)
             if (f.fd >= 0)
                 ::close(f.fd);
+        if (root_fd >= 0)
+            ::close(root_fd);
+        if (parent_fd >= 0)
+            ::close(parent_fd);
+    }
+    // Opens entry `f` of the staged tree (O_NOFOLLOW, beneath the staging
+    // directory); -1 and errno on failure.
+    int open_entry(const File &f, int flags) const
+    {
+        if (f.rel.empty())
+            return openat(parent_fd, temp_name.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+        return beneath::open(root_fd, f.rel, flags);
+    }
+    // The directory holding entry `f` (O_PATH) and its name there.
+    int open_entry_parent(const File &f, std::string &name) const
+    {
+        if (f.rel.empty()) {
+            name = temp_name;
+            return fcntl(parent_fd, F_DUPFD_CLOEXEC, 0);
+        }
+        return beneath::open_parent(root_fd, f.rel, name);
+    }
+    // Whether `st` is what the broadcast made for entry `f`.
+    bool made(const File &f, const struct stat &st) const
+    {
+        Entry::Kind k = f.kind == Entry::hardlink ? Entry::file : f.kind;
+        return is_kind(st.st_mode, k) && st.st_dev == f.dev && st.st_ino == f.ino;
     }
 };
 
@@ -223,12 +266,19 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
     s->temp = dirname_of(s->dest) + "/." + basename_of(s->dest) + ".storm-" + session_hex(sid);
     s->idle_limit =
         std::max(std::chrono::milliseconds(3 * uint64_t(req.timeout_ms)), std::chrono::milliseconds(30000));
-    bool top_dir = req.entries.front().dir;
+    bool top_dir = req.entries.front().dir();
+    s->dest_name = basename_of(s->dest);
+    s->temp_name = "." + s->dest_name + ".storm-" + session_hex(sid);
 
     {
         AsUser as(s->grant.uid, s->grant.gid, s->groups);
+        std::string parent = dirname_of(s->dest);
+        s->parent_fd = ::open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (s->parent_fd < 0)
+            return errno == ENOTDIR ? parent + " is not a directory"
+                                    : err("destination directory " + parent, errno);
         struct stat st;
-        if (lstat(s->dest.c_str(), &st) == 0) {
+        if (fstatat(s->parent_fd, s->dest_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
             if (!top_dir && S_ISDIR(st.st_mode))
                 return s->dest + " is a directory";
             if (top_dir && !S_ISDIR(st.st_mode))
@@ -238,11 +288,8 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
         } else if (errno != ENOENT) {
             return err(s->dest, errno);
         }
-        std::string parent = dirname_of(s->dest);
-        if (stat(parent.c_str(), &st) != 0)
+        if (fstat(s->parent_fd, &st) != 0)
             return err("destination directory " + parent, errno);
-        if (!S_ISDIR(st.st_mode))
-            return parent + " is not a directory";
         // One broadcast at a time per destination (the same name in the
         // same directory, however it is spelled): a later one would swap
         // files under the earlier, whose abort could then undo a broadcast
@@ -260,12 +307,23 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
         // space, then exactly, as each file's blocks are reserved below.
         struct statvfs vfs;
         uint64_t need = req.total_bytes();
-        if (need > 0 && statvfs(parent.c_str(), &vfs) == 0) {
+        if (need > 0 && fstatvfs(s->parent_fd, &vfs) == 0) {
             uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
             if (need > avail)
                 return "not enough space in " + parent + ": " + std::to_string(need) + " bytes needed, " +
                        std::to_string(avail) + " free";
         }
+    }
+    // Journaled before anything is staged: a slurmd killed while it stages
+    // (a large tree takes a while) removes the part it made when it starts
+    // again.
+    try {
+        journal_add(sid, *s);
+    } catch (const std::exception &e) {
+        return e.what();
+    }
+    std::string unstaged = [&]() -> std::string {
+        AsUser as(s->grant.uid, s->grant.gid, s->groups);
         // Stage everything; on any failure remove what was made.
         size_t kept = 0;
         auto fail = [&](const std::string &why) {
@@ -274,37 +332,79 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
                     ::close(made_file.fd);
                     made_file.fd = -1;
                 }
-            remove_tree(s->temp);
+            beneath::remove_tree(s->parent_fd, s->temp_name);
             return why;
         };
         for (size_t i = 0; i < req.entries.size(); ++i) {
             const Entry &e = req.entries[i];
             File f;
+            f.rel = e.path;
             f.path = i == 0 ? s->temp : s->temp + "/" + e.path;
-            f.dir = e.dir;
+            f.kind = e.kind;
+            f.dir = e.dir();
             f.mode = e.mode;
             f.size = e.size;
             f.atime = e.atime;
             f.mtime = e.mtime;
             const std::string name = i == 0 ? s->dest : s->dest + "/" + e.path; // in messages
-            if (e.dir) {
-                struct stat made;
-                if (mkdir(f.path.c_str(), 0700) != 0 || lstat(f.path.c_str(), &made) != 0)
+            // The directory to create the entry in, beneath the staging
+            // directory: a symbolic link on the way (the user's) fails.
+            std::string leaf = s->temp_name;
+            int at = s->parent_fd;
+            struct Closer {
+                int fd = -1;
+                ~Closer()
+                {
+                    if (fd >= 0)
+                        ::close(fd);
+                }
+            } parent_of;
+            if (i > 0) {
+                parent_of.fd = at = beneath::open_parent(s->root_fd, e.path, leaf);
+                if (at < 0)
                     return fail(err("cannot create " + name, errno));
-                f.dev = made.st_dev;
-                f.ino = made.st_ino;
+            }
+            struct stat made;
+            if (e.kind == Entry::directory) {
+                if (mkdirat(at, leaf.c_str(), 0700) != 0 ||
+                    fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0)
+                    return fail(err("cannot create " + name, errno));
+                if (i == 0) {
+                    s->root_fd = openat(at, leaf.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                    struct stat opened;
+                    if (s->root_fd < 0 || fstat(s->root_fd, &opened) != 0 || opened.st_ino != made.st_ino ||
+                        opened.st_dev != made.st_dev)
+                        return fail(name + ": the staging directory " + s->temp + " was replaced");
+                }
+            } else if (e.kind == Entry::symlink) {
+                if (symlinkat(e.target.c_str(), at, leaf.c_str()) != 0 ||
+                    fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0)
+                    return fail(err("cannot create the symbolic link " + name, errno));
+            } else if (e.kind == Entry::hardlink) {
+                // To the file this broadcast made (linkat without
+                // AT_SYMLINK_FOLLOW: a link the user swapped in is linked
+                // as itself, and found below).
+                const File &to = s->files[e.link];
+                std::string to_leaf;
+                int to_at = s->open_entry_parent(to, to_leaf);
+                int rc = to_at < 0 ? -1 : linkat(to_at, to_leaf.c_str(), at, leaf.c_str(), 0);
+                int e2 = errno;
+                if (to_at >= 0)
+                    ::close(to_at);
+                if (rc != 0)
+                    return fail(err("cannot create the hard link " + name, e2));
+                if (fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(made.st_mode) ||
+                    made.st_dev != to.dev || made.st_ino != to.ino)
+                    return fail(name + ": the file it links to was replaced while it was being received");
             } else {
-                int fd = ::open(f.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+                int fd = openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
                 if (fd < 0)
                     return fail(err("cannot create " + name, errno));
-                struct stat made;
                 if (fstat(fd, &made) != 0) {
                     int e2 = errno;
                     ::close(fd);
                     return fail(err("cannot create " + name, e2));
                 }
-                f.dev = made.st_dev;
-                f.ino = made.st_ino;
                 int reserved = reserve(fd, e.size);
                 // The first files keep the descriptor of their exclusive
                 // create: their data never goes through a path the user can
@@ -316,23 +416,24 @@ std::string Receiver::open(uint64_t sid, std::string_view payload)
                     ::close(fd);
                 }
                 if (reserved != 0) {
+                    s->files.push_back(std::move(f));
                     return fail(
                         err("cannot reserve " + std::to_string(e.size) + " bytes for " + name, reserved));
                 }
                 if (e.size > 0)
                     s->incomplete++;
             }
+            f.dev = made.st_dev;
+            f.ino = made.st_ino;
             s->files.push_back(std::move(f));
         }
+        return "";
+    }();
+    if (!unstaged.empty()) {
+        journal_remove(sid);
+        return unstaged;
     }
     s->last = std::chrono::steady_clock::now();
-    try {
-        journal_add(sid, *s);
-    } catch (const std::exception &e) {
-        AsUser as(s->grant.uid, s->grant.gid, s->groups);
-        remove_tree(s->temp);
-        return e.what();
-    }
     engine_.set_variable(var_prefix(sid) + "complete", s->incomplete == 0 ? 1 : 0);
     log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
               session_hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,
@@ -362,7 +463,7 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
     net::Reader r(payload);
     ChunkHeader h = ChunkHeader::decode(r);
     std::string_view bytes = r.rest();
-    if (h.entry >= s.files.size() || s.files[h.entry].dir)
+    if (h.entry >= s.files.size() || s.files[h.entry].kind != Entry::file)
         return failed("chunk for entry " + std::to_string(h.entry) + ", which is not a file");
     File &f = s.files[h.entry];
     if (h.offset != f.received || h.raw_len > f.size - f.received)
@@ -393,7 +494,7 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
         // another file.  O_NONBLOCK keeps the open from waiting, and the
         // descriptor is used only if it is still the regular file created.
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
-        int fd = ::open(f.path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+        int fd = s.open_entry(f, O_WRONLY | O_NONBLOCK | O_NOCTTY);
         if (fd < 0)
             return failed(err("cannot open " + f.path, errno));
         struct stat now;
@@ -458,27 +559,38 @@ std::string Receiver::commit(uint64_t sid)
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
         // Every staged entry must still be the one this broadcast made: the
         // user can rename, replace or swap anything in the staging area.
-        for (const File &f : s.files) {
-            struct stat now;
-            if (lstat(f.path.c_str(), &now) != 0 || (f.dir ? !S_ISDIR(now.st_mode) : !S_ISREG(now.st_mode)) ||
-                now.st_dev != f.dev || now.st_ino != f.ino) {
-                why = f.path + " was replaced while it was being received (it is no longer the " +
-                      (f.dir ? "directory" : "file") + " this broadcast created)";
-                break;
-            }
-        }
-        // Contents first, so that directories' times stay as set.
+        // Each is opened beneath it (no link followed) and checked, then
+        // its mode and times set through the descriptor.  Contents first,
+        // so that directories' times stay as set.
         for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
-            if (chmod(f->path.c_str(), f->mode & 0777) != 0)
-                why = err("cannot set the mode of " + f->path, errno);
-            if (why.empty() && (s.flags & kPreserve)) {
+            int fd = s.open_entry(*f, f->kind == Entry::directory ? O_RDONLY | O_DIRECTORY
+                                      : f->kind == Entry::file    ? O_RDONLY | O_NONBLOCK | O_NOCTTY
+                                                                  : O_PATH);
+            struct stat now;
+            if (fd < 0 || fstat(fd, &now) != 0 || !s.made(*f, now)) {
+                why = f->path + " was replaced while it was being received (it is no longer the " +
+                      kind_name(f->kind) + " this broadcast created)";
+            } else if (f->kind == Entry::file || f->kind == Entry::directory) {
+                if (fchmod(fd, f->mode & 0777) != 0)
+                    why = err("cannot set the mode of " + f->path, errno);
                 timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
-                if (utimensat(AT_FDCWD, f->path.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0)
+                if (why.empty() && (s.flags & kPreserve) && futimens(fd, ts) != 0)
                     why = err("cannot set the times of " + f->path, errno);
+            } else if (f->kind == Entry::symlink && (s.flags & kPreserve)) {
+                std::string leaf;
+                int at = s.open_entry_parent(*f, leaf);
+                timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
+                if (at < 0 || utimensat(at, leaf.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0)
+                    why = err("cannot set the times of " + f->path, errno);
+                if (at >= 0)
+                    ::close(at);
             }
+            if (fd >= 0)
+                ::close(fd);
         }
         if (why.empty())
-            why = swap_into_place(s.temp, s.dest, s.files.front().dir, s.kept_old);
+            why = swap_into_place(s.parent_fd, s.temp_name, s.dest_name, s.files.front().dir, s.kept_old,
+                                  s.dest);
     }
     if (!why.empty())
         return refuse(sid, why);
@@ -498,7 +610,7 @@ std::string Receiver::finish(uint64_t sid)
         return refuse(sid, "finish of " + s.dest + " before its commit");
     if (s.kept_old) {
         AsUser as(s.grant.uid, s.grant.gid, s.groups);
-        if (int e = remove_tree(s.temp))
+        if (int e = beneath::remove_tree(s.parent_fd, s.temp_name))
             log_.error("broadcast %s: cannot remove the replaced %s (now %s): %s", session_hex(sid).c_str(),
                        s.dest.c_str(), s.temp.c_str(), std::strerror(e));
     }
@@ -521,17 +633,20 @@ void Receiver::discard(Session &s)
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
     if (s.committed && !s.kept_old) {
         // In place here, but not everywhere: the destination was new.
-        if (int e = remove_tree(s.dest))
+        if (int e = beneath::remove_tree(s.parent_fd, s.dest_name))
             log_.error("cannot remove %s: %s", s.dest.c_str(), std::strerror(e));
         return;
     }
-    if (s.committed && renameat2(AT_FDCWD, s.temp.c_str(), AT_FDCWD, s.dest.c_str(), RENAME_EXCHANGE) != 0) {
+    if (s.committed &&
+        renameat2(s.parent_fd, s.temp_name.c_str(), s.parent_fd, s.dest_name.c_str(), RENAME_EXCHANGE) != 0) {
         // The earlier one cannot go back: both stay, and the log says where.
         log_.error("cannot put the earlier %s back from %s: %s (the new one stays in place)", s.dest.c_str(),
                    s.temp.c_str(), std::strerror(errno));
         return;
     }
-    if (int e = remove_tree(s.temp))
+    if (s.parent_fd < 0)
+        return;
+    if (int e = beneath::remove_tree(s.parent_fd, s.temp_name))
         log_.error("cannot remove %s: %s", s.temp.c_str(), std::strerror(e));
 }
 
@@ -629,15 +744,19 @@ void Receiver::recover()
                 // Staged files of a broadcast that did not commit, or what a
                 // committed one replaced: either way, not wanted.  Nothing
                 // there: it committed here over nothing.
+                int at = ::open(dirname_of(temp).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
                 struct stat st;
-                if (lstat(temp.c_str(), &st) == 0 || errno != ENOENT) {
-                    int e = remove_tree(temp);
+                if (at >= 0 && (fstatat(at, basename_of(temp).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+                                errno != ENOENT)) {
+                    int e = beneath::remove_tree(at, basename_of(temp));
                     if (e == 0)
                         log_.info("removed %s, left by a broadcast that did not finish", temp.c_str());
                     else
                         log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(),
                                    std::strerror(e));
                 }
+                if (at >= 0)
+                    ::close(at);
             } catch (const std::exception &e) {
                 log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(), e.what());
             }

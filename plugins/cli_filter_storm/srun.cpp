@@ -221,7 +221,7 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
     std::vector<std::pair<storm::bcast::ClientOptions, storm::bcast::Source>> plans;
     try {
         auto src = storm::bcast::scan(program);
-        if (src.entries.front().dir)
+        if (src.entries.front().dir())
             throw storm::bcast::BcastError(program + " is a directory");
         plans.emplace_back(o, std::move(src));
         if (sropt->send_libs) {

@@ -1,5 +1,6 @@
 // Fuzz target: the broadcast protocol (launch_bcast/protocol.hpp) as a
-// head agent reads it from a user's client (open, chunk headers) and a
+// head agent reads it from a user's client (open, with its entries:
+// files, directories, symbolic and hard links; chunk headers) and a
 // client reads it from an agent (replies), and the launch gate's list of
 // sessions as slurmstepd passes it from a step's environment (gate.hpp).
 #include <stdexcept>
@@ -17,6 +18,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (in.which % 5) {
         case 0: {
             auto o = bcast::OpenRequest::decode(in.rest);
+            // What a node relies on: links carry no bytes, a hard link
+            // names an earlier file, a symbolic link has a target.
+            for (size_t i = 0; i < o.entries.size(); ++i) {
+                const auto &e = o.entries[i];
+                FUZZ_REQUIRE(e.kind == bcast::Entry::file || e.size == 0);
+                FUZZ_REQUIRE(e.kind != bcast::Entry::hardlink ||
+                             (e.link > 0 && e.link < i && o.entries[e.link].kind == bcast::Entry::file));
+                FUZZ_REQUIRE(e.kind != bcast::Entry::symlink || (i > 0 && !e.target.empty()));
+            }
             auto again = o.encode();
             FUZZ_REQUIRE(bcast::OpenRequest::decode(again).encode() == again);
             break;

@@ -59,12 +59,24 @@ int main(int argc, char **argv)
     o.fanout = 2;
     o.entries.resize(2);
     o.entries[0].path = "dir";
-    o.entries[0].dir = true;
+    o.entries[0].kind = bcast::Entry::directory;
     o.entries[0].mode = 0755;
     o.entries[1].path = "dir/file";
     o.entries[1].mode = 0644;
     o.entries[1].size = 12345;
     seed("fuzz_bcast", 1, 0, o.encode());
+    bcast::Entry link;
+    o.entries[0].path = ""; // valid as a whole this time
+    link.path = "dir/link";
+    link.kind = bcast::Entry::symlink;
+    link.target = "../outside";
+    o.entries.push_back(link);
+    link.path = "dir/hard";
+    link.kind = bcast::Entry::hardlink;
+    link.target.clear();
+    link.link = 1;
+    o.entries.push_back(link);
+    seed("fuzz_bcast", 6, 0, o.encode());
     bcast::Reply r;
     r.kind = bcast::Reply::failed;
     r.value = 3;

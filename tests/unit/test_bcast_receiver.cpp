@@ -6,9 +6,12 @@
 // their CRC and early commits refused; what a killed agent leaves is
 // recovered from its journal; a staged file the user swapped for a FIFO
 // or another file is refused without blocking the agent's loop; the
-// user's disk quota holds.
+// user's disk quota holds; a tree arrives exact (links, hard links, empty
+// directories, odd names); a staged directory the user swaps for a
+// symbolic link leads nothing outside the destination.
 
 #include <csignal>
+#include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <string>
@@ -19,6 +22,7 @@
 #include <event2/thread.h>
 
 #include "launch_bcast/as_user.hpp"
+#include "launch_bcast/beneath.hpp"
 #include "tests/unit/bcast_fixture.hpp"
 #include "tests/unit/helpers.hpp"
 
@@ -176,7 +180,7 @@ void test_receiver_rejects_and_recovers(void **)
     OpenRequest q;
     q.cred = cred(1);
     q.dest = t.path + "/file";
-    q.entries.push_back(Entry{"", false, 0644, 10, 0, 0});
+    q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
     const uint64_t sid = 7;
     assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
     std::string temp = t.path + "/.file.storm-0000000000000007";
@@ -201,6 +205,8 @@ void test_receiver_rejects_and_recovers(void **)
     assert_int_equal(stat((t.path + "/.file.storm-0000000000000009").c_str(), &st), -1);
     // A malformed open.
     std::string junk = rx->on_chunk(event_name("open", 8), 8, "junk");
+    assert_true(contains(junk, "another version"));
+    junk = rx->on_chunk(event_name("open", 8), 8, q.encode().substr(0, 20));
     assert_true(contains(junk, "truncated") || contains(junk, "exceeds its limit"));
     // What a killed slurmd leaves: the temporary and its journal entry.
     assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
@@ -263,7 +269,7 @@ void test_swapped_staging_file_refused(void **)
     OpenRequest q;
     q.cred = cred(1);
     q.dest = t.path + "/file";
-    q.entries.push_back(Entry{"", false, 0644, 10, 0, 0});
+    q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
     net::Writer w;
     ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
     const std::string chunk = w.take() + "0123456789";
@@ -304,6 +310,219 @@ void test_swapped_staging_file_refused(void **)
     assert_int_equal(stat(q.dest.c_str(), &st), -1); // nothing committed
 }
 
+// A tree arrives as it is: symbolic links as links with their targets as
+// written (relative, absolute, dangling, pointing outside), files linked
+// twice as one inode, empty directories, odd names (a space, a newline,
+// bytes that are not UTF-8), modes, and with --preserve the times of
+// files, directories and links.  --force replaces such a tree whole.  A
+// FIFO in the source is refused before anything is sent, naming it.
+void test_tree_arrives_exact(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/tree";
+    mkdir(src.c_str(), 0750);
+    mkdir((src + "/sub").c_str(), 0700);
+    mkdir((src + "/empty").c_str(), 0705);
+    std::string a = make_file(src + "/a", 70000, 0640);
+    const std::string odd = "odd name\nwith \xff byte";
+    std::string o = make_file(src + "/sub/" + odd, 33, 0600);
+    assert_int_equal(link((src + "/a").c_str(), (src + "/sub/a2").c_str()), 0);
+    struct Link {
+        const char *name, *target;
+    };
+    const Link links[] = {{"rel", "sub/a2"},       {"sub/up", "../a"},         {"abs", "/etc/hostname"},
+                          {"dangling", "nowhere"}, {"out", "../../../../etc"}, {"sub/dir", "../empty"}};
+    for (const Link &l : links)
+        assert_int_equal(symlink(l.target, (src + "/" + l.name).c_str()), 0);
+    timespec old[2] = {{1000000000, 0}, {1100000000, 0}};
+    for (const char *p : {"/a", "/sub", "/empty", "/rel", ""})
+        assert_int_equal(utimensat(AT_FDCWD, (src + p).c_str(), old, AT_SYMLINK_NOFOLLOW), 0);
+    Source scanned = scan(src);
+    BcastCluster bc(1, t.path);
+    std::string dest = t.path + "/copy";
+    for (uint32_t flags : {uint32_t(kPreserve), uint32_t(kPreserve | kForce)}) {
+        assert_string_equal(bc.send(scanned, dest, cred(1), kUser, flags).c_str(), "");
+        for (const Link &l : links) {
+            char got[256] = {};
+            assert_int_equal(readlink((dest + "/" + l.name).c_str(), got, sizeof got - 1),
+                             static_cast<ssize_t>(std::strlen(l.target)));
+            assert_string_equal(got, l.target);
+        }
+        struct stat st, st2;
+        assert_int_equal(lstat((dest + "/a").c_str(), &st), 0);
+        assert_int_equal(lstat((dest + "/sub/a2").c_str(), &st2), 0);
+        assert_true(S_ISREG(st.st_mode) && st.st_ino == st2.st_ino && st.st_nlink == 2);
+        assert_int_equal(st.st_mode & 07777, 0640);
+        assert_int_equal(st.st_uid, kUser);
+        assert_int_equal(st.st_mtime, 1100000000);
+        assert_true(slurp(dest + "/a") == a);
+        assert_true(slurp(dest + "/sub/" + odd) == o);
+        assert_int_equal(lstat((dest + "/empty").c_str(), &st), 0);
+        assert_true(S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0705 && st.st_mtime == 1100000000);
+        assert_true(listing(dest + "/empty").empty());
+        assert_int_equal(lstat((dest + "/rel").c_str(), &st), 0);
+        assert_true(S_ISLNK(st.st_mode) && st.st_mtime == 1100000000 && st.st_uid == kUser);
+        assert_int_equal(lstat((dest + "/sub").c_str(), &st), 0);
+        assert_true((st.st_mode & 07777) == 0700 && st.st_mtime == 1100000000);
+        assert_int_equal(lstat(dest.c_str(), &st), 0);
+        assert_true((st.st_mode & 07777) == 0750 && st.st_mtime == 1100000000);
+        assert_true(listing(dest) ==
+                    (std::vector<std::string>{"a", "abs", "dangling", "empty", "out", "rel", "sub"}));
+    }
+    std::vector<std::string> expect{"copy", "gate0.sock", "journal0", "tree"};
+    assert_true(listing(t.path) == expect); // nothing staged or replaced left
+    assert_int_equal(mkfifo((src + "/sub/pipe").c_str(), 0600), 0);
+    std::string why = test_helpers::error_of<BcastError>([&] { scan(src); });
+    assert_true(contains(why, src + "/sub/pipe (a FIFO)"));
+    assert_true(contains(why, "special files, which are not sent"));
+}
+
+// The rule under every access to a staging area (beneath.hpp): no path
+// resolves through a symbolic link, on the way or at its end, whoever
+// made it -- a file cannot be created, opened for writing or removed
+// through one -- and removing a tree never leaves it.  Both with openat2(2)
+// and with the walk.
+void test_nothing_resolves_through_a_link(void **)
+{
+    TempDir t;
+    std::string root = t.path + "/root", outside = t.path + "/outside";
+    mkdir(root.c_str(), 0700);
+    mkdir((root + "/a").c_str(), 0700);
+    mkdir(outside.c_str(), 0777);
+    make_file(outside + "/keep", 5, 0666);
+    assert_int_equal(symlink(outside.c_str(), (root + "/sub").c_str()), 0);
+    assert_int_equal(symlink((outside + "/keep").c_str(), (root + "/a/f").c_str()), 0);
+    int rfd = open(root.c_str(), O_PATH | O_DIRECTORY);
+    int top = open(t.path.c_str(), O_PATH | O_DIRECTORY);
+    assert_true(rfd >= 0 && top >= 0);
+    for (bool openat2 : {true, false}) {
+        bcast::beneath::use_openat2(openat2);
+        for (const char *rel : {"sub/new", "sub/keep", "a/f", "sub"}) {
+            errno = 0;
+            int fd = bcast::beneath::open(rfd, rel, O_WRONLY | O_CREAT, 0600);
+            if (fd >= 0)
+                fprintf(stderr, "openat2 %d: %s opened\n", openat2, rel);
+            assert_int_equal(fd, -1);
+            assert_true(errno == ELOOP || errno == ENOTDIR || errno == EXDEV);
+        }
+        std::string name;
+        assert_int_equal(bcast::beneath::open_parent(rfd, "sub/x", name), -1);
+        int pfd = bcast::beneath::open_parent(rfd, "a/f", name);
+        assert_true(pfd >= 0);
+        assert_string_equal(name.c_str(), "f");
+        close(pfd);
+        // O_PATH opens the link itself, for the check of what it is.
+        int lfd = bcast::beneath::open(rfd, "a/f", O_PATH);
+        struct stat st;
+        assert_true(lfd >= 0 && fstat(lfd, &st) == 0 && S_ISLNK(st.st_mode));
+        close(lfd);
+        int dfd = bcast::beneath::open(rfd, "a", O_RDONLY | O_DIRECTORY);
+        assert_true(dfd >= 0);
+        close(dfd);
+    }
+    bcast::beneath::use_openat2(true);
+    assert_true(listing(outside) == std::vector<std::string>{"keep"});
+    assert_int_equal(bcast::beneath::remove_tree(top, "root"), 0);
+    struct stat st;
+    assert_int_equal(lstat(root.c_str(), &st), -1);
+    assert_true(slurp(outside + "/keep").size() == 5);
+    assert_int_equal(bcast::beneath::remove_tree(top, "root"), 0); // gone: no error
+    close(rfd);
+    close(top);
+}
+
+// The user swaps a staged directory for a symbolic link to a directory
+// outside the destination -- one they cannot write, and one they can --
+// before its file's data comes (the file is past the descriptors kept
+// from the creation, so its data goes by path) or before the commit.
+// Nothing is written, created, or changed outside: the data and the commit
+// are refused, naming the path, and the staging area is removed.  Once
+// with openat2(2), once with the walk.
+void test_symlink_race_writes_nothing_outside(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}},
+                Logger("n0"));
+    rx.recover();
+    std::string locked = t.path + "/locked", open = t.path + "/open";
+    mkdir(locked.c_str(), 0755);
+    mkdir(open.c_str(), 0777);
+    chmod(open.c_str(), 0777);
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = t.path + "/tree";
+    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    for (int i = 0; i < 70; ++i) {
+        char n[8];
+        snprintf(n, sizeof n, "a%02d", i);
+        q.entries.push_back(Entry{n, Entry::file, 0644, 1, 0, 0, {}, 0});
+    }
+    q.entries.push_back(Entry{"sub", Entry::directory, 0700, 0, 0, 0, {}, 0});
+    q.entries.push_back(Entry{"sub/f", Entry::file, 0666, 10, 0, 0, {}, 0});
+    const uint32_t f_entry = 72;
+    auto chunk = [](uint32_t entry, const std::string &bytes) {
+        net::Writer w;
+        ChunkHeader{entry, 0, static_cast<uint32_t>(bytes.size()), crc32(bytes), false}.encode(w);
+        return w.take() + bytes;
+    };
+    struct stat before;
+    assert_int_equal(stat(open.c_str(), &before), 0);
+    uint64_t sid = 40;
+    for (bool openat2 : {true, false}) {
+        bcast::beneath::use_openat2(openat2);
+        for (const std::string &outside : {locked, open}) {
+            for (bool before_commit : {false, true}) {
+                ++sid;
+                assert_string_equal(rx.on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
+                const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
+                for (uint32_t i = 1; i <= 70; ++i)
+                    assert_string_equal(rx.on_chunk(event_name("data", sid), sid, chunk(i, "x")).c_str(), "");
+                auto swap = [&] {
+                    assert_int_equal(rename((temp + "/sub").c_str(), (temp + "/moved").c_str()), 0);
+                    assert_int_equal(symlink(outside.c_str(), (temp + "/sub").c_str()), 0);
+                    assert_int_equal(lchown((temp + "/sub").c_str(), kUser, kGroup), 0);
+                };
+                std::string why;
+                if (!before_commit) {
+                    swap();
+                    why = rx.on_chunk(event_name("data", sid), sid, chunk(f_entry, "0123456789"));
+                } else {
+                    assert_string_equal(
+                        rx.on_chunk(event_name("data", sid), sid, chunk(f_entry, "0123456789")).c_str(), "");
+                    swap();
+                    cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
+                    why = rx.on_chunk(event_name("commit", sid), sid, "");
+                }
+                if (why.empty() || !contains(why, temp))
+                    fprintf(stderr, "openat2 %d, %s, before commit %d: \"%s\"\n", openat2, outside.c_str(),
+                            before_commit, why.c_str());
+                assert_false(why.empty());
+                assert_true(contains(why, temp));
+                rx.on_chunk(event_name("abort", sid), sid, "");
+                assert_true(listing(outside).empty());
+                struct stat st;
+                assert_int_equal(stat(outside.c_str(), &st), 0);
+                assert_int_equal(st.st_mode & 07777, outside == open ? 0777 : 0755);
+                assert_int_equal(st.st_uid, 0);
+                assert_int_equal(lstat(temp.c_str(), &st), -1);
+                assert_int_equal(lstat(q.dest.c_str(), &st), -1);
+            }
+        }
+    }
+    bcast::beneath::use_openat2(true);
+    struct stat after;
+    assert_int_equal(stat(open.c_str(), &after), 0);
+    assert_true(after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+                after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    assert_int_equal(rx.sessions(), 0);
+}
+
 // Two --force broadcasts of one user to one destination (issue 39, hole
 // 8): the later is refused while the earlier is open, naming it, also
 // under another spelling of the path; the earlier completes, and its file
@@ -325,7 +544,7 @@ void test_one_broadcast_per_destination(void **)
     q.cred = cred(1);
     q.dest = dest;
     q.flags = kForce;
-    q.entries.push_back(Entry{"", false, 0644, 10, 0, 0});
+    q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
     assert_string_equal(rx.on_chunk(event_name("open", 31), 31, q.encode()).c_str(), "");
     std::string why = rx.on_chunk(event_name("open", 32), 32, q.encode());
     assert_true(contains(why, "is being written by broadcast 000000000000001f"));
@@ -411,6 +630,9 @@ int main()
         cmocka_unit_test(test_file_reaches_every_node),
         cmocka_unit_test(test_force_replaces_a_file),
         cmocka_unit_test(test_directory_and_preserve),
+        cmocka_unit_test(test_tree_arrives_exact),
+        cmocka_unit_test(test_symlink_race_writes_nothing_outside),
+        cmocka_unit_test(test_nothing_resolves_through_a_link),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
         cmocka_unit_test(test_receiver_rejects_and_recovers),
         cmocka_unit_test(test_swapped_staging_file_refused),

@@ -129,7 +129,7 @@ void test_early_chunks_bounded(void **)
         q.dest = out + "/";
         q.flags = kForce;
         q.timeout_ms = 3000;
-        q.entries.push_back(Entry{"", false, 0644, uint64_t(chunk) * chunks, 0, 0});
+        q.entries.push_back(Entry{"", Entry::file, 0644, uint64_t(chunk) * chunks, 0, 0, {}, 0});
         conn->send(kOpenFrame, 0, q.encode());
         std::string bytes(chunk, 'x');
         for (unsigned i = 0; i < chunks; ++i) {

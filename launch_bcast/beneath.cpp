@@ -1,0 +1,131 @@
+#include "launch_bcast/beneath.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <vector>
+
+namespace storm::bcast::beneath {
+
+namespace {
+
+std::atomic<bool> g_openat2{true};
+
+// openat2(2), or -1 with ENOSYS where the kernel (or the test) says no.
+int openat2_beneath(int root, const std::string &rel, int flags, mode_t mode)
+{
+#ifdef SYS_openat2
+    if (g_openat2.load(std::memory_order_relaxed)) {
+        open_how how{};
+        how.flags = static_cast<uint64_t>(flags);
+        how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+        int fd;
+        do
+            fd = static_cast<int>(syscall(SYS_openat2, root, rel.c_str(), &how, sizeof how));
+        while (fd < 0 && errno == EAGAIN); // a rename elsewhere raced the lookup
+        if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+            return fd; // EPERM: a seccomp filter that does not know it
+    }
+#endif
+    errno = ENOSYS;
+    return -1;
+}
+
+// The walk: each directory component with O_NOFOLLOW | O_DIRECTORY.
+int walk(int root, const std::string &rel, int flags, mode_t mode)
+{
+    int cur = root;
+    size_t start = 0;
+    for (;;) {
+        size_t slash = rel.find('/', start);
+        std::string part = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+        int fd;
+        if (slash == std::string::npos)
+            fd = openat(cur, part.c_str(), flags, mode);
+        else
+            fd = openat(cur, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        if (cur != root)
+            ::close(cur);
+        if (fd < 0 || slash == std::string::npos) {
+            errno = e;
+            return fd;
+        }
+        cur = fd;
+        start = slash + 1;
+    }
+}
+
+} // namespace
+
+void use_openat2(bool on) { g_openat2.store(on); }
+
+int open(int root, const std::string &rel, int flags, mode_t mode)
+{
+    if (rel.empty() || rel.front() == '/') {
+        errno = EINVAL;
+        return -1;
+    }
+    flags |= O_NOFOLLOW | O_CLOEXEC;
+    int fd = openat2_beneath(root, rel, flags, mode);
+    if (fd >= 0 || errno != ENOSYS)
+        return fd;
+    return walk(root, rel, flags, mode);
+}
+
+int open_parent(int root, const std::string &rel, std::string &name)
+{
+    size_t slash = rel.rfind('/');
+    if (slash == std::string::npos) {
+        name = rel;
+        return fcntl(root, F_DUPFD_CLOEXEC, 0);
+    }
+    name = rel.substr(slash + 1);
+    return open(root, rel.substr(0, slash), O_PATH | O_DIRECTORY);
+}
+
+int remove_tree(int dir, const std::string &name)
+{
+    struct stat st;
+    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : errno;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dir, name.c_str(), 0) == 0 || errno == ENOENT ? 0 : errno;
+    int fd = openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EACCES && st.st_uid == geteuid()) {
+        // A tree the user made read-only (it was committed with its modes).
+        fchmodat(dir, name.c_str(), 0700, 0);
+        fd = openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    }
+    if (fd < 0)
+        return errno;
+    struct stat now;
+    if (fstat(fd, &now) == 0 && (now.st_mode & 0700) != 0700)
+        fchmod(fd, (now.st_mode & 07777) | 0700); // fails harmlessly if not the owner's
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        ::close(fd);
+        return e;
+    }
+    std::vector<std::string> names;
+    while (dirent *e = readdir(d))
+        if (std::string n = e->d_name; n != "." && n != "..")
+            names.push_back(std::move(n));
+    int rc = 0;
+    for (const auto &n : names)
+        if (int e = remove_tree(dirfd(d), n); e && !rc)
+            rc = e;
+    closedir(d);
+    if (rc)
+        return rc;
+    return unlinkat(dir, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+} // namespace storm::bcast::beneath
