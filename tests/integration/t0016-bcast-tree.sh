@@ -15,7 +15,10 @@ t_require_root
 t_require_installed
 command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
 BCAST="$STORM_BUILDDIR/tools/storm-bcast"
-MANIFEST="$STORM_SRCDIR/tests/integration/bcast_manifest.py"
+# the nodes run it too: a copy in the work folder (a tree under /tmp is not
+# theirs to see)
+cp "$STORM_SRCDIR/tests/integration/bcast_manifest.py" "$T_WORK/" || t_bail "cannot copy bcast_manifest.py"
+MANIFEST="$T_WORK/bcast_manifest.py"
 N=4
 vc_up "$N"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
