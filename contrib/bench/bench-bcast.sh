@@ -109,15 +109,6 @@ rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
 for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
 cp /bin/true "$work/prog" && head -c 12000000 /dev/urandom >> "$work/prog" && chmod 755 "$work/prog"
 
-# timed OUTFILE CMD...: prints seconds, or "failed"
-timed() {
-    local out=$1 t0 rc
-    shift
-    t0=$(now)
-    timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1
-    rc=$?
-    if [ $rc = 0 ]; then secs "$t0" "$(now)"; else echo failed; fi
-}
 # KiB of freed guest memory handed back to the host so far, where the
 # guest's page reporting counts it (empty elsewhere): a run during which
 # the host takes memory back writes its copies into pages the host must

@@ -87,13 +87,6 @@ for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
 
 # record N MB KIND SECONDS: a measurement for the model (numbers only)
 record() { [[ $4 =~ ^[0-9.]+$ ]] && echo "$1 $2 $3 $4" >> "$DATA"; }
-# timed OUT CMD...: seconds CMD took, "failed" if it failed or outlasted -t
-timed() {
-    local out=$1 t0
-    shift
-    t0=$(now)
-    if timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1; then secs "$t0" "$(now)"; else echo failed; fi
-}
 clean_dest() { rm -f "$STATE"/nodes/vn*/tmp/bench.*; sync; }
 mem_avail_mb() { awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo; }
 # MB of proportional set size of the cluster's processes (their command

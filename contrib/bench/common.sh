@@ -55,6 +55,15 @@ agents_cipher() {
 now() { date +%s.%N; }
 # secs START END: END - START seconds, two decimals
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# timed OUTFILE CMD...: the seconds CMD took (its output to OUTFILE), or
+# "failed" if it failed or outlasted the caller's STOCK_TIMEOUT seconds
+# shellcheck disable=SC2154 # STOCK_TIMEOUT is the caller's
+timed() {
+    local out=$1 t0
+    shift
+    t0=$(now)
+    if timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1; then secs "$t0" "$(now)"; else echo failed; fi
+}
 
 # shellcheck disable=SC2154 # VC, work, FLOORM, FLOOR_*, addrs, mtu are the caller's
 # mcast_floor N FILE: seconds of floor_mcast from vn1 to vn2..vnN (the node
