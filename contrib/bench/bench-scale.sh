@@ -6,7 +6,8 @@
 #
 #   sudo contrib/bench/bench-scale.sh [-n "64 256 512 1000"] [-s "12 100"]
 #                                     [-k REPS] [-m GROUP:PORT] [-t SECONDS]
-#                                     [-d DATAFILE] [-g yes|no]
+#                                     [-d DATAFILE] [-g yes|no] [-T DIR|none]
+#                                     [-f TIMEOUT|0]
 #
 # For each node count N it prints one row:
 #   start      seconds `storm-vcluster up N` took, and the memory the cluster
@@ -28,8 +29,8 @@
 #              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
 #              node writing its copy, nothing of Storm in it;
 #              and the copy limit: N copies of the file written on this
-#              machine by two writers at once, no network (the lower of
-#              cat's and 63-page writes, as bench-bcast measures it);
+#              machine by two writers at once, no network, in plain C
+#              (contrib/bench/floor_copy: no process per copy);
 #              "storm/copy" and "storm/floor" are what carry over to a real
 #              cluster: on one machine N nodes share two cores and one
 #              page cache, so both grow with N, and their ratio should not;
@@ -37,7 +38,19 @@
 #              (storm_gang_quantum N/8 ms, at least 2 ms), each node's strobe
 #              delivery delay over its last strobes, the median node's p50
 #              and the worst node's p99 (storm-gang nodes), strobes by
-#              multicast.
+#              multicast;
+#   tree       with -T DIR (default /usr/share/zoneinfo, tzdata's tree of
+#              files and symbolic links; none: skipped): storm-bcast of the
+#              tree into the job (median of REPS, each copy's manifest of
+#              names, kinds, sizes and link targets checked on the first
+#              and last node) beside this machine's floor for the same
+#              files: N untars of the tree, two at once (no network), and
+#              their ratio;
+#   faults     with -f TIMEOUT (default 5s; 0: off): the cluster runs with
+#              storm_fault_timeout=TIMEOUT (sched/gang beats every agent)
+#              and sinfo is sampled every 2 s from start to end: the nodes
+#              ever seen down, drained or not responding, which must be 0
+#              (every node is alive) over the samples taken.
 # Every measurement also goes to DATAFILE (-d, default
 # /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
 # which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor,
@@ -50,13 +63,15 @@ BUILD=${BUILD:-$top}
 BCAST=$BUILD/tools/storm-bcast
 GANG=$BUILD/tools/storm-gang
 FLOORM=$BUILD/contrib/bench/floor_mcast
+FLOORC=$BUILD/contrib/bench/floor_copy
 FLOOR_GROUP=239.255.77.9 FLOOR_PORT=6839
 VC=$top/contrib/vcluster/storm-vcluster
 NODES="64 256 512 1000" SIZES="12 100" REPS=3 MCAST=239.255.77.1:6831 STOCK_TIMEOUT=300 GANGS=yes
+TREE=/usr/share/zoneinfo FAULT=5s
 work=/var/tmp/storm-bench-scale
 DATA=$work/data.txt
-usage() { echo "usage: $0 [-n NODES] [-s SIZES_MB] [-k REPS] [-m GROUP:PORT] [-t SECONDS] [-d DATAFILE] [-g yes|no]" >&2; exit 2; }
-while getopts n:s:k:m:t:d:g: o; do
+usage() { echo "usage: $0 [-n NODES] [-s SIZES_MB] [-k REPS] [-m GROUP:PORT] [-t SECONDS] [-d DATAFILE] [-g yes|no] [-T DIR|none] [-f TIMEOUT|0]" >&2; exit 2; }
+while getopts n:s:k:m:t:d:g:T:f: o; do
     case $o in
     n) NODES=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -65,6 +80,8 @@ while getopts n:s:k:m:t:d:g: o; do
     t) STOCK_TIMEOUT=$OPTARG ;;
     d) DATA=$OPTARG ;;
     g) GANGS=$OPTARG ;;
+    T) TREE=$OPTARG ;;
+    f) FAULT=$OPTARG ;;
     *) usage ;;
     esac
 done
@@ -76,14 +93,29 @@ for s in $SIZES; do [[ $s =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale: -s takes w
 [[ $STOCK_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale: -t takes whole seconds, not \"$STOCK_TIMEOUT\"" >&2; exit 2; }
 [[ $MCAST =~ ^[0-9.]+:[0-9]+$ ]] || { echo "bench-scale: -m takes GROUP:PORT (the floor and Storm multicast), not \"$MCAST\"" >&2; exit 2; }
 case $GANGS in yes | no) ;; *) usage ;; esac
+[ "$TREE" = none ] || [ -d "$TREE" ] || { echo "bench-scale: -T takes a directory or none, not \"$TREE\"" >&2; exit 2; }
+[[ $FAULT =~ ^(0|[1-9][0-9]*(ms|s|min)?)$ ]] || { echo "bench-scale: -f takes storm_fault_timeout's value (5s, 0 for off), not \"$FAULT\"" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: must run as root" >&2; exit 2; }
-for x in "$BCAST" "$GANG" "$FLOORM"; do [ -x "$x" ] || { echo "bench-scale: $x not built (run contrib/storm-setup, then make)" >&2; exit 2; }; done
+for x in "$BCAST" "$GANG" "$FLOORM" "$FLOORC"; do [ -x "$x" ] || { echo "bench-scale: $x not built (run contrib/storm-setup, then make)" >&2; exit 2; }; done
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-floor_pids=()
-trap 'kill "${floor_pids[@]}" 2> /dev/null; "$VC" down > /dev/null 2>&1' EXIT
+floor_pids=() watch_pid=
+# The page cache may hold 60% of memory dirty (the kernel's default is 20%)
+# while the benchmark runs: every node's copy lands in this one machine's
+# page cache, and at hundreds of nodes the default limit would make the
+# figures this machine's disk's, not Storm's (on a cluster each node writes
+# to its own disk).  Storm, the floor and sbcast run under the same limit;
+# the old one is put back on exit.
+dirty=$(sysctl -n vm.dirty_ratio vm.dirty_background_ratio | tr '\n' ' ')
+trap 'kill "${floor_pids[@]}" $watch_pid 2> /dev/null; "$VC" down > /dev/null 2>&1
+      set -- $dirty; sysctl -qw vm.dirty_ratio="$1" vm.dirty_background_ratio="$2"' EXIT
+sysctl -qw vm.dirty_ratio=60 vm.dirty_background_ratio=40
 rm -rf "$work" && mkdir -p "$work" && chmod 755 "$work"
 mkdir -p "$(dirname "$DATA")" && : >> "$DATA" || { echo "bench-scale: cannot write $DATA" >&2; exit 2; }
 for s in $SIZES; do head -c $((s * 1000000)) /dev/urandom > "$work/f$s"; done
+if [ "$TREE" != none ]; then
+    tar -C "$TREE" -cf "$work/tree.tar" . || { echo "bench-scale: cannot read $TREE" >&2; exit 2; }
+    tree_ref=$(tree_manifest "$TREE")
+fi
 
 # record N MB KIND SECONDS: a measurement for the model (numbers only)
 record() { [[ $4 =~ ^[0-9.]+$ ]] && echo "$1 $2 $3 $4" >> "$DATA"; }
@@ -111,6 +143,36 @@ storm_once() {
     fi
     echo "$t"
 }
+# tree_once N: seconds of one storm-bcast of the tree, "corrupt" if a copy
+# differs from the source
+tree_once() {
+    local n=$1 t node
+    t=$(timed "$work/tree.out" "$BCAST" -f -j "$jid" "$TREE" /tmp/bench.tree)
+    if [ "$t" = failed ]; then
+        sed 's/^/  storm-bcast (tree): /' "$work/tree.out" | tail -n 5 >&2
+    else
+        for node in vn1 "vn$n"; do
+            [ "$(tree_manifest "$STATE/nodes/$node/tmp/bench.tree")" = "$tree_ref" ] ||
+                { echo "bench-scale: $node's copy of $TREE differs ($n nodes)" >&2; t=corrupt; }
+        done
+    fi
+    echo "$t"
+}
+# watch_faults FILE: every 2 s, the nodes sinfo has down, drained, failing
+# or not responding, appended to FILE (one sample a line: a count, then
+# NAME:STATE of each); runs until killed
+watch_faults() {
+    while :; do
+        local out
+        out=$(sinfo -h -N -t down,drain,fail,no_respond -o %N:%T 2> /dev/null | sort -u | tr '\n' ' ')
+        echo "$(wc -w <<< "$out") $out" >> "$1"
+        sleep 2
+    done
+}
+# faults FILE: "0/SAMPLES" or "K!/SAMPLES" with K the nodes ever out of service
+faults() {
+    awk '{ n++; for (i = 2; i <= NF; i++) seen[substr($i, 1, index($i, ":") - 1)] = 1 } END { k = length(seen); printf "%s/%d", k ? k "!" : 0, n }' "$1"
+}
 # the median node's p50 and the worst node's p99 of strobe delivery (us)
 strobes() {
     local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i
@@ -134,7 +196,7 @@ for n in $NODES; do
     dq=$((n / 8 > 2 ? n / 8 : 2))
     m0=$(mem_avail_mb) t0=$(now)
     if ! "$VC" up "$n" --conf "MessageTimeout=10" --conf "SwitchParameters=storm_mcast=$MCAST" \
-        --conf "SchedulerParameters=storm_gang_quantum=${dq}ms" \
+        --conf "SchedulerParameters=storm_gang_quantum=${dq}ms,storm_fault_timeout=$FAULT" \
         --conf "PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
         > "$work/up.out" 2>&1; then
         tail -n 5 "$work/up.out" >&2
@@ -146,6 +208,11 @@ for n in $NODES; do
     per_node=$(awk -v p="$(cluster_pss_mb)" -v a="$m0" -v b="$(mem_avail_mb)" -v n="$n" \
         'BEGIN { printf "%.1f/%.1f", p / n, (a - b) / n }')
     eval "$("$VC" env)"
+    : > "$work/faults.$n"
+    if [ "$FAULT" != 0 ]; then
+        watch_faults "$work/faults.$n" &
+        watch_pid=$!
+    fi
     addrs=()
     while read -r i a; do addrs[i]=$a; done < <(scontrol -o show node |
         sed -n 's/^NodeName=vn\([0-9]*\) .*NodeAddr=\([^ ]*\) .*/\1 \2/p')
@@ -189,7 +256,7 @@ for n in $NODES; do
         st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
         record "$n" "$s" sbcast "$st"
         clean_dest
-        copy=$(lower "$(copy_limit "$n" "$f" cat)" "$(copy_limit "$n" "$f" dd)")
+        copy=$(copy_limit "$n" "$f" c)
         record "$n" "$s" copy "$copy"
         x=$(median "${xs[@]}") fl=$(median "${fs[@]}")
         [ "$fl" = held ] && fl=lost
@@ -197,6 +264,21 @@ for n in $NODES; do
         row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
             "$copy" "$(ratio "$x" "$copy" "%.2f")")
     done
+    if [ "$TREE" != none ]; then
+        xs=()
+        rm -rf "$STATE"/nodes/vn*/tmp/bench.tree
+        for ((r = 0; r < REPS; r++)); do
+            t=$(tree_once "$n")
+            record "$n" 0 tree "$t"
+            xs+=("$t")
+            rm -rf "$STATE"/nodes/vn*/tmp/bench.tree
+        done
+        tf=$(untar_floor "$n" "$work/tree.tar" "$work/untar")
+        record "$n" 0 tree-floor "$tf"
+        x=$(median "${xs[@]}")
+        echo "  $n nodes tree: storm ${xs[*]} untar floor $tf" >&2
+        row+=$(printf ' %6s %6s %5s' "$x" "$tf" "$(ratio "$x" "$tf" "%.2f")")
+    fi
     scancel "$jid"
     g=-
     if [ "$GANGS" = yes ]; then
@@ -204,6 +286,15 @@ for n in $NODES; do
         g=$(strobes "$n")
     fi
     row+=$(printf ' %18s' "$g")
+    if [ -n "$watch_pid" ]; then
+        kill "$watch_pid" 2> /dev/null
+        wait "$watch_pid" 2> /dev/null
+        watch_pid=
+        row+=$(printf ' %9s' "$(faults "$work/faults.$n")")
+        grep -v '^0 ' "$work/faults.$n" | head -n 3 | cut -c 1-300 | sed "s/^/  out of service ($n nodes): /" >&2
+    fi
+    # what slurmctld said of nodes (Storm's fault detection and its own)
+    grep -E 'storm|not responding|NODE_FAIL|set node|drain' "$STATE/log/slurmctld.log" > "$work/slurmctld.$n.log" 2> /dev/null
     rows+=("$row")
     echo "${rows[-1]}" >&2
 done
@@ -215,9 +306,14 @@ echo "ctx(B) = bytes of a step's context (STORM_CTX), which Slurm's launch carri
 echo "for each size: storm = storm-bcast (median of $REPS), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s), ratio = stock / storm,"
 echo "floor = plain C multicast of the file to every node (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
-echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum; measurements for contrib/model/storm-model: $DATA"
+echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum;"
+[ "$TREE" != none ] && echo "tree = storm-bcast of $TREE (median of $REPS, s), untar = N untars of it on this machine (two at once), /untar = tree / untar;"
+[ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples, storm_fault_timeout=$FAULT;"
+echo "measurements for contrib/model/storm-model: $DATA"
 hdr=$(printf '%6s %6s %11s %7s %6s' nodes start MB/node launch 'ctx(B)')
 for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr copy /copy); done
+[ "$TREE" != none ] && hdr+=$(printf ' %6s %6s %5s' tree untar /untar)
 hdr+=$(printf ' %18s' strobe)
+[ "$FAULT" != 0 ] && hdr+=$(printf ' %9s' faults)
 echo "$hdr"
 for r in "${rows[@]}"; do echo "$r"; done

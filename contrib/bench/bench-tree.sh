@@ -36,10 +36,10 @@ done
 check_reps bench-tree "$reps"
 [ "$(id -u)" = 0 ] || { echo "bench-tree: needs root (virtual clusters)" >&2; exit 2; }
 W=$top/test-work/bench-tree # visible on every node (not /tmp)
+STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster} # the nodes' /tmp: $STATE/nodes/NODE/tmp
 work=$W
 rm -rf "$W" && mkdir -p "$W" && chmod 1777 "$W"
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
-now() { date +%s.%N; }
 # the system's Python (root's PATH may lead to a private one that nobody
 # cannot read); PYSTDLIB=DIR chooses another
 py=${PYSTDLIB:-$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])' 2> /dev/null)}
@@ -65,10 +65,6 @@ PY
             echo "$W/gen50k" ;;
     esac
 }
-# a tree's names, kinds, file sizes and link targets (a directory's size
-# depends on its file system)
-listing="find . -type d -printf '%y 0 %p\\n' -o -printf '%y %s %l %p\\n'"
-manifest() { (cd "$1" && eval "$listing" | LC_ALL=C sort | md5sum); }
 printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor storm stock \
     stock/st st/lim
 for n in $nodes; do
@@ -84,13 +80,9 @@ for n in $nodes; do
         bytes=$(du -sb --apparent-size "$src" | cut -f1)
         tar -C "$(dirname "$src")" -cf "$W/$t.tar" "$(basename "$src")"
         chmod 644 "$W/$t.tar"
-        ref=$(manifest "$src")
+        ref=$(tree_manifest "$src")
         # the floor: N untars, two at once, on this machine's disk
-        rm -rf "$W/floor" && mkdir -p "$W/floor"
-        t0=$(now)
-        seq 1 "$n" | xargs -P 2 -I{} sh -c "mkdir '$W/floor/{}' && tar -C '$W/floor/{}' -xf '$W/$t.tar'"
-        floor=$(echo "$(now) - $t0" | bc)
-        rm -rf "$W/floor"
+        floor=$(untar_floor "$n" "$W/$t.tar" "$W/floor")
         for r in $regimes; do
             [ "$r" = shaped ] && "$VC" shape 100mbit > /dev/null || "$VC" shape off > /dev/null
             link=-
@@ -105,7 +97,7 @@ for n in $nodes; do
                     cat "$W/b.out" >&2
                 fi
                 for x in $first $last; do
-                    [ "$("$VC" exec "$x" sh -c "cd /tmp/tree-storm && $listing | LC_ALL=C sort | md5sum")" = "$ref" ] ||
+                    [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-storm")" = "$ref" ] ||
                         echo "bench-tree: $x: storm-bcast's copy of $t differs" >&2
                 done
                 t0=$(now)

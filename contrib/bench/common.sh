@@ -115,16 +115,47 @@ write_copies() {
     for ((i = 2; i <= n; i += 2)); do write "$STATE/nodes/vn$i/tmp/bench.copy"; done
     wait
 }
-# copy limit: N copies of FILE written by two writers at once, by cat or
-# in writes of 63 pages
+# copy_limit N FILE cat|dd|c: seconds to write N copies of FILE, two
+# writers at once, by cat or in writes of 63 pages (a process per copy), or
+# by contrib/bench/floor_copy ("c": plain C, two threads, no process per
+# copy: at hundreds of nodes the others measure their forks too; needs
+# FLOORC, its path)
+# shellcheck disable=SC2154 # FLOORC is the caller's
 copy_limit() {
-    local t0
+    local t0 t
     sync
-    t0=$(now)
-    write_copies "$@"
-    secs "$t0" "$(now)"
+    if [ "$3" = c ]; then
+        t=$("$FLOORC" "$2" "$1" "$STATE/nodes/vn%d/tmp/bench.copy" 2) || t=failed
+    else
+        t0=$(now)
+        write_copies "$@"
+        t=$(secs "$t0" "$(now)")
+    fi
     rm -f "$STATE"/nodes/vn*/tmp/bench.copy
+    echo "$t"
 }
 # lower A B, higher A B: the lower or higher of two numbers
 lower() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b) ? a : b }'; }
 higher() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
+
+# tree_manifest DIR: one checksum of the tree under DIR, never following a
+# link: its names, kinds, file sizes and link targets (a directory's size
+# depends on its file system), then its files' bytes in name order
+tree_manifest() {
+    (
+        cd "$1" || exit 1
+        find . -type d -printf '%y 0 %p\n' -o -printf '%y %s %l %p\n' | LC_ALL=C sort
+        find . -type f -print0 | LC_ALL=C sort -z | xargs -0r cat | md5sum
+    ) | md5sum
+}
+# untar_floor N TARBALL DIR: seconds this machine takes to untar TARBALL N
+# times, two at once, into DIR/1..DIR/N (removed after): the floor for
+# writing a tree's files on N nodes that share its disk and CPUs
+untar_floor() {
+    local n=$1 tar=$2 dir=$3 t0
+    rm -rf "$dir" && mkdir -p "$dir" && sync
+    t0=$(now)
+    seq 1 "$n" | xargs -P 2 -I{} sh -c 'mkdir "$1/$2" && tar -C "$1/$2" -xf "$3"' sh "$dir" {} "$tar"
+    secs "$t0" "$(now)"
+    rm -rf "$dir"
+}
