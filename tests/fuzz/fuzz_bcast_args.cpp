@@ -70,6 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_REQUIRE(a.progress >= -1 && a.progress <= 1);
         FUZZ_REQUIRE(!a.dest.empty() && a.dest.back() != '/');
         FUZZ_REQUIRE(a.exclude_set || a.exclude.empty());
+        FUZZ_REQUIRE(a.libs_from.empty() || a.send_libs);
+        FUZZ_REQUIRE((a.unpack == tools::BcastArgs::Unpack::command) == !a.unpack_cmd.empty());
     } catch (const tools::UsageError &e) {
         FUZZ_REQUIRE(*e.what() != 0);
     }
