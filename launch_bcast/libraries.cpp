@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +27,7 @@ std::string quoted(const std::string &s)
 std::vector<std::string> excluded_dirs(const std::string &exclude)
 {
     std::vector<std::string> dirs;
-    if (exclude == "none")
+    if (strcasecmp(exclude.c_str(), "none") == 0)
         return dirs;
     for (size_t s = 0; s <= exclude.size();) {
         size_t e = exclude.find(',', s);

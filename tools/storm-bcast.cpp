@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -66,7 +67,7 @@ public:
     void end(bool committed)
     {
         const uint64_t total = ends_.empty() ? 0 : ends_.back();
-        if (on_ && committed)
+        if (on_ && committed && shown_done_ != total)
             show(total, total, std::chrono::steady_clock::now());
         if (shown_)
             std::fputc('\n', stderr);
@@ -82,12 +83,14 @@ private:
                      static_cast<long>(files), ends_.size(), done / 1e6, total / 1e6,
                      secs > 0 ? done / 1e6 / secs : 0.0);
         shown_ = true;
+        shown_done_ = done;
     }
 
     bool on_;
     std::string what_;
     std::vector<uint64_t> ends_; // of each file: the bytes up to its end
     bool shown_ = false;
+    uint64_t shown_done_ = UINT64_MAX; // the bytes of the last line shown
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };
 
