@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <map>
 #include <memory>
-#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -199,32 +198,6 @@ Source scan(const std::string &path)
         }
     } else {
         throw BcastError(path + " is neither a file nor a directory");
-    }
-    return src;
-}
-
-Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode)
-{
-    Source src;
-    Entry top;
-    top.kind = Entry::directory;
-    top.mode = dir_mode;
-    top.atime = top.mtime = time(nullptr);
-    src.entries.push_back(top);
-    src.paths.emplace_back();
-    std::set<std::string> names;
-    for (const auto &f : files) {
-        struct stat st;
-        if (stat(f.c_str(), &st) != 0)
-            throw BcastError(sys("cannot read " + f, errno));
-        if (!S_ISREG(st.st_mode))
-            throw BcastError(f + " is not a file");
-        check_readable(f);
-        std::string base = f.substr(f.rfind('/') + 1);
-        if (!names.insert(base).second)
-            continue;
-        src.entries.push_back(entry_of(base, st));
-        src.paths.push_back(f);
     }
     return src;
 }

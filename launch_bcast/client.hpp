@@ -48,9 +48,8 @@ struct Source {
 // unreadable source, and for a tree holding devices, FIFOs or sockets
 // (naming them).
 Source scan(const std::string &path);
-// Files gathered from several places into one directory (a program's
-// shared libraries): each file under its base name.
-Source scan_files(const std::vector<std::string> &files, uint32_t dir_mode = 0755);
+// (A program's shared libraries, gathered into one directory:
+// libraries.hpp.)
 
 struct ClientOptions {
     sockaddr_in agent{}; // the agent heading the job's nodes

@@ -25,8 +25,15 @@ const std::string kBcastUsage =
     "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"
     "  -w, --window=SIZE       bytes in flight, unacknowledged by every node (default 16m)\n"
     "      --send-libs[=yes|no] also send SOURCE's shared libraries to DEST_libs/\n"
+    "      --libs-from=FILE    with --send-libs (implied), also these dlopen()ed libraries\n"
+    "                          and theirs: FILE holds one absolute path a line (# comments)\n"
     "      --exclude=PATHS     libraries under these directories are not sent\n"
     "                          (default: BcastExclude)\n"
+    "      --unpack=CMD        once DEST is in place, run CMD (sh -c) in DEST on every node\n"
+    "                          of the job, as you; exit 1 naming the nodes where it failed\n"
+    "      --conda-unpack      the same with DEST/bin/conda-unpack (a conda-pack directory)\n"
+    "      --venv-relocate     the same with storm-venv-relocate (a venv: its bin/ scripts\n"
+    "                          and activate then name DEST)\n"
     "      --progress, --no-progress   show progress (default: when stderr is a terminal)\n"
     "  -v, --verbose           say what is sent where\n"
     "  -V, --version, -h, --help\n";
@@ -64,7 +71,16 @@ uint32_t parse_uint(const char *s, const char *what, uint32_t lo, uint32_t hi)
 
 BcastArgs parse_bcast_args(int argc, char **argv)
 {
-    enum { kSendLibs = 256, kExclude, kProgress, kNoProgress };
+    enum {
+        kSendLibs = 256,
+        kExclude,
+        kProgress,
+        kNoProgress,
+        kLibsFrom,
+        kUnpack,
+        kCondaUnpack,
+        kVenvRelocate
+    };
     const option longopts[] = {{"force", no_argument, nullptr, 'f'},
                                {"preserve", no_argument, nullptr, 'p'},
                                {"compress", optional_argument, nullptr, 'C'},
@@ -75,6 +91,10 @@ BcastArgs parse_bcast_args(int argc, char **argv)
                                {"window", required_argument, nullptr, 'w'},
                                {"send-libs", optional_argument, nullptr, kSendLibs},
                                {"exclude", required_argument, nullptr, kExclude},
+                               {"libs-from", required_argument, nullptr, kLibsFrom},
+                               {"unpack", required_argument, nullptr, kUnpack},
+                               {"conda-unpack", no_argument, nullptr, kCondaUnpack},
+                               {"venv-relocate", no_argument, nullptr, kVenvRelocate},
                                {"progress", no_argument, nullptr, kProgress},
                                {"no-progress", no_argument, nullptr, kNoProgress},
                                {"verbose", no_argument, nullptr, 'v'},
@@ -85,6 +105,7 @@ BcastArgs parse_bcast_args(int argc, char **argv)
     bcast::ClientOptions &o = a.options;
     optind = 0; // getopt_long starts over (glibc)
     int c;
+    bool libs_no = false; // --send-libs=no
     while ((c = getopt_long(argc, argv, "fpC::s:t:j:F:w:vVh", longopts, nullptr)) != -1) {
         switch (c) {
         case 'f':
@@ -124,12 +145,32 @@ BcastArgs parse_bcast_args(int argc, char **argv)
             break;
         case kSendLibs:
             a.send_libs = !optarg || !strcasecmp(optarg, "yes");
+            libs_no = !a.send_libs;
             if (optarg && strcasecmp(optarg, "yes") && strcasecmp(optarg, "no"))
                 throw UsageError(std::string("--send-libs takes yes or no, not \"") + optarg + "\"");
             break;
         case kExclude:
             a.exclude = optarg;
             a.exclude_set = true;
+            break;
+        case kLibsFrom:
+            if (!*optarg)
+                throw UsageError("--libs-from needs a file");
+            a.libs_from = optarg;
+            break;
+        case kUnpack:
+        case kCondaUnpack:
+        case kVenvRelocate:
+            if (a.unpack != BcastArgs::Unpack::none)
+                throw UsageError("only one of --unpack, --conda-unpack and --venv-relocate");
+            a.unpack = c == kUnpack        ? BcastArgs::Unpack::command
+                       : c == kCondaUnpack ? BcastArgs::Unpack::conda
+                                           : BcastArgs::Unpack::venv;
+            if (c == kUnpack) {
+                if (!*optarg)
+                    throw UsageError("--unpack needs a command");
+                a.unpack_cmd = optarg;
+            }
             break;
         case kProgress:
             a.progress = 1;
@@ -149,6 +190,11 @@ BcastArgs parse_bcast_args(int argc, char **argv)
         default:
             throw UsageError("bad option");
         }
+    }
+    if (!a.libs_from.empty()) {
+        if (libs_no)
+            throw UsageError("--libs-from sends libraries: not with --send-libs=no");
+        a.send_libs = true;
     }
     if (argc - optind != 2)
         throw UsageError("needs SOURCE and DEST");

@@ -11,6 +11,10 @@
 //  - On success every value is in its documented range: chunk size 1k to
 //    bcast::kMaxChunk (0: the default), timeout 1-3600 s, fanout 1-64,
 //    window 1k-1024m; DEST is neither empty nor ends with '/'.
+//  - --libs-from=FILE sets send_libs (the file is read by the tool,
+//    launch_bcast/libraries.hpp); at most one of --unpack=CMD (CMD not
+//    empty), --conda-unpack and --venv-relocate is given (unpack says
+//    which).
 //  - parse_job_step("JOB[.STEP]", no_step) gives the job (1 to 2^32-2) and
 //    the step (0 to 2^32-2, or `no_step` when none is given), or throws
 //    UsageError ("bad job id ...", "bad step id ...").
@@ -40,6 +44,12 @@ struct BcastArgs {
     std::string exclude;
     bool exclude_set = false;
     uint64_t window_bytes = 16u << 20;
+    std::string libs_from; // --libs-from: the list of dlopen()ed libraries; "" when not
+    // After the commit, on every node of the job, in DEST: nothing, CMD
+    // (/bin/sh -c), DEST/bin/conda-unpack, or storm-venv-relocate.
+    enum class Unpack { none, command, conda, venv };
+    Unpack unpack = Unpack::none;
+    std::string unpack_cmd;
     std::string source, dest;
 };
 

@@ -9,9 +9,15 @@
 // DestDir, else the current directory (as sbcast does).  Every node holds
 // the complete copy under DEST, owned by the job's user with SOURCE's mode,
 // or none does: the command says which node failed and why, and exits 1.
+// With --send-libs, the program's shared libraries (and those of
+// --libs-from) follow to DEST_libs/ (launch_bcast/libraries.hpp); with
+// --unpack, --conda-unpack or --venv-relocate, a relocation step then runs
+// on every node (tools/bcast_unpack.hpp).
 // Exit: 0 success, 1 failure, 2 usage.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,8 +25,10 @@
 #include <unistd.h>
 
 #include "launch_bcast/client.hpp"
+#include "launch_bcast/libraries.hpp"
 #include "slurm_adapter/bcast_job.hpp"
 #include "tools/bcast_args.hpp"
+#include "tools/bcast_unpack.hpp"
 
 using namespace storm;
 
@@ -32,9 +40,18 @@ namespace {
     std::exit(2);
 }
 
+// One line on a terminal, rewritten at most every 100 ms: the files and
+// bytes every node holds, of the whole, and the rate.  Chunks are answered
+// in the order of the entries, so a file counts once its last byte is.
 class Progress {
 public:
-    Progress(bool on, std::string what) : on_(on), what_(std::move(what)) {}
+    Progress(bool on, std::string what, const bcast::Source &src) : on_(on), what_(std::move(what))
+    {
+        uint64_t end = 0;
+        for (const auto &e : src.entries)
+            if (e.kind == bcast::Entry::file)
+                ends_.push_back(end += e.size);
+    }
     void operator()(uint64_t done, uint64_t total)
     {
         if (!on_)
@@ -43,24 +60,112 @@ public:
         if (done < total && now - last_ < std::chrono::milliseconds(100))
             return;
         last_ = now;
-        double secs = std::chrono::duration<double>(now - start_).count();
-        std::fprintf(stderr, "\rstorm-bcast: %s %3d%% %.1f of %.1f MB, %.1f MB/s   ", what_.c_str(),
-                     total ? static_cast<int>(done * 100 / total) : 100, done / 1e6, total / 1e6,
-                     secs > 0 ? done / 1e6 / secs : 0.0);
-        shown_ = true;
+        show(done, total, now);
     }
-    void end()
+    // The last line (every file, every byte) once the broadcast committed,
+    // then a new line after whatever was shown.
+    void end(bool committed)
     {
+        const uint64_t total = ends_.empty() ? 0 : ends_.back();
+        if (on_ && committed && shown_done_ != total)
+            show(total, total, std::chrono::steady_clock::now());
         if (shown_)
             std::fputc('\n', stderr);
     }
 
 private:
+    void show(uint64_t done, uint64_t total, std::chrono::steady_clock::time_point now)
+    {
+        double secs = std::chrono::duration<double>(now - start_).count();
+        auto files = std::upper_bound(ends_.begin(), ends_.end(), done) - ends_.begin();
+        std::fprintf(stderr, "\rstorm-bcast: %s %3d%% %ld of %zu files, %.1f of %.1f MB, %.1f MB/s   ",
+                     what_.c_str(), total ? static_cast<int>(done * 100 / total) : 100,
+                     static_cast<long>(files), ends_.size(), done / 1e6, total / 1e6,
+                     secs > 0 ? done / 1e6 / secs : 0.0);
+        shown_ = true;
+        shown_done_ = done;
+    }
+
     bool on_;
     std::string what_;
+    std::vector<uint64_t> ends_; // of each file: the bytes up to its end
     bool shown_ = false;
+    uint64_t shown_done_ = UINT64_MAX; // the bytes of the last line shown
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };
+
+// A program installed beside this one.
+std::string beside_me(const std::string &name)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return name;
+    std::string p(self, static_cast<size_t>(n));
+    return p.substr(0, p.rfind('/') + 1) + name;
+}
+
+// The relocation step's command (""; none), checked against the source
+// before anything is sent.
+std::string unpack_command(const tools::BcastArgs &a, const bcast::Source &src)
+{
+    using U = tools::BcastArgs::Unpack;
+    if (a.unpack == U::none)
+        return "";
+    if (a.unpack == U::command)
+        return a.unpack_cmd;
+    if (!src.entries.front().dir())
+        throw bcast::BcastError(a.source + " is not a directory: nothing to " +
+                                (a.unpack == U::conda ? "conda-unpack" : "relocate"));
+    auto has = [&](const char *rel, bcast::Entry::Kind kind) {
+        for (const auto &e : src.entries)
+            if (e.path == rel && e.kind == kind)
+                return true;
+        return false;
+    };
+    if (a.unpack == U::conda) {
+        if (!has("bin/conda-unpack", bcast::Entry::file))
+            throw bcast::BcastError(a.source + " has no bin/conda-unpack: not a conda-pack directory");
+        return "exec ./bin/conda-unpack";
+    }
+    if (!has("pyvenv.cfg", bcast::Entry::file) || !has("bin/python3", bcast::Entry::symlink))
+        throw bcast::BcastError(a.source + " has no pyvenv.cfg and bin/python3 link: not a venv");
+    std::string script = beside_me("storm-venv-relocate");
+    if (access(script.c_str(), X_OK) != 0)
+        throw bcast::BcastError("cannot find " + script + ", which relocates a venv");
+    return tools::venv_relocate_command(script);
+}
+
+// The list of --libs-from (at most 1 MiB).
+std::vector<std::string> library_list(const std::string &file)
+{
+    if (file.empty())
+        return {};
+    FILE *f = std::fopen(file.c_str(), "re");
+    if (!f)
+        throw bcast::BcastError("cannot read " + file + ": " + std::strerror(errno));
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while (text.size() <= (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
+        text.append(buf, n);
+    const bool bad = std::ferror(f);
+    std::fclose(f);
+    if (bad || text.size() > (1u << 20))
+        throw bcast::BcastError("cannot read " + file + (bad ? "" : ": over 1 MiB"));
+    try {
+        return bcast::parse_library_list(text);
+    } catch (const bcast::BcastError &e) {
+        throw bcast::BcastError(file + ": " + e.what());
+    }
+}
+
+size_t files_of(const bcast::Source &s)
+{
+    return static_cast<size_t>(std::count_if(s.entries.begin(), s.entries.end(), [](const bcast::Entry &e) {
+        return e.kind == bcast::Entry::file;
+    }));
+}
 
 } // namespace
 
@@ -120,22 +225,30 @@ int main(int argc, char **argv)
 
     try {
         bcast::Source src = bcast::scan(source);
+        const std::string unpack = unpack_command(a, src);
+        bcast::Source libs;
+        if (send_libs) {
+            if (src.entries.front().dir())
+                throw bcast::BcastError("--send-libs sends a program's libraries: " + source +
+                                        " is a directory");
+            libs = bcast::scan_libraries(source, library_list(a.libs_from), exclude);
+        }
         auto target = shim::bcast_target(job, step);
         auto auth = shim::daemon_authenticator();
         shim::aim(o, target);
         o.window = static_cast<unsigned>(std::max<uint64_t>(2, window_bytes / bcast::chunk_size_of(o)));
         auto send = [&](const bcast::Source &s, const std::string &to, const std::string &what) {
             o.dest = to;
-            Progress p(progress == 1, what);
+            Progress p(progress == 1, what, s);
             o.progress = [&p](uint64_t d, uint64_t t) { p(d, t); };
             auto t0 = std::chrono::steady_clock::now();
             try {
                 bcast::broadcast(*auth, o, s);
             } catch (...) {
-                p.end();
+                p.end(false);
                 throw;
             }
-            p.end();
+            p.end(true);
             if (verbose)
                 std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB in %.3f s\n",
                              what.c_str(), to.c_str(), target.nodes, target.node_list.c_str(),
@@ -144,11 +257,31 @@ int main(int argc, char **argv)
         };
         send(src, dest, source);
         if (send_libs) {
-            auto libs = shim::shared_libraries(source, exclude);
-            if (libs.empty())
+            if (libs.entries.size() <= 1)
                 std::fprintf(stderr, "storm-bcast: no shared libraries of %s to send\n", source.c_str());
             else
-                send(bcast::scan_files(libs), dest + "_libs", std::to_string(libs.size()) + " libraries");
+                send(libs, dest + "_libs", std::to_string(files_of(libs)) + " libraries");
+        }
+        if (!unpack.empty()) {
+            auto t0 = std::chrono::steady_clock::now();
+            const std::string dir = src.entries.front().dir() ? dest : dest.substr(0, dest.rfind('/') + 1);
+            auto r = tools::run_on_nodes(job, shim::expand_hostlist(target.node_list.c_str()),
+                                         target.node_list, dir, dest, unpack);
+            if (!r.failed.empty()) {
+                std::string list;
+                for (size_t i = 0; i < r.failed.size(); ++i)
+                    list += (i ? ", " : "") + r.failed[i];
+                throw bcast::BcastError(dest +
+                                        " is in place on every node, but its relocation step failed on " +
+                                        std::to_string(r.failed.size()) + " of " +
+                                        std::to_string(target.nodes) + " nodes: " + list);
+            }
+            if (r.srun_status != 0)
+                throw bcast::BcastError("the relocation step ran on every node, but srun exited " +
+                                        std::to_string(r.srun_status));
+            if (verbose)
+                std::fprintf(stderr, "storm-bcast: relocation step on %u nodes in %.3f s\n", target.nodes,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
     } catch (const bcast::BcastError &e) {
         std::fprintf(stderr, "storm-bcast: error: %s\n", e.what());

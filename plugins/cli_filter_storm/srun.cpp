@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "launch_bcast/gate.hpp"
+#include "launch_bcast/libraries.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/thread_name.hpp"
 #include "slurm_adapter/bcast_job.hpp"
@@ -219,23 +220,29 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
     o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
     o.compress = sropt->compress && sropt->compress != COMPRESS_OFF;
     std::vector<std::pair<storm::bcast::ClientOptions, storm::bcast::Source>> plans;
+    std::string libdir; // DEST_libs, when the libraries go there
     try {
         auto src = storm::bcast::scan(program);
         if (src.entries.front().dir())
-            throw storm::bcast::BcastError(program + " is a directory");
+            // Stock srun fails on it too ("Can't mmap file"): a directory
+            // is no program to run.
+            throw storm::bcast::BcastError(program +
+                                           " is a directory: srun --bcast sends the program the step runs; "
+                                           "send a directory with storm-bcast");
         plans.emplace_back(o, std::move(src));
         if (sropt->send_libs) {
             if (dest.back() == '/') {
                 log_.warning("--send-libs needs --bcast=/absolute/path with Storm's broadcast: "
                              "libraries not sent");
             } else {
-                auto libs = storm::shim::shared_libraries(program, sropt->bcast_exclude ? sropt->bcast_exclude
-                                                                   : slurm_conf.bcast_exclude
-                                                                       ? slurm_conf.bcast_exclude
-                                                                       : "none");
-                if (!libs.empty()) {
+                auto libs = storm::bcast::scan_libraries(program, {},
+                                                         sropt->bcast_exclude       ? sropt->bcast_exclude
+                                                         : slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude
+                                                                                    : "none");
+                if (libs.entries.size() > 1) {
                     o.dest = dest + "_libs";
-                    plans.emplace_back(o, storm::bcast::scan_files(libs));
+                    plans.emplace_back(o, std::move(libs));
+                    libdir = o.dest;
                 }
             }
         }
@@ -264,6 +271,14 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
     // into the step's before the launch).
     if (setenv(storm::bcast::gate::env_name, storm::bcast::gate::format(sids).c_str(), 1) != 0)
         throw storm::bcast::BcastError(cannot_broadcast(program, "cannot set the step's environment"));
+    // As slurmd does for srun's own --send-libs: the libraries' directory
+    // first in the tasks' LD_LIBRARY_PATH.
+    if (!libdir.empty()) {
+        const char *was = getenv("LD_LIBRARY_PATH");
+        std::string path = was && *was ? libdir + ":" + was : libdir;
+        if (setenv("LD_LIBRARY_PATH", path.c_str(), 1) != 0)
+            throw storm::bcast::BcastError(cannot_broadcast(program, "cannot set the step's environment"));
+    }
     // As srun does after its own broadcast: run the copy.  srun's broadcast
     // is off: the file will be there before any task starts (the gate).
     xfree(argv[0]);

@@ -1,7 +1,8 @@
 // Fuzz target: storm-bcast's command line (tools/bcast_args.hpp), which any
-// user runs: the options and SOURCE DEST (first byte even), or the
-// JOB[.STEP] of --jobid and SLURM_JOB_ID (odd).  The input's NUL bytes
-// separate the arguments.  A bad command line is a UsageError with a
+// user runs: the options and SOURCE DEST (first byte 0 modulo 4), the
+// JOB[.STEP] of --jobid and SLURM_JOB_ID (odd), or the list of libraries
+// --libs-from reads (2 modulo 4).  The input's NUL bytes separate the
+// arguments.  A bad command line is a UsageError with a
 // reason, never anything else; an accepted one has every value in its
 // documented range, and a job and step parse again the same from their
 // decimal form.
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz.hpp"
+#include "launch_bcast/libraries.hpp"
 #include "tools/bcast_args.hpp"
 
 using namespace storm;
@@ -51,6 +53,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         return 0;
     }
+    if (in.which % 4 == 2) {
+        // --libs-from's list: absolute paths, one a line, never a NUL or
+        // a newline in one, or a reason
+        try {
+            for (const auto &p : bcast::parse_library_list(std::string(in.rest))) {
+                FUZZ_REQUIRE(!p.empty() && p[0] == '/');
+                FUZZ_REQUIRE(p.find('\n') == std::string::npos && p.find('\0') == std::string::npos);
+            }
+        } catch (const bcast::BcastError &e) {
+            FUZZ_REQUIRE(*e.what() != 0);
+        }
+        return 0;
+    }
     std::vector<std::string> w = words(in.rest);
     std::vector<char *> argv;
     for (auto &s : w)
@@ -70,6 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_REQUIRE(a.progress >= -1 && a.progress <= 1);
         FUZZ_REQUIRE(!a.dest.empty() && a.dest.back() != '/');
         FUZZ_REQUIRE(a.exclude_set || a.exclude.empty());
+        FUZZ_REQUIRE(a.libs_from.empty() || a.send_libs);
+        FUZZ_REQUIRE((a.unpack == tools::BcastArgs::Unpack::command) == !a.unpack_cmd.empty());
     } catch (const tools::UsageError &e) {
         FUZZ_REQUIRE(*e.what() != 0);
     }

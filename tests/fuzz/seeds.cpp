@@ -157,6 +157,12 @@ int main(int argc, char **argv)
     seed("fuzz_bcast_args", 2, 0, "-C\0--no-progress\0--send-libs\0src\0/tmp/dst"s);
     seed("fuzz_bcast_args", 3, 0, "--help"s);
     seed("fuzz_bcast_args", 4, 1, "4294967294.0");
+    seed("fuzz_bcast_args", 5, 0, "--libs-from=/tmp/dlopen.list\0--exclude=/usr\0/usr/bin/python3\0/tmp/py"s);
+    seed("fuzz_bcast_args", 6, 0, "-f\0--venv-relocate\0venv\0/tmp/venv"s);
+    seed("fuzz_bcast_args", 7, 0,
+         "--conda-unpack\0--unpack=./bin/x\0--send-libs=no\0--libs-from=l\0e\0/tmp/e"s);
+    seed("fuzz_bcast_args", 9, 2, "# dlopen()ed\n/usr/lib/libbz2.so\n\nrelative.so\n");
+    seed("fuzz_bcast_args", 8, 0, "--unpack=sh -c 'exit 0'\0env\0/tmp/env"s);
     seed("fuzz_gang_args", 1, 0, "nodes\0-n\0vn[1-8]"s, false);
     seed("fuzz_gang_args", 2, 0, "status", false);
     seed("fuzz_gang_args", 3, 0, "nodes\0-n\0all"s, false);

@@ -1,0 +1,106 @@
+// Unit tests of storm-bcast's relocation step (tools/bcast_unpack.cpp)
+// against a stand-in for srun (first in PATH) that records its arguments
+// and runs the task's command once per node with SLURMD_NODENAME set, as
+// srun's tasks have it: a node whose command fails is named with its
+// status, a node that never reports is named too, the command runs with
+// STORM_BCAST_DEST, and srun is asked for one task per node of the
+// broadcast's nodes, overlapping the job's other steps, in the directory.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/unit/cmocka.hpp"
+#include "tests/unit/helpers.hpp"
+#include "tools/bcast_unpack.hpp"
+
+using namespace storm::tools;
+using test_helpers::contains;
+
+namespace {
+
+std::string g_dir;
+
+int setup(void **)
+{
+    char tmpl[] = "/tmp/storm-unpack-XXXXXX";
+    if (!mkdtemp(tmpl))
+        return -1;
+    g_dir = tmpl;
+    std::ofstream srun(g_dir + "/srun");
+    srun << "#!/bin/sh\n"
+            "printf '%s\\n' \"$@\" > \"$STORM_TEST_ARGS\"\n"
+            "while [ \"$1\" != /bin/sh ]; do shift; done\n"
+            "for n in vn1 vn2; do SLURMD_NODENAME=$n \"$@\"; done\n"
+            "exit \"${STORM_TEST_RC:-0}\"\n";
+    srun.close();
+    chmod((g_dir + "/srun").c_str(), 0755);
+    std::string path = g_dir + ":" + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv("PATH", path.c_str(), 1);
+    setenv("STORM_TEST_ARGS", (g_dir + "/args").c_str(), 1);
+    return 0;
+}
+
+int teardown(void **) { return system(("rm -rf " + g_dir).c_str()) == 0 ? 0 : -1; }
+
+std::string slurp(const std::string &p)
+{
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+void test_failed_and_silent_nodes(void **)
+{
+    const std::string out = g_dir + "/out";
+    auto r = run_on_nodes(
+        42, {"vn1", "vn2", "vn3"}, "vn[1-3]", "/tmp", "/tmp/env",
+        "[ \"$SLURMD_NODENAME\" != vn2 ] || exit 3; echo \"$SLURMD_NODENAME $PWD $STORM_BCAST_DEST\" >> " +
+            sh_quote(out));
+    assert_int_equal(r.srun_status, 0);
+    assert_int_equal(r.failed.size(), 2);
+    assert_string_equal(r.failed[0].c_str(), "vn2 (exit 3)");
+    assert_string_equal(r.failed[1].c_str(), "vn3 (no answer)");
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd)); // (the stand-in runs where it is started)
+    assert_string_equal(slurp(out).c_str(), ("vn1 " + std::string(cwd) + " /tmp/env\n").c_str());
+    const std::string args = slurp(g_dir + "/args");
+    for (const char *a : {"--jobid=42\n", "--overlap\n", "--nodes=3\n", "--ntasks=3\n",
+                          "--ntasks-per-node=1\n", "--nodelist=vn[1-3]\n", "--chdir=/tmp\n"})
+        assert_true(contains(args, a));
+}
+
+void test_all_well(void **)
+{
+    auto r = run_on_nodes(7, {"vn1", "vn2"}, "vn[1-2]", "/tmp", "/tmp/env", "true");
+    assert_int_equal(r.failed.size(), 0);
+    assert_int_equal(r.srun_status, 0);
+    setenv("STORM_TEST_RC", "9", 1);
+    r = run_on_nodes(7, {"vn1", "vn2"}, "vn[1-2]", "/tmp", "/tmp/env", "true");
+    unsetenv("STORM_TEST_RC");
+    assert_int_equal(r.failed.size(), 0);
+    assert_int_equal(r.srun_status, 9);
+}
+
+void test_quoting(void **)
+{
+    assert_string_equal(sh_quote("a'b c").c_str(), "'a'\\''b c'");
+    assert_true(
+        contains(venv_relocate_command("/opt/x y/storm-venv-relocate"),
+                 "\"$STORM_BCAST_DEST/bin/python3\" '/opt/x y/storm-venv-relocate' \"$STORM_BCAST_DEST\""));
+}
+
+} // namespace
+
+int main()
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failed_and_silent_nodes),
+        cmocka_unit_test(test_all_well),
+        cmocka_unit_test(test_quoting),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

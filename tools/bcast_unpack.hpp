@@ -1,0 +1,35 @@
+// storm-bcast's relocation step (--unpack, --conda-unpack, --venv-relocate):
+// once the broadcast committed, a command runs once on each node of the
+// job, as the user, through srun (srun --jobid=JOB --overlap, one task per
+// node on the broadcast's nodes), in the destination.
+//
+// Contract: run_on_nodes() returns once srun ended; its result names each
+// node where the command exited non-zero (with its status) or never said
+// how it ended (srun could not start it there).  The command runs with
+// /bin/sh -c in `dir`, with STORM_BCAST_DEST set to `dest`; its output
+// (stdout and stderr) goes to storm-bcast's stderr.  Only the `srun` found
+// in PATH is run; throws std::runtime_error when it cannot be started.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace storm::tools {
+
+struct NodeRun {
+    std::vector<std::string> failed; // "NODE (exit N)", "NODE (no answer)"
+    int srun_status = 0;             // srun's exit status
+};
+
+NodeRun run_on_nodes(uint32_t job, const std::vector<std::string> &nodes, const std::string &node_list,
+                     const std::string &dir, const std::string &dest, const std::string &command);
+
+// The shell command of --venv-relocate: `script` (storm-venv-relocate) run
+// by the venv's own python on DEST.
+std::string venv_relocate_command(const std::string &script);
+
+// Single-quoted for /bin/sh.
+std::string sh_quote(const std::string &s);
+
+} // namespace storm::tools
