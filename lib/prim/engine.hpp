@@ -269,12 +269,6 @@ public:
     void erase_variables(const std::string &prefix);
     void set_variable(const std::string &name, int64_t value) { vars_[name] = value; }
 
-    // The next send to `node` tries a connection at once, whatever failed
-    // before (the pause of `Down` below is dropped).  For fault probes: a
-    // probe must reach the agent itself, not the memory of a connection
-    // that failed while the node was starved.
-    void retry_now(uint32_t node) { down_.erase(node); }
-
     // Connections this engine holds (for tests and status).
     size_t connections() const noexcept { return peers_.size() + accepted_.size(); }
     uint64_t frames_rejected() const noexcept { return rejected_; }

@@ -111,14 +111,6 @@ void FaultMonitor::probe(uint32_t node)
 {
     if (!probing_.insert(node).second)
         return; // the last probe is still out
-    // Each probe connects afresh if the last connection failed, and waits
-    // for its answer until the node would be reported: an agent that is
-    // slow to accept, authenticate or answer (a starved node: its
-    // connection's munge credential alone can take seconds when munged is
-    // busy) still answers in time, where a probe given up after `answer`
-    // would leave the engine pausing the node and report it alive but slow.
-    engine_.retry_now(node);
-    auto wait = std::max(cfg_.answer, tracker_.remaining(node, Clock::now()));
     std::weak_ptr<bool> alive = alive_;
     engine_.compare_and_write(
         RangeSet::single(node), kBeatVar, Relation::ge, 0, std::nullopt,
@@ -130,7 +122,7 @@ void FaultMonitor::probe(uint32_t node)
             if (r.ok && tracker_.alive(node, Clock::now()))
                 log_.verbose("node %u answers again: back in the heartbeats", node);
         },
-        wait);
+        cfg_.answer);
 }
 
 } // namespace storm::prim

@@ -7,13 +7,12 @@
 // and-s the answers).  The nodes that did not answer -- a dead or hung
 // agent, and those its subtree hid -- become suspects and leave the
 // beats; each suspect is then probed alone (a COMPARE-AND-WRITE on that
-// one node, straight to it, never through another agent): one probe at
-// a time, on a fresh connection if the last one failed, each waiting for
-// its answer until the node would be reported (a starved agent that is
-// slow to authenticate or answer still counts as alive).  A suspect that answers is healthy again and back in
-// the beats; one that answered nothing for `timeout` is reported to on_failed(), once (FaultTracker): the
-// caller takes it out of service and out of watch(). A round still in flight when the next is due is skipped,
-// so a slow cluster is never beaten faster than it answers.
+// one node, straight to it, never through another agent), once per
+// interval.  A suspect that answers is healthy again and back in the beats;
+// one that answered nothing for `timeout` is reported to on_failed(), once
+// (FaultTracker): the caller takes it out of service and out of watch().
+// A round still in flight when the next is due is skipped, so a slow
+// cluster is never beaten faster than it answers.
 //
 // Why not the remote heartbeat queue (heartbeat.hpp): its global flow
 // control needs every node of the set at the same sequence, and a node

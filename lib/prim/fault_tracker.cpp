@@ -1,7 +1,5 @@
 #include "lib/prim/fault_tracker.hpp"
 
-#include <algorithm>
-
 namespace storm::prim {
 
 FaultTracker::FaultTracker(std::chrono::milliseconds timeout, std::chrono::milliseconds stall)
@@ -70,15 +68,6 @@ std::vector<uint32_t> FaultTracker::in_state(State s) const
         if (node.state == s)
             out.push_back(n);
     return out;
-}
-
-std::chrono::milliseconds FaultTracker::remaining(uint32_t node, Clock::time_point now) const
-{
-    auto it = nodes_.find(node);
-    if (it == nodes_.end())
-        return std::chrono::milliseconds(0);
-    auto left = timeout_ - std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_ok);
-    return std::max(left, std::chrono::milliseconds(0));
 }
 
 } // namespace storm::prim

@@ -55,10 +55,6 @@ public:
     // Suspects silent for `timeout` or more: now failed, each reported once.
     std::vector<Failure> expire(Clock::time_point now);
 
-    // How long `node` may still stay silent before expire() reports it
-    // (zero once that time is past).
-    std::chrono::milliseconds remaining(uint32_t node, Clock::time_point now) const;
-
     std::vector<uint32_t> in_state(State s) const;
     bool watched(uint32_t node) const { return nodes_.count(node) != 0; }
     State state(uint32_t node) const { return nodes_.at(node).state; }
