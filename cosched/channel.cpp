@@ -207,8 +207,7 @@ void Channel::worker() noexcept
             cv_.wait(lk, [this] { return quit_ || !checks_.empty(); });
             if (quit_)
                 return;
-            c = std::move(checks_.front());
-            checks_.pop_front();
+            c = checks_.pop();
         }
         try {
             c.verdict = verifier_(c.pid, c.uid, c.job);
@@ -342,7 +341,7 @@ void Channel::handle(Client &c, const unsigned char *m, size_t n)
         event_del(c.ev);
         {
             std::lock_guard<std::mutex> lk(mu_);
-            checks_.push_back(Check{c.fd, c.serial, c.pid, c.uid, job, {}});
+            checks_.push(c.uid, Check{c.fd, c.serial, c.pid, c.uid, job, {}});
         }
         cv_.notify_one();
         return;

@@ -18,7 +18,10 @@
 // in /proc/<pid>/environ).  The verifier may block (it asks slurmstepd), so
 // it runs on the channel's own worker thread, one registration at a time;
 // the connection is not read meanwhile, and the answer (OK or ERROR) comes
-// back to the loop through a pipe.  Every refusal and every malformed
+// back to the loop through a pipe.  Registrations wait in turns between
+// uids (fair_queue.hpp): a user holding up to kDefaultPerUid registrations
+// in the queue delays another user's by at most one check of its own (the
+// one running), not by all of them.  Every refusal and every malformed
 // message is one log line naming the pid, the uid and why; the connection
 // is closed.
 //
@@ -47,6 +50,7 @@
 #include <vector>
 
 #include "lib/node/admissions.hpp"
+#include "cosched/fair_queue.hpp"
 #include "cosched/scheduler.hpp"
 #include "lib/common/log.hpp"
 #include "lib/net/unix_server.hpp"
@@ -153,7 +157,8 @@ private:
     std::mutex mu_;
     std::condition_variable cv_;
     bool quit_ = false;
-    std::deque<Check> checks_, done_;
+    FairQueue<uid_t, Check> checks_; // in turns between uids
+    std::deque<Check> done_;
     int wake_[2] = {-1, -1};
     event *wake_ev_ = nullptr;
     std::thread thread_;

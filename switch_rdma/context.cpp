@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cstring>
 #include <set>
 #include <stdexcept>
 
@@ -13,14 +14,15 @@ const char *mode_name(PoolMode m) noexcept { return m == PoolMode::swapped ? "sw
 
 namespace {
 
-// Form: "3;<id>;<job>;<step>;<uid>;<d|s>;<c|->;<n>;<port>;<ntasks>;<run>/<run>..."
-// with <c|-> = coscheduled or not, <run> = "<a.b.c.d>=<ranks>" (one node)
-// or "<a.b.c.d>*<count>^<step>=<ranks>": <count> nodes (2 or more) of
-// consecutive addresses from a.b.c.d, node j of the run holding <ranks>
-// each plus j * <step>.  <ranks>: "r" or "lo-hi" items joined by ',', in
-// local order.  Version 2 had single nodes only; version 1 no <c|->.
+// Form: "4;<id>;<job>;<step>;<uid>;<key>;<d|s>;<c|->;<n>;<port>;<ntasks>;<run>/<run>..."
+// with <key> = the key's bytes in lowercase hex, <c|-> = coscheduled or not, <run> = "<a.b.c.d>=<ranks>" (one
+// node) or "<a.b.c.d>*<count>^<step>=<ranks>": <count> nodes (2 or more) of consecutive addresses from
+// a.b.c.d, node j of the run holding <ranks> each plus j * <step>.  <ranks>: "r" or "lo-hi" items joined by
+// ',', in local order.  Version 3 had no <key>, version 2 single nodes only, version 1 no <c|->.
 constexpr char kVersion = context_format;
+constexpr char kVersion3 = '3';
 constexpr char kVersion2 = '2';
+constexpr const char *kHex = "0123456789abcdef";
 constexpr size_t kMaxNodes = 65536;
 
 uint32_t host_addr(in_addr_t a) { return ntohl(a); }
@@ -116,10 +118,17 @@ std::pair<uint32_t, uint32_t> Context::locate(uint32_t rank) const
 std::string Context::encode() const
 {
     std::string s;
-    s += kVersion;
+    s += key.empty() ? kVersion3 : kVersion;
     for (uint32_t v : {id, job_id, step_id, uid})
         s += ';' + std::to_string(v);
     s += ';';
+    if (!key.empty()) {
+        for (unsigned char b : key) {
+            s += kHex[b >> 4];
+            s += kHex[b & 15];
+        }
+        s += ';';
+    }
     s += static_cast<char>(mode);
     s += ';';
     s += cosched ? 'c' : '-';
@@ -156,12 +165,12 @@ Context Context::decode(std::string_view text)
 {
     Parser p(text);
     char version = p.take();
-    if (version != kVersion && version != kVersion2) {
+    if (version != kVersion && version != kVersion3 && version != kVersion2) {
         // Old and new Storm must not be mixed: slurmctld, slurmd and
-        // libstormmsg read the form of their own version only.
+        // libstormmsg read the forms of their own version only.
         if (version >= '1' && version <= '9' && (p.done() || p.peek(';')))
             p.fail(std::string("format version ") + version + ", this Storm reads versions " + kVersion2 +
-                   " and " + kVersion + " only (slurmctld, slurmd and libstormmsg must be the same Storm)");
+                   " to " + kVersion + " only (slurmctld, slurmd and libstormmsg must be the same Storm)");
         p.fail("unknown version");
     }
     Context c;
@@ -174,6 +183,20 @@ Context Context::decode(std::string_view text)
     p.expect(';');
     c.uid = p.number("uid");
     p.expect(';');
+    if (version == kVersion) {
+        // The key's digits are never quoted in an error: it is a secret.
+        std::string hex = p.until(";");
+        if (hex.size() != 2 * context_key_bytes)
+            p.fail("a key of " + std::to_string(hex.size()) + " characters (" +
+                   std::to_string(2 * context_key_bytes) + " lowercase hex digits expected)");
+        for (size_t i = 0; i < hex.size(); i += 2) {
+            const char *hi = std::strchr(kHex, hex[i]), *lo = std::strchr(kHex, hex[i + 1]);
+            if (!hex[i] || !hex[i + 1] || !hi || !lo)
+                p.fail("a key that is not lowercase hex");
+            c.key += static_cast<char>((hi - kHex) << 4 | (lo - kHex));
+        }
+        p.expect(';');
+    }
     char m = p.take();
     if (m != 'd' && m != 's')
         p.fail("unknown pool mode");
@@ -261,6 +284,9 @@ void Context::validate() const
         throw std::invalid_argument("communication context " + std::to_string(id) + " (step " +
                                     std::to_string(job_id) + "." + std::to_string(step_id) + "): " + why);
     };
+    if (!key.empty() && key.size() != context_key_bytes)
+        bad("a key of " + std::to_string(key.size()) + " bytes (" + std::to_string(context_key_bytes) +
+            " expected)");
     if (nodes.empty())
         bad("no nodes");
     if (divisions == 0 || (mode == PoolMode::swapped && divisions != 1))

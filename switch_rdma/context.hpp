@@ -11,14 +11,23 @@
 //    the task of local index L on a node listens on port_for(L).
 //  - `nodes[i]` lists the step's i-th node: its IPv4 address and the global
 //    ranks of its tasks (SLURM_NODEID i, SLURM_LOCALID = position in ranks).
+//  - `key` is the context's secret: context_key_bytes random bytes slurmctld
+//    draws when it makes the context (step_context.hpp, make_context), that
+//    only the step's tasks learn (STORM_CTX, readable by their uid and
+//    root); libstormmsg's tasks prove it to each other at every connection
+//    (msg/handshake.hpp).  Empty in a context of format version 2 or 3
+//    (made by an older slurmctld): such a context still opens on the node
+//    agent, but libstormmsg refuses to connect its tasks.  Never log it.
 //  - `cosched` is slurmctld's word that the step's job is in a partition of
 //    storm_cosched_partitions (implicit coscheduling): the node agent lets
 //    the job's tasks register with its local scheduler only while such a
 //    context is open on the node (lib/node/admissions.hpp).
 //  - encode() gives one line of printable ASCII (an environment value, and
 //    the form packed into the switch info); decode() accepts exactly that
-//    form, and version 2's, and throws net::DecodeError naming what is
-//    wrong otherwise (a context of another format version included).
+//    form, and versions 2's and 3's (keyless), and throws net::DecodeError
+//    naming what is wrong otherwise (a context of another format version
+//    included).  A keyless context encodes as version 3, so that it
+//    decodes to itself.
 //  - The text grows with the number of runs of nodes, not of nodes: nodes
 //    of consecutive addresses whose ranks follow one pattern (block: node
 //    j holds r0+jk..r0+jk+k-1; cyclic: j, j+N, ...) are written as one run,
@@ -27,6 +36,7 @@
 //    each hop of its launch tree).  In memory `nodes` lists every node.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <netinet/in.h>
 #include <string>
@@ -44,8 +54,13 @@ constexpr const char *context_env = "STORM_CTX";
 constexpr uint32_t max_local_tasks = 64;
 
 // The format version encode() writes (its first character); decode()
-// reads it and version 2.  2 added the coscheduling flag, 3 runs of nodes.
-constexpr char context_format = '3';
+// reads it and versions 2 and 3.  2 added the coscheduling flag, 3 runs of
+// nodes, 4 the key.
+constexpr char context_format = '4';
+
+// The length of a context's key (written as twice as many lowercase hex
+// digits).
+constexpr size_t context_key_bytes = 32;
 
 enum class PoolMode : uint8_t {
     divided = 'd', // the node's pool is divided among `divisions` contexts
@@ -63,6 +78,7 @@ struct Context {
     uint32_t job_id = 0;
     uint32_t step_id = 0;
     uint32_t uid = 0; // the job's owner: only its processes may attach
+    std::string key;  // context_key_bytes secret bytes, or empty (version 2 or 3)
     PoolMode mode = PoolMode::divided;
     bool cosched = false;   // the job's partition is coscheduled (slurmctld decides)
     uint32_t divisions = 1; // n of FM's division (divided mode); 1 when swapped

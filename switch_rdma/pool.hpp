@@ -163,6 +163,9 @@ private:
     void erase_window(std::map<uint32_t, std::unique_ptr<Window>>::iterator it);
     void close_context(uint32_t id, const char *why);
     void attach(Client &c, const control::Ids &ids);
+    void start_pinning(Window &w);
+    static void on_pin_timer(int, short, void *arg);
+    void pin_some(Window &w);
     void fail_context(Window &w, const std::string &why);
     void on_halted(Client &c, uint64_t epoch);
     void on_ready(Client &c, uint64_t epoch);

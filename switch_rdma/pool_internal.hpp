@@ -9,9 +9,9 @@
 //    drop(); `task` and the ids are set once, by a successful attach.
 //  - A Window is owned by Pool::windows_ (by context id) from open to close
 //    (or the pool's end), always added and erased through add_window() /
-//    erase_window().  It owns its memfd, its mapping and its stop timer:
-//    its destructor frees the timer, unmaps the window (which unlocks it)
-//    and closes the memfd.  The tasks keep their own mappings of it.
+//    erase_window().  It owns its memfd, its mapping and its stop and pin
+//    timers: its destructor frees the timers, unmaps the window (which
+//    unlocks it) and closes the memfd.  The tasks keep their own mappings of it.
 #pragma once
 
 #include <chrono>
@@ -54,6 +54,10 @@ struct Pool::Window {
     uint64_t bytes = 0;
     bool resident = false;
     bool pinned = false; // locked in memory: from its first task's attach on
+    // Pinning in slices on the loop (Pool::pin_some): bytes locked so far,
+    // and the timer that locks the next slice (null when none is due).
+    uint64_t pinned_bytes = 0;
+    event *pin_timer = nullptr;
     bool failed = false;
     std::string unusable; // why its tasks cannot communicate (no window)
     // Swapped contexts: where the context is in the switch protocol.
@@ -84,6 +88,8 @@ struct Pool::Window {
     {
         if (stop_timer)
             event_free(stop_timer);
+        if (pin_timer)
+            event_free(pin_timer);
         if (base)
             munmap(base, bytes);
         if (memfd >= 0)

@@ -1,5 +1,9 @@
 #include "switch_rdma/step_context.hpp"
 
+#include <cerrno>
+#include <sys/random.h>
+#include <system_error>
+
 namespace storm::rdma {
 
 PoolMode mode_for(const PoolConfig &pool, const StepShape &s) noexcept
@@ -26,6 +30,7 @@ Context make_context(const PoolConfig &pool, const StepShape &s)
     c.port_base = pool.port_base;
     c.ntasks = s.ntasks;
     c.nodes = s.nodes;
+    c.key = context_key();
     uint32_t most = 0;
     size_t most_at = 0;
     for (size_t i = 0; i < c.nodes.size(); ++i)
@@ -44,6 +49,20 @@ Context make_context(const PoolConfig &pool, const StepShape &s)
     // storm_msg_init() get the reason (pool.hpp, no_credit_reason()).
     c.validate();
     return c;
+}
+
+std::string context_key()
+{
+    std::string key(context_key_bytes, '\0');
+    for (size_t got = 0; got < key.size();) {
+        ssize_t n = getrandom(&key[got], key.size() - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            throw std::system_error(errno, std::generic_category(), "getrandom (the context's key)");
+        got += static_cast<size_t>(n);
+    }
+    return key;
 }
 
 StepRefused contexts_exhausted(uint32_t context_max)

@@ -9,6 +9,8 @@
 //              without FORCE; swapped: 1
 //   cosched    the partition is among storm_cosched_partitions: the node
 //              agents admit the job's tasks to implicit coscheduling
+//   key        random bytes of its own (context.hpp): its tasks prove
+//              them to each other when they connect
 //
 // Contract: make_context() returns the context without its id (the caller
 // allocates one from its ContextTable, see context_table.hpp) or throws
@@ -52,10 +54,15 @@ struct StepShape {
 PoolMode mode_for(const PoolConfig &pool, const StepShape &s) noexcept;
 uint32_t divisions_for(const PoolConfig &pool, const StepShape &s) noexcept;
 
-// The step's context, id 0; throws StepRefused (more than max_local_tasks
-// tasks on a node, no credit left by the pool) or std::invalid_argument
-// (an inconsistent layout).
+// The step's context, id 0, with a new key (context_key()); throws
+// StepRefused (more than max_local_tasks tasks on a node, no credit left
+// by the pool), std::invalid_argument (an inconsistent layout) or
+// std::system_error (no random bytes).
 Context make_context(const PoolConfig &pool, const StepShape &s);
+
+// context_key_bytes from the kernel's CSPRNG (getrandom, which blocks only
+// until the pool is first seeded at boot); throws std::system_error.
+std::string context_key();
 
 // The refusal when all of `context_max` ids are in use.
 StepRefused contexts_exhausted(uint32_t context_max);

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include "lib/net/wire.hpp"
 #include "lib/common/thread_name.hpp"
 #include "switch_rdma/msg/frames.hpp"
+#include "switch_rdma/msg/handshake.hpp"
 
 namespace storm::rdma::msg {
 
@@ -110,6 +112,14 @@ Endpoint::Endpoint()
     } catch (const std::exception &e) {
         error(EINVAL, std::string("bad STORM_CTX: ") + e.what());
     }
+    // A context of format version 3 or older (an older slurmctld made it)
+    // has no key: its tasks could not tell their peers from anyone else.
+    if (ctx_.key.empty())
+        error(EPROTO, "context " + std::to_string(ctx_.id) + " of step " + std::to_string(ctx_.job_id) + "." +
+                          std::to_string(ctx_.step_id) +
+                          " has no key (format version 3 or older): its tasks' connections cannot be "
+                          "authenticated (slurmctld must be the same Storm as libstormmsg; start the step "
+                          "again)");
     const char *sock = std::getenv("STORM_POOL_SOCKET");
     if (!sock || !*sock)
         error(ENOENT, "STORM_POOL_SOCKET is not set: the node agent's control socket is unknown");
@@ -297,26 +307,50 @@ void Endpoint::connect_peers()
                                      std::to_string(timeout_s_) + " s: " + std::strerror(e));
             usleep(20000);
         }
-        Hello h{hello_magic, byte_order, ctx_.id, ctx_.job_id, ctx_.step_id, rank_, p, att_.packet_size};
+        // The challenge, then our hello, then the answer that proves p
+        // holds the key too (a process that bound p's port first does not).
+        Challenge c{};
+        if (!read_all(fd, &c, sizeof c, deadline)) {
+            ::close(fd);
+            error(ECONNREFUSED, rank_text(p) + " sent no challenge to " + rank_text(rank_) +
+                                    " (it closed the connection, or did not answer within " +
+                                    std::to_string(timeout_s_) + " s: a libstormmsg before frame version " +
+                                    std::to_string(frame_version) + "?)");
+        }
+        if (std::string why = check_challenge(c); !why.empty()) {
+            ::close(fd);
+            error(EPROTO, "the challenge of " + rank_text(p) + " to " + rank_text(rank_) + ": " + why);
+        }
+        Hello h = make_hello(ctx_, rank_, p, att_.packet_size, c);
         HelloAck a{};
-        if (!write_all(fd, &h, sizeof h, deadline) || !read_all(fd, &a, sizeof a, deadline) ||
-            a.magic != hello_magic || a.ok != 1) {
+        if (!write_all(fd, &h, sizeof h, deadline) || !read_all(fd, &a, sizeof a, deadline)) {
             ::close(fd);
             error(ECONNREFUSED,
                   rank_text(p) + " refused or did not answer the connection of " + rank_text(rank_));
+        }
+        if (!check_ack(a, ctx_.key, c, h)) {
+            ::close(fd);
+            error(EACCES, "the answer of " + rank_text(p) + " (port " + std::to_string(ctx_.port_for(pl)) +
+                              ") does not prove the context's key: another process holds its port");
         }
         ready(p, fd);
     }
     // Upwards: accept every higher rank.  Anyone may connect to the port,
     // so the hellos are read side by side, each within 5 s of its accept,
     // at most kMaxHellos at once (the oldest closed for a newer one): a
-    // connection that says nothing holds up no peer.
-    constexpr size_t kMaxHellos = 64;
+    // connection that says nothing holds up no peer.  A hello must prove
+    // the context's key over the challenge sent on its own connection
+    // (handshake.hpp).  Refusals other than silence are printed on stderr
+    // (the first kMaxPrinted) and named in the error if the peers do not
+    // all come.
+    constexpr size_t kMaxHellos = 64, kMaxPrinted = 8;
     struct Waiting {
         int fd;
         Clock::time_point until;
+        Challenge c;
         Hello h;
         size_t got;
+        std::string from; // the peer's address
     };
     std::vector<Waiting> waiting;
     struct CloseWaiting {
@@ -329,17 +363,29 @@ void Endpoint::connect_peers()
     } wcloser{waiting};
     uint32_t expected = ntasks_ - 1 - rank_;
     std::string refused;
+    size_t refusals = 0;
     auto refuse = [&](size_t i, const std::string &why) {
+        std::string line = why + " (from " + waiting[i].from + ")";
         ::close(waiting[i].fd);
         waiting.erase(waiting.begin() + static_cast<long>(i));
-        refused += (refused.empty() ? "" : "; ") + why;
+        if (why != "no hello" && refusals < kMaxPrinted)
+            std::fprintf(stderr, "storm_msg: %s of step %u.%u refused a connection: %s\n",
+                         rank_text(rank_).c_str(), ctx_.job_id, ctx_.step_id, line.c_str());
+        if (refusals++ < kMaxPrinted)
+            refused += (refused.empty() ? "" : "; ") + line;
     };
     while (expected) {
         auto now = Clock::now();
         if (now >= deadline)
             error(ETIMEDOUT, std::to_string(expected) + " peers of higher rank did not connect to " +
                                  rank_text(rank_) + " within " + std::to_string(timeout_s_) + " s" +
-                                 (refused.empty() ? "" : " (refused: " + refused + ")"));
+                                 (refused.empty()
+                                      ? ""
+                                      : " (refused: " + refused +
+                                            (refusals > kMaxPrinted
+                                                 ? "; and " + std::to_string(refusals - kMaxPrinted) + " more"
+                                                 : "") +
+                                            ")"));
         for (size_t i = waiting.size(); i-- > 0;)
             if (now >= waiting[i].until)
                 refuse(i, "no hello");
@@ -369,28 +415,18 @@ void Endpoint::connect_peers()
                 continue;
             }
             x.got += static_cast<size_t>(r);
-            if (x.got < sizeof x.h)
+            Verdict v = check_hello(x.h, x.got, x.c, ctx_, rank_, att_.packet_size);
+            if (v.what == Verdict::more)
                 continue;
             const Hello &h = x.h;
-            std::string why;
-            if (h.magic == hello_magic_v1)
-                why = "rank " + std::to_string(h.src) + " speaks frame version 1, this task version " +
-                      std::to_string(frame_version) +
-                      " (the step's tasks use different libstormmsg versions)";
-            else if (h.magic != hello_magic || h.order != byte_order)
-                why = "not a libstormmsg peer of this byte order";
-            else if (h.id != ctx_.id || h.job != ctx_.job_id || h.step != ctx_.step_id)
-                why = "context " + std::to_string(h.id) + " of step " + std::to_string(h.job) + "." +
-                      std::to_string(h.step) + " is not this one";
-            else if (h.dst != rank_ || h.src <= rank_ || h.src >= ntasks_ || peers_[h.src].fd >= 0)
-                why = "unexpected ranks " + std::to_string(h.src) + " -> " + std::to_string(h.dst);
-            else if (h.packet_size != att_.packet_size)
-                why = "packet size " + std::to_string(h.packet_size) + " differs";
-            if (!why.empty()) {
-                refuse(i, why);
+            if (v.what == Verdict::accepted && (h.src <= rank_ || h.src >= ntasks_ || peers_[h.src].fd >= 0))
+                v = Verdict{Verdict::refused,
+                            "unexpected ranks " + std::to_string(h.src) + " -> " + std::to_string(h.dst)};
+            if (v.what == Verdict::refused) {
+                refuse(i, v.why);
                 continue;
             }
-            HelloAck a{hello_magic, 1};
+            HelloAck a = make_ack(ctx_.key, x.c, h);
             int fd = x.fd;
             uint32_t src = h.src;
             waiting.erase(waiting.begin() + static_cast<long>(i));
@@ -402,13 +438,25 @@ void Endpoint::connect_peers()
             --expected;
         }
         if (fds[0].revents & POLLIN) {
-            int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+            sockaddr_in from{};
+            socklen_t flen = sizeof from;
+            int fd = accept4(lfd, reinterpret_cast<sockaddr *>(&from), &flen, SOCK_CLOEXEC);
             if (fd < 0)
                 continue;
             if (waiting.size() == kMaxHellos)
                 refuse(0, "more than " + std::to_string(kMaxHellos) + " connections without a hello");
-            waiting.push_back(
-                Waiting{fd, std::min(deadline, Clock::now() + std::chrono::seconds(5)), Hello{}, 0});
+            char a[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &from.sin_addr, a, sizeof a);
+            Waiting w{
+                fd, std::min(deadline, Clock::now() + std::chrono::seconds(5)), make_challenge(), Hello{},
+                0,  std::string(a) + ":" + std::to_string(ntohs(from.sin_port))};
+            // A fresh socket's buffer takes the 40 bytes at once.
+            if (::send(fd, &w.c, sizeof w.c, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+                static_cast<ssize_t>(sizeof w.c)) {
+                ::close(fd);
+                continue;
+            }
+            waiting.push_back(std::move(w));
         }
     }
 }

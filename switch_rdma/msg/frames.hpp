@@ -1,11 +1,12 @@
 // What tasks of a context send each other over their TCP connections (the
 // "network" of libstormmsg; the progress threads are the NICs).
 //
-// Connection set-up: rank i connects to every rank j < i (j's node address,
-// port ctx.port_for(j's local index)) and sends a Hello; j checks it (the
-// frame format's version, its own context, job, step, itself as
-// destination, a rank above its own not connected yet) and answers a
-// HelloAck, or closes the connection.
+// Connection set-up (handshake.hpp): rank i connects to every rank j < i
+// (j's node address, port ctx.port_for(j's local index)); j sends a
+// challenge, i a hello that proves the context's key over it, j checks it
+// (the frame format's version, its own context, job, step, the key,
+// itself as destination, a rank above its own not connected yet) and
+// answers a HelloAck that proves the key in turn, or closes the connection.
 // Then a stream of frames, each a Frame, in both directions:
 //   data   Frame{'D', refill} + PacketHeader + header.len bytes: one packet
 //          (needs a credit); `refill` piggybacks consumed packets of the
@@ -38,24 +39,15 @@
 
 namespace storm::rdma::msg {
 
-// The frame format's version, named by the Hello's magic: "STM" and the
-// version's digit.  Version 1 ("STMH") had no status byte; version 2 adds it.
-constexpr uint32_t frame_version = 2;
-constexpr uint32_t hello_magic = 0x53544d30 + frame_version; // "STM2"
+// The frame format's version, named by the handshake's magic: "STM" and
+// the version's digit.  Version 1 ("STMH") had no status byte; version 2
+// added it; version 3 (the same frames) the challenge and the hello's
+// proof of the key (handshake.hpp).
+constexpr uint32_t frame_version = 3;
+constexpr uint32_t hello_magic = 0x53544d30 + frame_version; // "STM3"
+constexpr uint32_t hello_magic_v2 = 0x53544d32;              // "STM2"
 constexpr uint32_t hello_magic_v1 = 0x53544d48;              // "STMH"
 constexpr uint32_t byte_order = 0x01020304;
-
-struct Hello {
-    uint32_t magic;
-    uint32_t order;
-    uint32_t id, job, step;
-    uint32_t src, dst;
-    uint32_t packet_size;
-};
-struct HelloAck {
-    uint32_t magic;
-    uint32_t ok;
-};
 
 enum FrameType : uint8_t {
     frame_data = 'D',

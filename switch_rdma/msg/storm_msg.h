@@ -42,10 +42,15 @@ extern "C" {
 #define STORM_MSG_ANY (-1) /* any source / any tag in storm_msg_recv() */
 
 /* Attaches to the context: 0, or -1 (no STORM_CTX: "no communication
- * context: STORM_CTX is not set (is SwitchType=switch/rdma?)"; agent
+ * context: STORM_CTX is not set (is SwitchType=switch/rdma?)"; a context
+ * without a key: "... has no key (format version 3 or older) ..."; agent
  * unreachable; attach refused, with the agent's reason; queue header not as
- * announced; no credits: "the pool is too small for ..."; peers not
- * reachable within the timeout).  Returns once connected to every peer. */
+ * announced; no credits: "the pool is too small for ..."; a peer's port
+ * held by a process without the context's key; peers not reachable within
+ * the timeout).  Returns once connected to every peer, each of which
+ * proved the context's key.  Connections refused meanwhile (a hello
+ * without the key, replayed, of another step) print one line each on
+ * stderr, at most 8. */
 STORM_MSG_API int storm_msg_init(void);
 
 /* This task's rank and the context's task count (-1 before init). */

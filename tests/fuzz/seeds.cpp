@@ -4,6 +4,7 @@
 // OUTDIR/seeds; `seeds DIR` writes DIR/<target>/seed-<n> (kept in
 // tests/fuzz/corpus/ with what runs found).
 #include <arpa/inet.h>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include "lib/node/cosched_protocol.h"
 #include "switch_rdma/context.hpp"
 #include "switch_rdma/control.hpp"
+#include "switch_rdma/msg/handshake.hpp"
 
 using namespace storm;
 
@@ -129,6 +131,26 @@ int main(int argc, char **argv)
     c.ntasks = 4;
     c.nodes = {{inet_addr("10.0.0.1"), {0, 2}}, {inet_addr("10.0.0.2"), {1, 3}}};
     seed("fuzz_context", 1, 0, c.encode(), false);
+    c.key = std::string(rdma::context_key_bytes, '\x5a');
+    seed("fuzz_context", 2, 0, c.encode(), false); // version 4, with its key
+    {
+        // The handshake: a hello of fuzz_msg_hello's context that proves
+        // its key over the target's challenge; a challenge; an answer.
+        rdma::Context k;
+        k.id = 3;
+        k.job_id = 4242;
+        k.step_id = 7;
+        k.key = std::string(rdma::context_key_bytes, 'k');
+        rdma::msg::Challenge ch{rdma::msg::hello_magic, rdma::msg::byte_order, {}};
+        std::memset(ch.nonce, 0x5a, sizeof ch.nonce);
+        rdma::msg::Hello h = rdma::msg::make_hello(k, 1, 0, 1024, ch);
+        auto raw = [](const auto &m) { return std::string(reinterpret_cast<const char *>(&m), sizeof m); };
+        seed("fuzz_msg_hello", 1, 0, raw(h));
+        seed("fuzz_msg_hello", 2, 1, raw(ch));
+        seed("fuzz_msg_hello", 3, 2, raw(rdma::msg::make_ack(k.key, ch, h)));
+        h.magic = rdma::msg::hello_magic_v2;
+        seed("fuzz_msg_hello", 4, 0, raw(h).substr(0, rdma::msg::old_hello_size));
+    }
     seed("fuzz_control", 1, 0, rdma::control::open(c));
     seed("fuzz_control", 2, 0, rdma::control::close(7, 42, 0));
     seed("fuzz_control", 3, 0, rdma::control::attach(7, 42, 0, 3));

@@ -10,6 +10,9 @@
 #   and the nodes report the switches and no failure;
 # - bad input gets a clear error: a task without a context, a context
 #   stolen by another user, tasks whose share of the pool leaves no credit;
+# - another user who knows a running step's context id, job and step but
+#   not its key cannot claim a rank of it (an old-version hello, a guessed
+#   key): refused, named on the task's stderr, and the step still runs;
 # - contexts survive a slurmctld restart (no id handed out twice);
 # - a node killed mid-run fails the context on the others (no hang);
 # - nothing is left open at the end.
@@ -90,6 +93,45 @@ timeout 60 srun -p debug -w vn4 -N1 -n64 -O "$A2A" 1 > "$T_WORK/small.out" 2>&1;
 sed -n 1,3p "$T_WORK/small.out" | t_diag
 t_check "a step whose share of the pool leaves no credit runs, and its tasks fail init with the reason (exit $rc)" \
     bash -c "[ $rc != 0 ] && [ \$(grep -c 'leaves no credit for 64 tasks' '$T_WORK/small.out') = 64 ]"
+
+# ---- a forged peer: another user claims a rank of a running step ----------
+# root's 2-task step on vn1 and vn2; rank 1 connects only after 8 s, so
+# rank 0 waits for its peer meanwhile.  nobody, on vn3, knows the context's
+# id, job, step and ports (they are not secret) but not its key: it claims
+# rank 1 with the hello of frame version 2 (no proof: what any user could
+# send before) and with a guessed key.  Both are refused, and the step
+# still runs.  Only the fields nobody could know are kept from STORM_CTX
+# (fields 2-4: id, job, step; 10: port; 12: nodes), never the key.
+FORGE=$T_WORK/msg_forge
+t_check "the forging peer builds" cc -O2 -o "$FORGE" "$STORM_SRCDIR/tests/integration/msg_forge.c" -lcrypto
+timeout 120 srun -p debug -w vn1,vn2 -N2 -n2 -o "$T_WORK/forge.out" -e "$T_WORK/forge.err" sh -c \
+    'echo "$STORM_CTX" | cut -d";" -f2-4,10,12 > '"$T_WORK"'/forge.ids.$SLURM_PROCID
+     [ "$SLURM_PROCID" = 1 ] && sleep 8; exec '"$A2A"' 200 3000' &
+srun_pid=$!
+for _ in $(seq 100); do [ -s "$T_WORK/forge.ids.0" ] && break; sleep 0.1; done
+IFS=';' read -r f_id f_job f_step f_port f_nodes < "$T_WORK/forge.ids.0"
+f_addr=${f_nodes%%[*=]*}
+f_target="$f_addr $((f_port + f_id * 64)) $f_id $f_job $f_step 1 0 4096"
+sleep 1 # rank 0 attached and listens
+"$VC" exec vn3 setpriv --reuid=nobody --regid=nogroup --clear-groups "$FORGE" --old $f_target \
+    > "$T_WORK/forge.old" 2>&1
+rc_old=$?
+"$VC" exec vn3 setpriv --reuid=nobody --regid=nogroup --clear-groups "$FORGE" $f_target \
+    > "$T_WORK/forge.new" 2>&1
+rc_new=$?
+wait "$srun_pid"
+rc=$?
+cat "$T_WORK/forge.old" "$T_WORK/forge.new" "$T_WORK/forge.err" | t_diag
+t_check "nobody's version-2 hello claiming rank 1 of root's step $f_job.$f_step (context $f_id at $f_addr) is refused (exit $rc_old)" \
+    bash -c "[ $rc_old = 0 ] && grep -q 'refused: the task closed the connection' '$T_WORK/forge.old'"
+t_check "nobody's hello with a guessed key is refused (exit $rc_new)" \
+    bash -c "[ $rc_new = 0 ] && grep -q 'sent a hello claiming rank 1 with a guessed key' '$T_WORK/forge.new' &&
+             grep -q 'refused: the task closed the connection' '$T_WORK/forge.new'"
+t_check "  rank 0 names both refusals on its stderr" \
+    bash -c "grep -q 'rank 0 of step $f_job.$f_step refused a connection: rank 1 speaks frame version 2' '$T_WORK/forge.err' &&
+             grep -q \"rank 0 of step $f_job.$f_step refused a connection: rank 1's hello does not prove the context's key\" '$T_WORK/forge.err'"
+t_check "  and the real 2-task step still exchanges every message (rc $rc)" \
+    bash -c "[ $rc = 0 ] && [ \$(grep -c ' ok' '$T_WORK/forge.out') = 2 ]"
 
 # ---- slurmctld restart: contexts survive --------------------------------
 L=$(sbatch --parsable -p debug -w vn3 -N1 -o /dev/null --wrap "srun sh -c 'echo \$STORM_CTX > $T_WORK/live.ctx; sleep 30'")

@@ -37,6 +37,7 @@
 #include "switch_rdma/layout.hpp"
 #include "switch_rdma/msg/storm_msg.h"
 #include "switch_rdma/pool_config.hpp"
+#include "switch_rdma/step_context.hpp"
 #include "switch_rdma/window.hpp"
 
 namespace msg_fixture {
@@ -105,6 +106,7 @@ public:
         ctx.job_id = 1000 + id;
         ctx.step_id = 0;
         ctx.uid = getuid();
+        ctx.key = context_key(); // what slurmctld draws for each step
         ctx.mode = PoolMode::swapped;
         ctx.divisions = 1;
         // Below Linux's ephemeral ports (32768-60999 by default): in that
@@ -159,7 +161,8 @@ public:
 
     QueueHeader *q(uint32_t r) { return reinterpret_cast<QueueHeader *>(window_ + share.bytes * r); }
 
-    // Forks task `rank` running f (its exit status is f's result).
+    // Forks task `rank` running f (its exit status is f's result); a rank
+    // whose earlier task exited may be spawned again.
     void spawn(uint32_t rank, const std::function<int()> &f, const std::string &ctx_text = "",
                const char *timeout = "5")
     {
@@ -176,6 +179,10 @@ public:
                 std::fprintf(stderr, "task %u: exit %d, last error: %s\n", rank, rc, storm_msg_error());
             _exit(rc);
         }
+        assert_true(tasks_[rank].pid < 0 || !tasks_[rank].alive);
+        detach(rank);
+        tasks_[rank] = Task{};
+        status_.erase(rank);
         tasks_[rank].pid = pid;
     }
 

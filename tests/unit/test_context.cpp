@@ -60,6 +60,7 @@ void assert_same(const Context &a, const Context &b)
     assert_int_equal(a.job_id, b.job_id);
     assert_int_equal(a.step_id, b.step_id);
     assert_int_equal(a.uid, b.uid);
+    assert_true(a.key == b.key);
     assert_true(a.mode == b.mode);
     assert_int_equal(a.cosched, b.cosched);
     assert_int_equal(a.divisions, b.divisions);
@@ -70,6 +71,57 @@ void assert_same(const Context &a, const Context &b)
         assert_int_equal(a.nodes[i].addr, b.nodes[i].addr);
         assert_true(a.nodes[i].ranks == b.nodes[i].ranks);
     }
+}
+
+// Version 4 carries the key, in lowercase hex after the uid.
+void test_key_round_trip(void **)
+{
+    Context c = sample();
+    for (size_t i = 0; i < context_key_bytes; ++i)
+        c.key += static_cast<char>(i * 9 + 1); // 01 0a 13 ... f0 f9: every digit and both cases of a nibble
+    std::string text = c.encode();
+    const std::string hex = "010a131c252e37404952"
+                            "5b646d767f88919aa3ac"
+                            "b5bec7d0d9e2ebf4fd06"
+                            "0f18";
+    assert_string_equal(
+        text.c_str(),
+        ("4;3;4242;7;1000;" + hex + ";d;-;2;40000;10;10.0.0.1*2^1=0,2,4/192.168.7.200=6-9").c_str());
+    Context d = Context::decode(text);
+    assert_int_equal(d.key.size(), context_key_bytes);
+    assert_same(d, c);
+    assert_true(d.encode() == text);
+    c.validate();
+
+    // A malformed key is refused without quoting it (it is a secret).
+    const std::string tail = ";d;-;2;40000;10;10.0.0.1*2^1=0,2,4/192.168.7.200=6-9";
+    auto with_key = [&](const std::string &k) { return decode_error("4;3;4242;7;1000;" + k + tail); };
+    std::string e = with_key(hex.substr(0, 62));
+    assert_true(contains(e, "a key of 62 characters (64 lowercase hex digits expected)"));
+    assert_false(contains(e, hex.substr(0, 62)));
+    assert_true(contains(with_key(hex + "00"), "a key of 66 characters"));
+    assert_true(contains(with_key(""), "a key of 0 characters"));
+    std::string upper = hex;
+    upper[3] = 'A';
+    e = with_key(upper);
+    assert_true(contains(e, "a key that is not lowercase hex"));
+    assert_false(contains(e, upper));
+    assert_true(contains(with_key(hex.substr(0, 63) + "g"), "not lowercase hex"));
+    assert_true(contains(with_key(hex.substr(0, 63) + std::string(1, '\0')), "not lowercase hex"));
+    // Version 4 without its key: the mode is where the key should be.
+    assert_true(contains(decode_error("4;3;4242;7;1000" + tail), "a key of 1 characters"));
+
+    // Version 3 (no key) is still read, and a keyless context encodes as
+    // version 3 again.
+    Context k = Context::decode("3;3;4242;7;1000;d;-;2;40000;10;10.0.0.1*2^1=0,2,4/192.168.7.200=6-9");
+    assert_true(k.key.empty());
+    assert_true(k.encode()[0] == '3');
+    assert_true(Context::decode("2;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0,2,4/10.0.0.2=1,3,5").key.empty());
+
+    // validate(): a key is empty or of context_key_bytes.
+    c.key.pop_back();
+    assert_true(contains(test_helpers::error_of<std::invalid_argument>([&] { c.validate(); }),
+                         "a key of 31 bytes (32 expected)"));
 }
 
 void test_encode_decode_round_trip(void **)
@@ -178,8 +230,8 @@ void test_decode_rejects(void **)
     assert_true(contains(decode_error(""), "truncated"));
     // Another format version: old and new Storm do not mix, and say so.
     std::string e = decode_error("1;3;4242;7;1000;d;2;40000;6;10.0.0.1=0-5");
-    assert_true(contains(e, "format version 1, this Storm reads versions 2 and 3 only"));
-    assert_true(contains(decode_error("4;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "format version 4"));
+    assert_true(contains(e, "format version 1, this Storm reads versions 2 to 4 only"));
+    assert_true(contains(decode_error("5;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "format version 5"));
     // Version 2 (single nodes only) is still read.
     assert_int_equal(Context::decode(ok).nodes.size(), 2);
     assert_true(contains(decode_error("x;3;4242;7;1000;d;-;2;40000;6;10.0.0.1=0-5"), "unknown version"));
@@ -328,6 +380,11 @@ void test_step_context(void **)
     assert_int_equal(c.ntasks, 4);
     assert_int_equal(c.uid, 1001);
     assert_false(c.cosched);
+    // A key of its own: random, never all zero, never another step's.
+    assert_int_equal(c.key.size(), context_key_bytes);
+    assert_true(c.key != std::string(context_key_bytes, '\0'));
+    assert_true(make_context(p, s).key != c.key);
+    assert_true(Context::decode(c.encode()).key == c.key);
     // A coscheduled partition's step: the flag, whatever the mode.
     s.cosched = true;
     assert_true(make_context(p, s).cosched);
@@ -571,6 +628,7 @@ int main()
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encode_decode_round_trip),
+        cmocka_unit_test(test_key_round_trip),
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_runs_of_nodes),
         cmocka_unit_test(test_validate),

@@ -9,20 +9,26 @@
 
 #include "tests/unit/cmocka.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <poll.h>
 #include <set>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 #include <event2/event.h>
 
+#include "cosched/channel.hpp"
+#include "cosched/fair_queue.hpp"
 #include "cosched/local.hpp"
 #include "lib/node/cosched_protocol.h"
 #include "tests/unit/cosched_fixture.hpp"
@@ -388,6 +394,113 @@ void test_channel_refusals(void **)
     }
 }
 
+// The registrations' queue takes turns between users.
+void test_fair_queue(void **)
+{
+    FairQueue<uid_t, std::string> q;
+    assert_true(q.empty());
+    for (int i = 1; i <= 5; ++i)
+        q.push(1000, "a" + std::to_string(i));
+    q.push(2000, "b1");
+    assert_int_equal(q.size(), 6);
+    assert_string_equal(q.pop().c_str(), "a1");
+    q.push(3000, "c1");
+    q.push(2000, "b2");
+    std::string order;
+    while (!q.empty())
+        order += q.pop() + " ";
+    assert_string_equal(order.c_str(), "b1 a2 c1 b2 a3 a4 a5 ");
+    q.push(1000, "a6"); // a key may come back once its turns ended
+    assert_string_equal(q.pop().c_str(), "a6");
+    assert_true(q.empty());
+}
+
+// One user's many registrations do not hold up another user's: while the
+// verifier takes 20 ms a check, root queues 30 registrations, then nobody
+// one; nobody's is among the first 6 checks (the few root's that ran
+// before it was queued, the one running, then its turn), where a first
+// come, first served queue made it the 31st, after 600 ms.  Needs root (a
+// peer of another uid).
+void test_registrations_fair_between_users(void **)
+{
+    if (geteuid() != 0) {
+        std::fprintf(stderr, "skipped: needs root to connect as another uid\n");
+        skip();
+    }
+    struct NoHandler : Channel::Handler {
+        bool on_register(int, pid_t, uint32_t, uint32_t, const std::vector<pid_t> &) override
+        {
+            return false;
+        }
+        void on_unregister(int, pid_t, uint32_t) override {}
+        void on_schedule(int, uint32_t, uint32_t, Sender, uint32_t) override {}
+    } handler;
+    std::mutex mu;
+    std::vector<uid_t> checked; // the order of the checks, by uid
+    Verifier slow = [&](pid_t, uid_t uid, uint32_t) {
+        {
+            std::lock_guard<std::mutex> l(mu);
+            checked.push_back(uid);
+        }
+        usleep(20000);
+        return Verdict{"refused by the test", {}};
+    };
+    event_base *base = event_base_new();
+    char tmpl[] = "/tmp/storm-cosched-fair.XXXXXX";
+    std::string dir = mkdtemp(tmpl);
+    chmod(dir.c_str(), 0755); // nobody reaches the socket (mode 0666)
+    std::string path = dir + "/" STORM_COSCHED_SOCKET_NAME;
+    auto spin = [&](int ms) {
+        timeval tv{0, ms * 1000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    };
+    auto connect_to = [&] {
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+        return connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0 ? fd : (close(fd), -1);
+    };
+    {
+        Channel ch(base, path, slow, handler, Logger("cosched-test"));
+        ch.start();
+        std::string reg = msg(STORM_COSCHED_REGISTER, 0, 7, 0, 0);
+        std::vector<int> mine;
+        for (int i = 0; i < 30; ++i) {
+            int fd = connect_to();
+            assert_true(fd >= 0);
+            assert_int_equal(send(fd, reg.data(), reg.size(), MSG_NOSIGNAL),
+                             static_cast<ssize_t>(reg.size()));
+            mine.push_back(fd);
+        }
+        spin(30); // all 30 accepted and queued; the first is being checked
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+                _exit(2);
+            int fd = connect_to();
+            if (fd < 0 || send(fd, reg.data(), reg.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(reg.size()))
+                _exit(3);
+            pollfd p{fd, POLLIN, 0};
+            _exit(poll(&p, 1, 5000) == 1 ? 0 : 4); // its answer (a refusal) came
+        }
+        int st = -1;
+        for (int i = 0; i < 200 && waitpid(child, &st, WNOHANG) == 0; ++i)
+            spin(10);
+        spin(10);
+        for (int fd : mine)
+            close(fd);
+        std::lock_guard<std::mutex> l(mu);
+        size_t at = std::find(checked.begin(), checked.end(), uid_t{65534}) - checked.begin();
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || at >= 6)
+            fail_msg("nobody's registration was check %zu of %zu (child status %d)", at, checked.size(), st);
+    }
+    event_base_free(base);
+    std::system(("rm -rf " + dir).c_str());
+}
+
 } // namespace
 
 int main()
@@ -396,6 +509,8 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_channel_registration),
         cmocka_unit_test(test_channel_refusals),
+        cmocka_unit_test(test_fair_queue),
+        cmocka_unit_test(test_registrations_fair_between_users),
     };
     return cmocka_run_group_tests_name("cosched_channel", tests, nullptr, nullptr);
 }

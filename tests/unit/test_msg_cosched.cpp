@@ -27,6 +27,7 @@
 #include "lib/node/cosched_protocol.h"
 #include "switch_rdma/msg/cosched.hpp"
 #include "switch_rdma/msg/frames.hpp"
+#include "switch_rdma/msg/handshake.hpp"
 #include "tests/unit/helpers.hpp"
 #include "tests/unit/msg_fixture.hpp"
 
@@ -242,20 +243,30 @@ public:
         }
         int one = 1;
         setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        msg::Hello h{magic, msg::byte_order, ctx_.id, ctx_.job_id, ctx_.step_id, 1, 0, packet_size_};
-        write_all(&h, sizeof h);
+        // The challenge, then a hello proving the key (or one of an older
+        // version, which has no proof), then the answer proving it back.
+        msg::Challenge c{};
+        if (!read_all(&c, sizeof c))
+            return false;
+        msg::Hello h = msg::make_hello(ctx_, 1, 0, packet_size_, c);
+        h.magic = magic;
+        write_all(&h, magic == msg::hello_magic ? sizeof h : msg::old_hello_size);
         msg::HelloAck a{};
+        return read_all(&a, sizeof a) && msg::check_ack(a, ctx_.key, c, h);
+    }
+    bool read_all(void *buf, size_t n)
+    {
         size_t got = 0;
-        while (got < sizeof a) {
+        while (got < n) {
             pollfd p{fd_, POLLIN, 0};
             if (poll(&p, 1, 5000) != 1)
                 return false;
-            ssize_t n = recv(fd_, reinterpret_cast<char *>(&a) + got, sizeof a - got, 0);
-            if (n <= 0)
+            ssize_t r = recv(fd_, static_cast<char *>(buf) + got, n - got, 0);
+            if (r <= 0)
                 return false;
-            got += static_cast<size_t>(n);
+            got += static_cast<size_t>(r);
         }
-        return a.magic == msg::hello_magic && a.ok == 1;
+        return true;
     }
 
     // The status byte of every frame sent from now on.

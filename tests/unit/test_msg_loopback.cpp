@@ -32,6 +32,7 @@
 #include "switch_rdma/control.hpp"
 #include "switch_rdma/layout.hpp"
 #include "switch_rdma/msg/frames.hpp"
+#include "switch_rdma/msg/handshake.hpp"
 #include "switch_rdma/msg/storm_msg.h"
 #include "switch_rdma/pool_config.hpp"
 #include "switch_rdma/window.hpp"
@@ -376,6 +377,17 @@ void test_api_errors(void **)
         setenv("SLURM_PROCID", "2", 1);
         assert_int_equal(storm_msg_init(), -1);
         assert_true(contains(storm_msg_error(), "SLURM_PROCID \"2\" is not a rank of the context's 2 tasks"));
+        // A context without a key (format version 3: an older slurmctld's)
+        // connects no task.
+        Context keyless = agent.ctx;
+        keyless.key.clear();
+        setenv("STORM_CTX", keyless.encode().c_str(), 1);
+        assert_true(keyless.encode()[0] == '3');
+        setenv("SLURM_PROCID", "0", 1);
+        assert_int_equal(storm_msg_init(), -1);
+        assert_true(contains(storm_msg_error(),
+                             "context 12 of step 1012.0 has no key (format version 3 or older): its tasks' "
+                             "connections cannot be authenticated"));
         unsetenv("STORM_CTX");
     }
     {
@@ -428,15 +440,100 @@ void test_mark_timeout(void **)
     munmap(sh, sizeof *sh);
 }
 
-// A connection from another context is closed by the accepting task, which
-// still takes its real peer afterwards.
-void test_wrong_context_refused(void **)
+// ---- the handshake (switch_rdma/msg/handshake.hpp) ----------------------------
+
+namespace hs = storm::rdma::msg;
+
+// A TCP connection to 127.0.0.1:port, retried until the port listens.
+int connect_to(uint16_t port)
+{
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(port);
+    for (int i = 0; i < 500; ++i) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0)
+            return fd;
+        close(fd);
+        usleep(10000);
+    }
+    fail_msg("nothing listens on port %u", port);
+    return -1;
+}
+
+// Reads exactly n bytes within 5 s; false on end of stream or timeout.
+bool read_n(int fd, void *buf, size_t n)
+{
+    auto *p = static_cast<char *>(buf);
+    while (n) {
+        pollfd pf{fd, POLLIN, 0};
+        if (poll(&pf, 1, 5000) != 1)
+            return false;
+        ssize_t r = recv(fd, p, n, 0);
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= static_cast<size_t>(r);
+    }
+    return true;
+}
+
+// Whether the other end closes the connection within 5 s without sending
+// another byte (what a refused hello gets).
+bool closed_without_answer(int fd)
+{
+    char c;
+    pollfd pf{fd, POLLIN, 0};
+    return poll(&pf, 1, 5000) == 1 && recv(fd, &c, 1, 0) == 0;
+}
+
+// What a task printed on stderr (redirected to `path`).
+std::string file_text(const std::string &path)
+{
+    std::string s;
+    if (FILE *f = std::fopen(path.c_str(), "r")) {
+        char b[4096];
+        size_t n;
+        while ((n = std::fread(b, 1, sizeof b, f)) > 0)
+            s.append(b, n);
+        std::fclose(f);
+    }
+    return s;
+}
+
+size_t count(const std::string &s, const std::string &what)
+{
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+        ++n;
+    return n;
+}
+
+// Only a task of the step, which holds the context's key, opens a
+// connection to a task, and each side proves the key to the other:
+//  1. a process that holds rank 0's port (it bound it first) and answers
+//     rank 1's hello without the key: rank 1 refuses it (and the test
+//     keeps the real hello rank 1 sent it);
+//  2. the real rank 0 then refuses, naming each on its stderr: a hello of
+//     the previous version without any proof (what any user could send
+//     before: the right ids and ranks were enough), one proving a guessed
+//     key, rank 1's real hello of step 1 replayed, and one of another
+//     context; then the real rank 1 connects and the step runs.
+void test_forged_hellos_refused(void **)
 {
     Shared *sh = shared_block();
+    char tmpl[] = "/tmp/storm-msg-err-XXXXXX";
+    int efd = mkstemp(tmpl);
+    assert_true(efd >= 0);
+    std::string err_path = tmpl;
     {
-        Agent agent(2, 11, 16 * 1024 * 2, 1024);
-        auto task = [sh](uint32_t r) {
-            return [sh, r] {
+        Agent agent(2, 13, 16 * 1024 * 2, 1024);
+        const Context &ctx = agent.ctx;
+        auto task = [sh](uint32_t r, int err_fd) {
+            return [sh, r, err_fd] {
+                if (err_fd >= 0)
+                    dup2(err_fd, 2);
                 if (init_failed()) {
                     report(sh->r[r], 1, storm_msg_error());
                     return 1;
@@ -446,39 +543,104 @@ void test_wrong_context_refused(void **)
                 return rc;
             };
         };
-        agent.spawn(0, task(0));
-        agent.serve_attach(1);
-        // Rank 0 listens now (it attached, then listened, then waits for
-        // rank 1): knock with a hello of context 99.
+
+        // 1. rank 0's port held by the test, which does not prove the key.
+        int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         sockaddr_in sa{};
         sa.sin_family = AF_INET;
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        sa.sin_port = htons(agent.ctx.port_for(0));
-        int fd = -1;
-        for (int i = 0; i < 200; ++i) {
-            fd = socket(AF_INET, SOCK_STREAM, 0);
-            if (connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0)
-                break;
-            close(fd);
-            fd = -1;
-            usleep(10000);
-        }
-        assert_true(fd >= 0);
-        storm::rdma::msg::Hello h{
-            storm::rdma::msg::hello_magic, storm::rdma::msg::byte_order, 99, agent.ctx.job_id, 0, 1, 0, 1024};
-        assert_int_equal(send(fd, &h, sizeof h, MSG_NOSIGNAL), sizeof h);
-        char c;
-        pollfd p{fd, POLLIN, 0};
-        assert_int_equal(poll(&p, 1, 5000), 1);
-        assert_int_equal(recv(fd, &c, 1, 0), 0); // closed, no answer
+        sa.sin_port = htons(ctx.port_for(0));
+        assert_int_equal(bind(lfd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+        assert_int_equal(listen(lfd, 4), 0);
+        agent.spawn(1, task(1, -1));
+        agent.serve_attach(1);
+        pollfd pl{lfd, POLLIN, 0};
+        assert_int_equal(poll(&pl, 1, 10000), 1);
+        int c1 = accept(lfd, nullptr, nullptr);
+        assert_true(c1 >= 0);
+        hs::Challenge ch1 = hs::make_challenge();
+        assert_int_equal(send(c1, &ch1, sizeof ch1, MSG_NOSIGNAL), sizeof ch1);
+        hs::Hello captured{};
+        assert_true(read_n(c1, &captured, sizeof captured));
+        assert_int_equal(captured.src, 1);
+        assert_int_equal(captured.dst, 0);
+        // It is a real hello: it proves the key over this challenge.
+        assert_true(hs::check_hello(captured, sizeof captured, ch1, ctx, 0, 1024).what ==
+                    hs::Verdict::accepted);
+        hs::HelloAck fake{hs::hello_magic, 1, {}};
+        assert_int_equal(send(c1, &fake, sizeof fake, MSG_NOSIGNAL), sizeof fake);
+        assert_true(agent.wait_all(20));
+        assert_int_equal(sh->r[1].status, 1);
+        if (!contains(sh->r[1].error,
+                      "the answer of rank 0 (port " + std::to_string(ctx.port_for(0)) +
+                          ") does not prove the context's key: another process holds its port"))
+            fail_msg("rank 1: %s", sh->r[1].error);
+        close(c1);
+        close(lfd);
+
+        // 2. the real rank 0.
+        agent.spawn(0, task(0, efd));
+        agent.serve_attach(1);
+        // 2a. the previous version's hello: the right ids, no proof.  Sent
+        // at once, as that version did (its acceptor sent nothing first).
+        int fd = connect_to(ctx.port_for(0));
+        struct {
+            uint32_t magic, order, id, job, step, src, dst, packet_size;
+        } v2{hs::hello_magic_v2, hs::byte_order, ctx.id, ctx.job_id, ctx.step_id, 1, 0, 1024};
+        assert_int_equal(send(fd, &v2, sizeof v2, MSG_NOSIGNAL), sizeof v2);
+        hs::Challenge ch{};
+        assert_true(read_n(fd, &ch, sizeof ch)); // not a HelloAck: a challenge
+        assert_true(hs::check_challenge(ch).empty());
+        assert_true(closed_without_answer(fd));
         close(fd);
-        agent.spawn(1, task(1));
+        // 2b. a guessed key.
+        fd = connect_to(ctx.port_for(0));
+        assert_true(read_n(fd, &ch, sizeof ch));
+        Context guess = ctx;
+        guess.key = context_key();
+        hs::Hello h = hs::make_hello(guess, 1, 0, 1024, ch);
+        assert_int_equal(send(fd, &h, sizeof h, MSG_NOSIGNAL), sizeof h);
+        assert_true(closed_without_answer(fd));
+        close(fd);
+        // 2c. rank 1's real hello, replayed.
+        fd = connect_to(ctx.port_for(0));
+        assert_true(read_n(fd, &ch, sizeof ch));
+        assert_int_equal(send(fd, &captured, sizeof captured, MSG_NOSIGNAL), sizeof captured);
+        assert_true(closed_without_answer(fd));
+        close(fd);
+        // 2d. another context (with this one's key).
+        fd = connect_to(ctx.port_for(0));
+        assert_true(read_n(fd, &ch, sizeof ch));
+        Context other = ctx;
+        other.id = 99;
+        h = hs::make_hello(other, 1, 0, 1024, ch);
+        assert_int_equal(send(fd, &h, sizeof h, MSG_NOSIGNAL), sizeof h);
+        assert_true(closed_without_answer(fd));
+        close(fd);
+        // The real rank 1.
+        agent.spawn(1, task(1, -1));
         agent.serve_attach(1);
         assert_true(agent.wait_all(20));
         for (uint32_t r = 0; r < 2; ++r)
             if (sh->r[r].status != 0)
                 fail_msg("rank %u: %s", r, sh->r[r].error);
+        std::string err = file_text(err_path);
+        std::fprintf(stderr, "%s", err.c_str());
+        std::string head =
+            "storm_msg: rank 0 of step " + std::to_string(ctx.job_id) + ".0 refused a connection: ";
+        assert_int_equal(count(err, head), 4);
+        assert_int_equal(count(err, "rank 1 speaks frame version 2, this task version 3"), 1);
+        assert_int_equal(count(err,
+                               "rank 1's hello does not prove the context's key (a forged or replayed hello) "
+                               "(from 127.0.0.1:"),
+                         2);
+        assert_int_equal(
+            count(err, "context 99 of step " + std::to_string(ctx.job_id) + ".0 is not this one"), 1);
     }
+    close(efd);
+    unlink(err_path.c_str());
     munmap(sh, sizeof *sh);
 }
 
@@ -676,7 +838,7 @@ int main()
         cmocka_unit_test(test_alltoall_stop_at_halted),
         cmocka_unit_test(test_task_killed),
         cmocka_unit_test(test_mark_timeout),
-        cmocka_unit_test(test_wrong_context_refused),
+        cmocka_unit_test(test_forged_hellos_refused),
         cmocka_unit_test(test_idle_connections_hold_up_no_peer),
         cmocka_unit_test(test_single_task),
         cmocka_unit_test(test_attach_swapped_out),

@@ -12,6 +12,7 @@
 
 #include "tests/unit/cmocka.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
@@ -325,6 +326,60 @@ void test_attach_rules(void **)
     b.spin();
     Task t0b;
     assert_true(t0b.attach(b, 1, 200, 0));
+}
+
+// A large window is locked in slices, the loop free between them: a task
+// attaching to a window of 256 MiB is answered before any of it is
+// locked, the locking takes at least 64 passes of the loop (4 MiB each),
+// and the whole window ends locked.  (Locked in one mlock(), the pass that
+// answered the attach had locked all of it first: 0.27 s of the loop, up
+// to 1 s under load.)  Counts, not times: the machine may be loaded.
+// Needs root (others may lock only RLIMIT_MEMLOCK).
+void test_pinning_in_slices(void **)
+{
+    if (geteuid() != 0) {
+        std::fprintf(stderr, "skipped: needs root to lock 256 MiB\n");
+        skip();
+    }
+    constexpr uint64_t big = 256ull << 20;
+    constexpr long big_kb = static_cast<long>(big / 1024);
+    Bench b({0}, big);
+    Context c = context(1, 300, PoolMode::divided, 1, 1, 1);
+    assert_string_equal(b.request(control::open(c)).c_str(), "ok");
+    long before = locked_kb();
+    Task t;
+    t.fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, b.sock().c_str());
+    assert_int_equal(connect(t.fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+    std::string m = control::attach(1, 300, 0, 0);
+    assert_int_equal(send(t.fd, m.data(), m.size(), 0), static_cast<ssize_t>(m.size()));
+    long locked_at_answer = -1, locked = 0;
+    int locking_passes = 0;
+    double longest = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < 60s && (locked_at_answer < 0 || locked < big_kb)) {
+        auto p0 = std::chrono::steady_clock::now();
+        event_base_loop(b.base, EVLOOP_ONCE | EVLOOP_NONBLOCK); // one pass
+        longest =
+            std::max(longest, std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count());
+        long now = locked_kb() - before;
+        if (now > locked)
+            ++locking_passes;
+        locked = now;
+        pollfd pf{t.fd, POLLIN, 0};
+        if (locked_at_answer < 0 && poll(&pf, 1, 0) == 1)
+            locked_at_answer = locked;
+        usleep(200);
+    }
+    std::fprintf(stderr,
+                 "attach answered with %ld kB locked; %ld kB locked in %d passes of the loop, the longest "
+                 "%.3f s\n",
+                 locked_at_answer, locked, locking_passes, longest);
+    assert_int_equal(locked_at_answer, 0);
+    assert_true(locking_passes >= static_cast<int>(big / (4 << 20)));
+    assert_true(locked >= big_kb);
 }
 
 // Writes `k` recognisable packets into the share's send and receive rings.
@@ -765,13 +820,10 @@ void test_cosched_admissions(void **)
 int main()
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_close_rules),
-        cmocka_unit_test(test_attach_rules),
-        cmocka_unit_test(test_swap),
-        cmocka_unit_test(test_failures),
-        cmocka_unit_test(test_swap_waits_for_stop),
-        cmocka_unit_test(test_halt_out_of_pool),
-        cmocka_unit_test(test_late_attach),
+        cmocka_unit_test(test_open_close_rules),   cmocka_unit_test(test_attach_rules),
+        cmocka_unit_test(test_pinning_in_slices),  cmocka_unit_test(test_swap),
+        cmocka_unit_test(test_failures),           cmocka_unit_test(test_swap_waits_for_stop),
+        cmocka_unit_test(test_halt_out_of_pool),   cmocka_unit_test(test_late_attach),
         cmocka_unit_test(test_cosched_admissions),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);

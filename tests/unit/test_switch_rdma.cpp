@@ -7,6 +7,7 @@
 // (storm_cosched_partitions).  The entry points differ between Slurm's API
 // generations: tests/unit/api<GEN>/switch_rdma_api.hpp calls those of the
 // configured line.
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -156,8 +157,10 @@ struct Step {
 // Builds a jobinfo for `s`; returns build's result, the jobinfo in *out.
 int build(Step &s, void **out) { return P.build(out, &s.layout, &s.step); }
 
-// The STORM_CTX a task of this jobinfo gets ("" if none).
-std::string ctx_env(void *info)
+// The STORM_CTX a task of this jobinfo gets ("" if none), its key (64
+// lowercase hex digits after the uid, checked here) written KEY unless
+// `raw`: every step has a key of its own.
+std::string ctx_env(void *info, bool raw = false)
 {
     char **env = env_array_create();
     assert_int_equal(P.attach(info, &env), SLURM_SUCCESS);
@@ -171,7 +174,16 @@ std::string ctx_env(void *info)
         assert_null(sock);
     }
     env_array_free(env);
-    return out;
+    if (out.empty() || raw)
+        return out;
+    size_t at = 0;
+    for (int field = 0; field < 5; ++field)
+        at = out.find(';', at) + 1;
+    size_t end = out.find(';', at);
+    assert_true(at > 0 && end != std::string::npos && end - at == 64);
+    for (size_t i = at; i < end; ++i)
+        assert_true(std::isdigit(static_cast<unsigned char>(out[i])) || (out[i] >= 'a' && out[i] <= 'f'));
+    return out.replace(at, end - at, "KEY");
 }
 
 // The coscheduling variables a task of this jobinfo gets, its environment
@@ -237,7 +249,7 @@ void test_build_pack_attach(void **)
     void *info = nullptr;
     assert_int_equal(build(s, &info), SLURM_SUCCESS);
     std::string text = ctx_env(info);
-    assert_string_equal(text.c_str(), "3;0;100;0;1000;s;-;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
+    assert_string_equal(text.c_str(), "4;0;100;0;1000;KEY;s;-;1;40000;3;127.0.0.1=0,2/127.0.0.1=1");
 
     // Through Slurm's buffers, as srun, slurmd and slurmstepd see it.
     buf_t *buf = init_buf(1024);
@@ -245,11 +257,12 @@ void test_build_pack_attach(void **)
     reread(buf);
     void *copy = nullptr;
     assert_int_equal(P.unpack(&copy, buf), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(copy).c_str(), text.c_str());
+    // The key too (raw).
+    assert_string_equal(ctx_env(copy, true).c_str(), ctx_env(info, true).c_str());
     free_buf(buf);
     void *dup = nullptr;
     assert_int_equal(P.duplicate(copy, &dup), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(dup).c_str(), text.c_str());
+    assert_string_equal(ctx_env(dup, true).c_str(), ctx_env(info, true).c_str());
     P.free_(dup);
     P.free_(copy);
     // No keys (22.05's get_jobinfo).
@@ -307,9 +320,16 @@ void test_modes_and_refusals(void **)
     Step a(200, 0, {1}), b(201, 3, {1}, SHARED_FORCE | 1);
     void *ia = nullptr, *ib = nullptr, *ic = nullptr, *id = nullptr;
     assert_int_equal(build(a, &ia), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(ia).c_str(), "3;0;200;0;1000;d;-;1;40000;1;127.0.0.1=0");
+    assert_string_equal(ctx_env(ia).c_str(), "4;0;200;0;1000;KEY;d;-;1;40000;1;127.0.0.1=0");
     assert_int_equal(build(b, &ib), SLURM_SUCCESS);
-    assert_string_equal(ctx_env(ib).c_str(), "3;1;201;3;1000;d;-;1;40000;1;127.0.0.1=0");
+    assert_string_equal(ctx_env(ib).c_str(), "4;1;201;3;1000;KEY;d;-;1;40000;1;127.0.0.1=0");
+    auto key_of = [](const std::string &t) { // the sixth field
+        size_t at = 0;
+        for (int field = 0; field < 5; ++field)
+            at = t.find(';', at) + 1;
+        return t.substr(at, t.find(';', at) - at);
+    };
+    assert_true(key_of(ctx_env(ia, true)) != key_of(ctx_env(ib, true))); // keys of their own
     // storm_ctx_max=2: the third waits (srun retries on INTERCONNECT_BUSY).
     Step c(202, 0, {1});
     assert_int_equal(build(c, &ic), SLURM_ERROR);
@@ -321,7 +341,7 @@ void test_modes_and_refusals(void **)
     P.step_complete(ia, a.layout.node_list);
     P.free_(ia);
     assert_int_equal(build(c, &ic), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ic), "3;0;202;0;"));
+    assert_true(contains(ctx_env(ic), "4;0;202;0;"));
     P.free_(ic); // c keeps id 0 until its job ends
     P.job_complete(job_record(202));
     // 65 tasks on a node: refused for good.
@@ -333,7 +353,7 @@ void test_modes_and_refusals(void **)
     Step e(204, 0, {64});
     void *ie = nullptr;
     assert_int_equal(build(e, &ie), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ie), "3;0;204;0;1000;d;-;1;"));
+    assert_true(contains(ctx_env(ie), "4;0;204;0;1000;KEY;d;-;1;"));
     // FORCE:8 without sched/gang: divided n=8; 64 tasks on a node leave
     // no credit, which does not refuse the step (its tasks get the reason).
     slurm_conf.schedtype = xstrdup("sched/backfill");
@@ -344,7 +364,7 @@ void test_modes_and_refusals(void **)
     P.free_(if_);
     P.job_complete(job_record(205));
     assert_int_equal(build(g, &ig), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(ig), "3;0;206;0;1000;d;-;8;"));
+    assert_true(contains(ctx_env(ig), "4;0;206;0;1000;KEY;d;-;8;"));
     P.free_(ig);
     P.job_complete(job_record(206));
     xfree(slurm_conf.schedtype);
@@ -374,7 +394,7 @@ void test_restart(void **)
     Step c(302, 0, {1});
     void *ic = nullptr;
     assert_int_equal(build(c, &ic), SLURM_SUCCESS); // sweeps 300's entry, takes id 0
-    assert_true(contains(ctx_env(ic), "3;0;302;0;"));
+    assert_true(contains(ctx_env(ic), "4;0;302;0;"));
     P.free_(ic);
 
     // A stale file: it has job 400's step on id 1, the job state has 301
@@ -385,7 +405,7 @@ void test_restart(void **)
     Step d(303, 0, {1});
     void *id = nullptr;
     assert_int_equal(build(d, &id), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(id), "3;0;303;0;"));
+    assert_true(contains(ctx_env(id), "4;0;303;0;"));
     P.free_(id);
     Step e(304, 0, {1});
     void *ie = nullptr;
@@ -402,7 +422,7 @@ void test_restart(void **)
     Step f(305, 0, {1});
     void *if_ = nullptr;
     assert_int_equal(build(f, &if_), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(if_), "3;0;305;0;"));
+    assert_true(contains(ctx_env(if_), "4;0;305;0;"));
     P.free_(if_);
     // slurmctld -c: nothing recovered.
     assert_int_equal(P.restore(g_dir, false), SLURM_SUCCESS);
@@ -515,9 +535,9 @@ void test_cosched_flag(void **)
     assert_int_equal(build(w, &iw), SLURM_SUCCESS);
     assert_int_equal(build(d, &id), SLURM_SUCCESS);
     assert_int_equal(build(n, &in), SLURM_SUCCESS); // a job without a partition record
-    assert_string_equal(ctx_env(iw).c_str(), "3;0;600;0;1000;d;c;1;40000;2;127.0.0.1=0/127.0.0.1=1");
-    assert_string_equal(ctx_env(id).c_str(), "3;1;601;0;1000;d;-;1;40000;1;127.0.0.1=0");
-    assert_true(contains(ctx_env(in), "3;2;602;0;1000;d;-;"));
+    assert_string_equal(ctx_env(iw).c_str(), "4;0;600;0;1000;KEY;d;c;1;40000;2;127.0.0.1=0/127.0.0.1=1");
+    assert_string_equal(ctx_env(id).c_str(), "4;1;601;0;1000;KEY;d;-;1;40000;1;127.0.0.1=0");
+    assert_true(contains(ctx_env(in), "4;2;602;0;1000;KEY;d;-;"));
 
     // The tasks: the socket in the coscheduled step only; a forged
     // variable from srun's environment is dropped.
@@ -570,16 +590,16 @@ void test_cosched_flag(void **)
     void *id2 = nullptr, *iw2 = nullptr;
     assert_int_equal(build(d2, &id2), SLURM_SUCCESS);
     assert_int_equal(build(w2, &iw2), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(id2), ";601;1;1000;d;c;"));
-    assert_true(contains(ctx_env(iw2), ";600;1;1000;d;-;"));
-    assert_true(contains(ctx_env(iw), ";600;0;1000;d;c;"));
+    assert_true(contains(ctx_env(id2), ";601;1;1000;KEY;d;c;"));
+    assert_true(contains(ctx_env(iw2), ";600;1;1000;KEY;d;-;"));
+    assert_true(contains(ctx_env(iw), ";600;0;1000;KEY;d;c;"));
     // Without storm_cosched_partitions nothing is coscheduled, and tasks
     // get neither variable.
     reconfigure("storm_ctx_max=8,storm_pool_size=67108864");
     Step d3(601, 2, {1}, 1, "debug");
     void *id3 = nullptr;
     assert_int_equal(build(d3, &id3), SLURM_SUCCESS);
-    assert_true(contains(ctx_env(id3), ";601;2;1000;d;-;"));
+    assert_true(contains(ctx_env(id3), ";601;2;1000;KEY;d;-;"));
     assert_true(cosched_env(id3, {{"SLURM_JOB_PARTITION", "debug"}}).empty());
 
     for (void *info : {iw, id, in, id2, iw2, id3})
