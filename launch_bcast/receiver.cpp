@@ -751,9 +751,16 @@ void Receiver::stage(const Ptr &s, std::shared_ptr<OpenRequest> req, Done done)
             why = stage_entries(*s, *req, incomplete);
         } catch (const std::exception &e) {
             why = e.what();
-            beneath::remove_tree(s->parent_fd, s->temp_name);
+            bool removed = false;
+            try {
+                AsUser as(s->grant.uid, s->grant.gid, s->groups);
+                removed = beneath::remove_tree(s->parent_fd, s->temp_name) == 0;
+            } catch (const std::exception &) {
+            }
+            if (!removed) // the journal keeps it for the next start
+                why += " (" + s->temp + " may be left until slurmd starts again)";
         }
-        if (!why.empty())
+        if (!why.empty() && why.find(" may be left until slurmd starts again") == std::string::npos)
             journal_remove(jdir, s->sid);
         return [this, s, req, w, why, incomplete] {
             if (s->state == Session::ended)

@@ -697,7 +697,7 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     assert_true(contains(**answer, "the file system at " + t.path + " did not answer within 0.5 s on n0"));
     assert_true(contains(**answer, "while writing " + t.path + "/.slow.storm-0000000000000033"));
     assert_true(took >= 0.5 && took < 2.0);
-    assert_true(ticks >= 8);
+    assert_true(ticks >= 5); // every 50 ms for at least 0.5 s, on a loaded machine too
     assert_int_equal(gate.blocked, 1);
     assert_int_equal(rx->sessions(), 0);
     assert_int_equal(rx->draining(), 1);
