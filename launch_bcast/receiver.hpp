@@ -47,7 +47,9 @@
 // (the head's window normally keeps far below).  At most kMaxSessions
 // sessions (stuck ones included) hold a worker; more are refused.  The
 // destructor (slurmd stopping) waits for the workers at most 2 s in all,
-// then leaves those stuck in the kernel to end alone.
+// then leaves those stuck in the kernel to end alone.  Work that a chunk
+// brings (a chunk of records packed for many small files, issue 40) is
+// one job of the session's worker like a write: unpacked there, in order.
 #pragma once
 
 #include <chrono>
