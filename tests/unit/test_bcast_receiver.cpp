@@ -696,8 +696,8 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
             (*answer)->c_str());
     assert_true(contains(**answer, "the file system at " + t.path + " did not answer within 0.5 s on n0"));
     assert_true(contains(**answer, "while writing " + t.path + "/.slow.storm-0000000000000033"));
-    assert_true(took >= 0.5 && took < 2.0);
-    assert_true(ticks >= 5); // every 50 ms for at least 0.5 s, on a loaded machine too
+    assert_true(took >= 0.5 && took < 5.0); // the deadline, checked 4 times a second (a loaded machine: more)
+    assert_true(ticks >= 5);                // every 50 ms for at least 0.5 s, on a loaded machine too
     assert_int_equal(gate.blocked, 1);
     assert_int_equal(rx->sessions(), 0);
     assert_int_equal(rx->draining(), 1);
@@ -751,8 +751,8 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     rx.reset();
     took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fprintf(stderr, "# destroyed with a stuck worker in %.2f s\n", took);
-    assert_true(took >= 1.9 && took < 3.0);
-    gate.open(); // the abandoned worker ends alone, removing what it made
+    assert_true(took >= 1.9 && took < 5.0); // 2 s for the workers in all
+    gate.open();                            // the abandoned worker ends alone, removing what it made
     for (int i = 0; i < 200 && lstat((t.path + "/.slow.storm-0000000000000037").c_str(), &st) == 0; ++i)
         usleep(10000);
     assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000037").c_str(), &st), -1);
