@@ -1,5 +1,7 @@
 #include "launch_bcast/beneath.hpp"
 
+#include "launch_bcast/fs_worker.hpp"
+
 #include <atomic>
 #include <cerrno>
 #include <dirent.h>
@@ -92,6 +94,7 @@ int open_parent(int root, const std::string &rel, std::string &name)
 
 int remove_tree(int dir, const std::string &name)
 {
+    FsWorker::progress(); // one entry: a step of a worker's job (a large tree takes many)
     struct stat st;
     if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : errno;

@@ -31,9 +31,11 @@ NodeService::NodeService(node::Host &host, NodeSetup setup)
       service_(host.base, *host.engine, *setup_.authorizer, service_config(host), host.log)
 {
     receiver_.recover();
-    host.engine->add_sink(
-        "bcast:", [this](const std::string &ev, uint64_t origin, uint64_t, uint64_t, std::string_view data,
-                         bool sealed) { return receiver_.on_chunk(ev, origin, data, sealed); });
+    host.engine->add_async_sink("bcast:",
+                                [this](const std::string &ev, uint64_t origin, uint64_t, uint64_t,
+                                       std::string_view data, bool sealed, prim::Engine::ChunkDone done) {
+                                    receiver_.on_chunk(ev, origin, data, sealed, std::move(done));
+                                });
     host.engine->on_service_frames([this](net::Connection &c, const net::FrameHeader &h,
                                           std::string_view p) { service_.on_frame(c, h, p); },
                                    [this](net::Connection &c) { service_.on_closed(c); });

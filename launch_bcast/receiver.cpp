@@ -9,6 +9,7 @@
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <system_error>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -16,6 +17,7 @@
 
 #include "launch_bcast/as_user.hpp"
 #include "launch_bcast/beneath.hpp"
+#include "launch_bcast/fs_worker.hpp"
 
 namespace storm::bcast {
 
@@ -131,26 +133,44 @@ struct Receiver::File {
 };
 
 struct Receiver::Session {
+    uint64_t sid = 0;
+    // Set on the loop at the open, read-only after.
     Grant grant;
+    std::string dest, temp, parent;   // parent: the destination's directory
+    std::string dest_name, temp_name; // in parent_fd
+    uint32_t flags = 0;
+    std::chrono::milliseconds idle_limit{30000};
+    std::chrono::milliseconds deadline{10000}; // for each step of its work
+    std::unique_ptr<FsWorker> worker;          // made and reset on the loop
+    std::atomic<bool> cancelled{false};        // aborted: queued chunks are not written
+
+    // The loop's.
+    enum State { opening, open, committing, committed, finishing, ended } state = opening;
+    std::string error; // set once a chunk failed here: every later one fails too
+    size_t incomplete = 0;
+    dev_t parent_dev = 0; // the destination's directory, once looked up
+    ino_t parent_ino = 0;
+    std::chrono::steady_clock::time_point last;
+    uint64_t queued = 0; // bytes of chunks waiting for the worker
+    uint64_t next_wait = 0;
+    std::map<uint64_t, Done> waiting; // chunks whose work is queued or running
+    std::vector<Done> removed;        // answered once the removal ran
+    bool overdue = false;             // its removal's deadline passed (logged)
+
+    // The worker's (the session's jobs, in order).
     std::vector<gid_t> groups;
-    std::string dest, temp;
     // Every access goes through these: the destination's directory (as the
     // user opened it at the open) and the staged tree's top (a directory
     // broadcast), never through a path the user may change meanwhile.
     int parent_fd = -1, root_fd = -1;
-    std::string dest_name, temp_name; // in parent_fd
-    uint32_t flags = 0;
     std::vector<File> files;
-    size_t incomplete = 0;
-    std::string error; // set once a chunk failed here: every later one fails too
-    // Committed: in place here, the replaced one (kept_old) under `temp`,
-    // until the head says every node committed (finish) or not (abort).
-    bool committed = false;
+    std::string failed; // a chunk failed here: later ones are not written
+    // In place here, the replaced one (kept_old) under `temp`, until the
+    // head says every node committed (finish) or not (abort).
+    bool in_place = false;
     bool kept_old = false;
-    dev_t parent_dev = 0; // the destination's directory
-    ino_t parent_ino = 0;
-    std::chrono::steady_clock::time_point last;
-    std::chrono::milliseconds idle_limit{30000};
+    bool finishing_here = false; // the finish started removing the replaced one
+
     ~Session()
     {
         for (auto &f : files)
@@ -160,6 +180,21 @@ struct Receiver::Session {
             ::close(root_fd);
         if (parent_fd >= 0)
             ::close(parent_fd);
+    }
+    // Registers a chunk's answer to come (the loop's).
+    uint64_t wait(Done done)
+    {
+        waiting.emplace(++next_wait, std::move(done));
+        return next_wait;
+    }
+    Done take(uint64_t id)
+    {
+        auto it = waiting.find(id);
+        if (it == waiting.end())
+            return [](const std::string &) {};
+        Done d = std::move(it->second);
+        waiting.erase(it);
+        return d;
     }
     // Opens entry `f` of the staged tree (O_NOFOLLOW, beneath the staging
     // directory); -1 and errno on failure.
@@ -186,278 +221,195 @@ struct Receiver::Session {
     }
 };
 
-Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log)
-    : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log))
-{
-    if (!cfg_.gate_socket.empty()) {
-        try {
-            gate_ = std::make_unique<LaunchGate>(base, cfg_.gate_socket, cfg_.gate_trusted, log_);
-            gate_->start();
-        } catch (const std::exception &e) {
-            gate_.reset();
-            log_.child("bcast").warning(
-                "the launch gate is off on this node (srun --bcast steps cannot start): %s", e.what());
-        }
-    }
-    timer_ = event_new(
-        base, -1, EV_PERSIST,
-        [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); }, this);
-    timeval tv{1, 0};
-    evtimer_add(timer_, &tv);
-}
+namespace {
 
-Receiver::~Receiver()
-{
-    if (timer_)
-        event_free(timer_);
-    std::vector<uint64_t> open;
-    for (auto &kv : sessions_)
-        open.push_back(kv.first);
-    for (uint64_t sid : open)
-        abort(sid, "the agent is stopping");
-}
+using Session = Receiver::Session;
+using File = Receiver::File;
 
-std::string Receiver::on_chunk(const std::string &event, uint64_t sid, std::string_view payload, bool sealed)
-{
-    // "bcast:<kind>:<sid>"
-    size_t colon = event.rfind(':');
-    if (colon == std::string::npos || event.substr(colon + 1) != session_hex(sid))
-        return "malformed broadcast event " + event;
-    std::string kind = event.substr(6, colon - 6);
-    try {
-        if (kind == "open")
-            return open(sid, payload);
-        if (kind == "data")
-            return data(sid, payload, sealed);
-        if (kind == "commit")
-            return commit(sid);
-        if (kind == "finish")
-            return finish(sid);
-        if (kind == "abort") {
-            abort(sid, "aborted by the head of the broadcast");
-            return "";
-        }
-    } catch (const std::exception &e) {
-        return e.what();
-    }
-    return "unknown broadcast event " + event;
-}
+// ---- the journal: one file per open session, "uid gid ngroups groups...\ntemp\n"
+// In root's spool directory (never the user's): written by the workers,
+// as root, before a session stages anything and after it removed it all.
 
-std::string Receiver::open(uint64_t sid, std::string_view payload)
+void journal_add(const std::string &dir, const Session &s)
 {
-    if (sessions_.count(sid))
-        return "broadcast " + session_hex(sid) + " is already open";
-    OpenRequest req = OpenRequest::decode(payload);
-    auto s = std::make_unique<Session>();
-    try {
-        s->grant = auth_.authorize(req.cred);
-    } catch (const std::exception &e) {
-        log_.error("broadcast %s: credential refused: %s", session_hex(sid).c_str(), e.what());
-        return std::string("credential refused: ") + e.what();
-    }
-    if (!s->grant.nodes.contains(cfg_.self))
-        return "not a node of job " + std::to_string(s->grant.job_id);
-    s->groups = s->grant.gids.empty() ? groups_of(s->grant.user, s->grant.gid) : s->grant.gids;
-    s->flags = req.flags;
-    s->dest = req.dest;
-    if (s->dest.back() == '/')
-        s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
-                   "_" + cfg_.node_name;
-    s->temp = dirname_of(s->dest) + "/." + basename_of(s->dest) + ".storm-" + session_hex(sid);
-    s->idle_limit =
-        std::max(std::chrono::milliseconds(3 * uint64_t(req.timeout_ms)), std::chrono::milliseconds(30000));
-    bool top_dir = req.entries.front().dir();
-    s->dest_name = basename_of(s->dest);
-    s->temp_name = "." + s->dest_name + ".storm-" + session_hex(sid);
-
+    if (dir.empty())
+        return;
+    std::string path = dir + "/" + session_hex(s.sid), tmp = path + ".new";
     {
-        AsUser as(s->grant.uid, s->grant.gid, s->groups);
-        std::string parent = dirname_of(s->dest);
-        s->parent_fd = ::open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (s->parent_fd < 0)
-            return errno == ENOTDIR ? parent + " is not a directory"
-                                    : err("destination directory " + parent, errno);
-        struct stat st;
-        if (fstatat(s->parent_fd, s->dest_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-            if (!top_dir && S_ISDIR(st.st_mode))
-                return s->dest + " is a directory";
-            if (top_dir && !S_ISDIR(st.st_mode))
-                return s->dest + " exists and is not a directory";
-            if (!(req.flags & kForce))
-                return s->dest + " exists (--force replaces it)";
-        } else if (errno != ENOENT) {
-            return err(s->dest, errno);
-        }
-        if (fstat(s->parent_fd, &st) != 0)
-            return err("destination directory " + parent, errno);
-        // One broadcast at a time per destination (the same name in the
-        // same directory, however it is spelled): a later one would swap
-        // files under the earlier, whose abort could then undo a broadcast
-        // that reported success.  The later one fails, clearly.
-        s->parent_dev = st.st_dev;
-        s->parent_ino = st.st_ino;
-        for (const auto &[other, o] : sessions_)
-            if (o->parent_dev == st.st_dev && o->parent_ino == st.st_ino &&
-                basename_of(o->dest) == basename_of(s->dest))
-                return s->dest + " is being written by broadcast " + session_hex(other) + " (job " +
-                       std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
-                       ": one broadcast at a time per destination";
+        std::ofstream out(tmp, std::ios::trunc);
+        out << s.grant.uid << " " << s.grant.gid << " " << s.groups.size();
+        for (gid_t g : s.groups)
+            out << " " << g;
+        out << "\n" << s.temp << "\n";
+        out.flush();
+        if (!out)
+            throw std::runtime_error("cannot write the journal " + tmp);
+    }
+    if (rename(tmp.c_str(), path.c_str()) != 0)
+        throw std::runtime_error(err("cannot write the journal " + path, errno));
+}
 
-        // A disk too small fails here, not midway: first against the free
-        // space, then exactly, as each file's blocks are reserved below.
-        struct statvfs vfs;
-        uint64_t need = req.total_bytes();
-        if (need > 0 && fstatvfs(s->parent_fd, &vfs) == 0) {
-            uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-            if (need > avail)
-                return "not enough space in " + parent + ": " + std::to_string(need) + " bytes needed, " +
-                       std::to_string(avail) + " free";
-        }
+void journal_remove(const std::string &dir, uint64_t sid)
+{
+    if (!dir.empty())
+        unlink((dir + "/" + session_hex(sid)).c_str());
+}
+
+// On the worker, as the user: opens the destination's directory and checks
+// the destination and the room for `need` bytes.  "" or why not.
+std::string look_up(Session &s, bool top_dir, uint64_t need, dev_t &dev, ino_t &ino)
+{
+    s.parent_fd = ::open(s.parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (s.parent_fd < 0)
+        return errno == ENOTDIR ? s.parent + " is not a directory"
+                                : err("destination directory " + s.parent, errno);
+    FsWorker::progress();
+    struct stat st;
+    if (fstatat(s.parent_fd, s.dest_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!top_dir && S_ISDIR(st.st_mode))
+            return s.dest + " is a directory";
+        if (top_dir && !S_ISDIR(st.st_mode))
+            return s.dest + " exists and is not a directory";
+        if (!(s.flags & kForce))
+            return s.dest + " exists (--force replaces it)";
+    } else if (errno != ENOENT) {
+        return err(s.dest, errno);
     }
-    // Journaled before anything is staged: a slurmd killed while it stages
-    // (a large tree takes a while) removes the part it made when it starts
-    // again.
-    try {
-        journal_add(sid, *s);
-    } catch (const std::exception &e) {
-        return e.what();
+    if (fstat(s.parent_fd, &st) != 0)
+        return err("destination directory " + s.parent, errno);
+    dev = st.st_dev;
+    ino = st.st_ino;
+    FsWorker::progress();
+    // A disk too small fails here, not midway: first against the free
+    // space, then exactly, as each file's blocks are reserved (stage()).
+    struct statvfs vfs;
+    if (need > 0 && fstatvfs(s.parent_fd, &vfs) == 0) {
+        uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+        if (need > avail)
+            return "not enough space in " + s.parent + ": " + std::to_string(need) + " bytes needed, " +
+                   std::to_string(avail) + " free";
     }
-    std::string unstaged = [&]() -> std::string {
-        AsUser as(s->grant.uid, s->grant.gid, s->groups);
-        // Stage everything; on any failure remove what was made.
-        size_t kept = 0;
-        auto fail = [&](const std::string &why) {
-            for (auto &made_file : s->files)
-                if (made_file.fd >= 0) {
-                    ::close(made_file.fd);
-                    made_file.fd = -1;
-                }
-            beneath::remove_tree(s->parent_fd, s->temp_name);
-            return why;
-        };
-        for (size_t i = 0; i < req.entries.size(); ++i) {
-            const Entry &e = req.entries[i];
-            File f;
-            f.rel = e.path;
-            f.path = i == 0 ? s->temp : s->temp + "/" + e.path;
-            f.kind = e.kind;
-            f.dir = e.dir();
-            f.mode = e.mode;
-            f.size = e.size;
-            f.atime = e.atime;
-            f.mtime = e.mtime;
-            const std::string name = i == 0 ? s->dest : s->dest + "/" + e.path; // in messages
-            // The directory to create the entry in, beneath the staging
-            // directory: a symbolic link on the way (the user's) fails.
-            std::string leaf = s->temp_name;
-            int at = s->parent_fd;
-            struct Closer {
-                int fd = -1;
-                ~Closer()
-                {
-                    if (fd >= 0)
-                        ::close(fd);
-                }
-            } parent_of;
-            if (i > 0) {
-                parent_of.fd = at = beneath::open_parent(s->root_fd, e.path, leaf);
-                if (at < 0)
-                    return fail(err("cannot create " + name, errno));
-            }
-            struct stat made;
-            if (e.kind == Entry::directory) {
-                if (mkdirat(at, leaf.c_str(), 0700) != 0 ||
-                    fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0)
-                    return fail(err("cannot create " + name, errno));
-                if (i == 0) {
-                    s->root_fd = openat(at, leaf.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                    struct stat opened;
-                    if (s->root_fd < 0 || fstat(s->root_fd, &opened) != 0 || opened.st_ino != made.st_ino ||
-                        opened.st_dev != made.st_dev)
-                        return fail(name + ": the staging directory " + s->temp + " was replaced");
-                }
-            } else if (e.kind == Entry::symlink) {
-                if (symlinkat(e.target.c_str(), at, leaf.c_str()) != 0 ||
-                    fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0)
-                    return fail(err("cannot create the symbolic link " + name, errno));
-            } else if (e.kind == Entry::hardlink) {
-                // To the file this broadcast made (linkat without
-                // AT_SYMLINK_FOLLOW: a link the user swapped in is linked
-                // as itself, and found below).
-                const File &to = s->files[e.link];
-                std::string to_leaf;
-                int to_at = s->open_entry_parent(to, to_leaf);
-                int rc = to_at < 0 ? -1 : linkat(to_at, to_leaf.c_str(), at, leaf.c_str(), 0);
-                int e2 = errno;
-                if (to_at >= 0)
-                    ::close(to_at);
-                if (rc != 0)
-                    return fail(err("cannot create the hard link " + name, e2));
-                if (fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(made.st_mode) ||
-                    made.st_dev != to.dev || made.st_ino != to.ino)
-                    return fail(name + ": the file it links to was replaced while it was being received");
-            } else {
-                int fd = openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-                if (fd < 0)
-                    return fail(err("cannot create " + name, errno));
-                if (fstat(fd, &made) != 0) {
-                    int e2 = errno;
-                    ::close(fd);
-                    return fail(err("cannot create " + name, e2));
-                }
-                int reserved = reserve(fd, e.size);
-                // The first files keep the descriptor of their exclusive
-                // create: their data never goes through a path the user can
-                // change.  A bounded number, for trees of any size.
-                if (reserved == 0 && e.size > 0 && kept < kKeptDescriptors) {
-                    f.fd = fd;
-                    ++kept;
-                } else {
-                    ::close(fd);
-                }
-                if (reserved != 0) {
-                    s->files.push_back(std::move(f));
-                    return fail(
-                        err("cannot reserve " + std::to_string(e.size) + " bytes for " + name, reserved));
-                }
-                if (e.size > 0)
-                    s->incomplete++;
-            }
-            f.dev = made.st_dev;
-            f.ino = made.st_ino;
-            s->files.push_back(std::move(f));
-        }
-        return "";
-    }();
-    if (!unstaged.empty()) {
-        journal_remove(sid);
-        return unstaged;
-    }
-    s->last = std::chrono::steady_clock::now();
-    engine_.set_variable(var_prefix(sid) + "complete", s->incomplete == 0 ? 1 : 0);
-    log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
-              session_hex(sid).c_str(), s->dest.c_str(), s->files.size(), req.total_bytes(), s->grant.job_id,
-              static_cast<unsigned>(s->grant.uid));
-    if (gate_)
-        gate_->opened(sid);
-    sessions_.emplace(sid, std::move(s));
     return "";
 }
 
-std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
+// On the worker, as the user: stages every entry under the temporary
+// name; on any failure removes what was made.  "" or why not;
+// `incomplete`: the files that wait for bytes.
+std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete)
 {
-    std::string none;
-    Session *sp = session(sid, none);
-    if (!sp)
-        return none;
-    Session &s = *sp;
-    if (!s.error.empty())
-        return s.error;
-    if (s.committed)
-        return "data for " + s.dest + " after its commit";
-    s.last = std::chrono::steady_clock::now();
+    size_t kept = 0;
+    auto fail = [&](const std::string &why) {
+        for (auto &made_file : s.files)
+            if (made_file.fd >= 0) {
+                ::close(made_file.fd);
+                made_file.fd = -1;
+            }
+        beneath::remove_tree(s.parent_fd, s.temp_name);
+        return why;
+    };
+    for (size_t i = 0; i < req.entries.size(); ++i) {
+        FsWorker::progress();
+        const Entry &e = req.entries[i];
+        File f;
+        f.rel = e.path;
+        f.path = i == 0 ? s.temp : s.temp + "/" + e.path;
+        f.kind = e.kind;
+        f.dir = e.dir();
+        f.mode = e.mode;
+        f.size = e.size;
+        f.atime = e.atime;
+        f.mtime = e.mtime;
+        const std::string name = i == 0 ? s.dest : s.dest + "/" + e.path; // in messages
+        // The directory to create the entry in, beneath the staging
+        // directory: a symbolic link on the way (the user's) fails.
+        std::string leaf = s.temp_name;
+        int at = s.parent_fd;
+        struct Closer {
+            int fd = -1;
+            ~Closer()
+            {
+                if (fd >= 0)
+                    ::close(fd);
+            }
+        } parent_of;
+        if (i > 0) {
+            parent_of.fd = at = beneath::open_parent(s.root_fd, e.path, leaf);
+            if (at < 0)
+                return fail(err("cannot create " + name, errno));
+        }
+        struct stat made;
+        if (e.kind == Entry::directory) {
+            if (mkdirat(at, leaf.c_str(), 0700) != 0 ||
+                fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0)
+                return fail(err("cannot create " + name, errno));
+            if (i == 0) {
+                s.root_fd = openat(at, leaf.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                struct stat opened;
+                if (s.root_fd < 0 || fstat(s.root_fd, &opened) != 0 || opened.st_ino != made.st_ino ||
+                    opened.st_dev != made.st_dev)
+                    return fail(name + ": the staging directory " + s.temp + " was replaced");
+            }
+        } else if (e.kind == Entry::symlink) {
+            if (symlinkat(e.target.c_str(), at, leaf.c_str()) != 0 ||
+                fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0)
+                return fail(err("cannot create the symbolic link " + name, errno));
+        } else if (e.kind == Entry::hardlink) {
+            // To the file this broadcast made (linkat without
+            // AT_SYMLINK_FOLLOW: a link the user swapped in is linked
+            // as itself, and found below).
+            const File &to = s.files[e.link];
+            std::string to_leaf;
+            int to_at = s.open_entry_parent(to, to_leaf);
+            int rc = to_at < 0 ? -1 : linkat(to_at, to_leaf.c_str(), at, leaf.c_str(), 0);
+            int e2 = errno;
+            if (to_at >= 0)
+                ::close(to_at);
+            if (rc != 0)
+                return fail(err("cannot create the hard link " + name, e2));
+            if (fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(made.st_mode) ||
+                made.st_dev != to.dev || made.st_ino != to.ino)
+                return fail(name + ": the file it links to was replaced while it was being received");
+        } else {
+            int fd = openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+            if (fd < 0)
+                return fail(err("cannot create " + name, errno));
+            if (fstat(fd, &made) != 0) {
+                int e2 = errno;
+                ::close(fd);
+                return fail(err("cannot create " + name, e2));
+            }
+            int reserved = reserve(fd, e.size);
+            // The first files keep the descriptor of their exclusive
+            // create: their data never goes through a path the user can
+            // change.  A bounded number, for trees of any size.
+            if (reserved == 0 && e.size > 0 && kept < kKeptDescriptors) {
+                f.fd = fd;
+                ++kept;
+            } else {
+                ::close(fd);
+            }
+            if (reserved != 0) {
+                s.files.push_back(std::move(f));
+                return fail(err("cannot reserve " + std::to_string(e.size) + " bytes for " + name, reserved));
+            }
+            if (e.size > 0)
+                incomplete++;
+        }
+        f.dev = made.st_dev;
+        f.ino = made.st_ino;
+        s.files.push_back(std::move(f));
+    }
+    return "";
+}
+
+// On the worker: checks and writes one chunk, as the user.  "" or why
+// not; `file_done`: its file now holds every byte.
+std::string write_chunk(Session &s, std::string_view payload, bool sealed, bool &file_done)
+{
+    if (!s.failed.empty())
+        return s.failed;
     auto failed = [&](const std::string &why) {
-        s.error = why;
+        s.failed = why;
         return why;
     };
     net::Reader r(payload);
@@ -487,13 +439,15 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
     // repeat what the seal proved.
     if (!sealed && crc32(bytes) != h.crc)
         return failed("chunk at " + std::to_string(h.offset) + " of " + s.dest + " fails its CRC check");
+    // As the user: the user's disk quota and reserved blocks hold for the
+    // data as for the files' creation (AsUser drops CAP_SYS_RESOURCE).
+    AsUser as(s.grant.uid, s.grant.gid, s.groups);
     if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
         // its creation and now it may have been swapped for a FIFO (whose
-        // open would block this loop until a reader came), a device or
-        // another file.  O_NONBLOCK keeps the open from waiting, and the
-        // descriptor is used only if it is still the regular file created.
-        AsUser as(s.grant.uid, s.grant.gid, s.groups);
+        // open would block until a reader came), a device or another file.
+        // O_NONBLOCK keeps the open from waiting, and the descriptor is
+        // used only if it is still the regular file created.
         int fd = s.open_entry(f, O_WRONLY | O_NONBLOCK | O_NOCTTY);
         if (fd < 0)
             return failed(err("cannot open " + f.path, errno));
@@ -505,9 +459,6 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
         }
         f.fd = fd;
     }
-    // As the user: the user's disk quota and reserved blocks hold for the
-    // data as for the files' creation (AsUser drops CAP_SYS_RESOURCE).
-    AsUser as(s.grant.uid, s.grant.gid, s.groups);
     size_t done = 0;
     while (done < bytes.size()) {
         ssize_t n =
@@ -520,198 +471,569 @@ std::string Receiver::data(uint64_t sid, std::string_view payload, bool sealed)
     }
     f.received += bytes.size();
     if (f.received == f.size) {
-        if (::close(f.fd) != 0) {
-            f.fd = -1;
-            return failed(err("cannot write " + s.dest, errno));
-        }
+        int rc = ::close(f.fd);
         f.fd = -1;
-        if (--s.incomplete == 0)
-            engine_.set_variable(var_prefix(sid) + "complete", 1);
+        if (rc != 0)
+            return failed(err("cannot write " + s.dest, errno));
+        file_done = true;
     }
     return "";
 }
 
-Receiver::Session *Receiver::session(uint64_t sid, std::string &why)
+// On the worker, as the user: checks every staged entry, sets modes and
+// times, and swaps the whole into place.  "" or why not.
+std::string commit_entries(Session &s)
 {
-    auto it = sessions_.find(sid);
-    if (it != sessions_.end())
-        return it->second.get();
-    why = "no broadcast " + session_hex(sid) + " is open on this node";
-    return nullptr;
-}
-
-std::string Receiver::refuse(uint64_t sid, std::string why)
-{
-    abort(sid, why.c_str());
+    std::string why;
+    // Every staged entry must still be the one this broadcast made: the
+    // user can rename, replace or swap anything in the staging area.
+    // Each is opened beneath it (no link followed) and checked, then
+    // its mode and times set through the descriptor.  Contents first,
+    // so that directories' times stay as set.
+    for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
+        FsWorker::progress();
+        int fd = s.open_entry(*f, f->kind == Entry::directory ? O_RDONLY | O_DIRECTORY
+                                  : f->kind == Entry::file    ? O_RDONLY | O_NONBLOCK | O_NOCTTY
+                                                              : O_PATH);
+        struct stat now;
+        if (fd < 0 || fstat(fd, &now) != 0 || !s.made(*f, now)) {
+            why = f->path + " was replaced while it was being received (it is no longer the " +
+                  kind_name(f->kind) + " this broadcast created)";
+        } else if (f->kind == Entry::file || f->kind == Entry::directory) {
+            if (fchmod(fd, f->mode & 0777) != 0)
+                why = err("cannot set the mode of " + f->path, errno);
+            timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
+            if (why.empty() && (s.flags & kPreserve) && futimens(fd, ts) != 0)
+                why = err("cannot set the times of " + f->path, errno);
+        } else if (f->kind == Entry::symlink && (s.flags & kPreserve)) {
+            std::string leaf;
+            int at = s.open_entry_parent(*f, leaf);
+            timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
+            if (at < 0 || utimensat(at, leaf.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0)
+                why = err("cannot set the times of " + f->path, errno);
+            if (at >= 0)
+                ::close(at);
+        }
+        if (fd >= 0)
+            ::close(fd);
+    }
+    FsWorker::progress();
+    if (why.empty())
+        why = swap_into_place(s.parent_fd, s.temp_name, s.dest_name, s.files.front().dir, s.kept_old, s.dest);
+    if (why.empty())
+        s.in_place = true;
     return why;
 }
 
-std::string Receiver::commit(uint64_t sid)
+// On the worker, as the user: removes what the session left here (the
+// staged files, or, committed but not finished, puts back what it
+// replaced).  Returns the messages to log.
+std::vector<std::string> discard(Session &s)
 {
-    std::string why;
-    Session *sp = session(sid, why);
-    if (!sp)
-        return why;
-    Session &s = *sp;
-    if (s.incomplete != 0 || !s.error.empty() || engine_.variable(var_prefix(sid) + "commit") != 1)
-        return refuse(sid, "commit of " + s.dest + " before every node confirmed every byte");
-    {
-        AsUser as(s.grant.uid, s.grant.gid, s.groups);
-        // Every staged entry must still be the one this broadcast made: the
-        // user can rename, replace or swap anything in the staging area.
-        // Each is opened beneath it (no link followed) and checked, then
-        // its mode and times set through the descriptor.  Contents first,
-        // so that directories' times stay as set.
-        for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
-            int fd = s.open_entry(*f, f->kind == Entry::directory ? O_RDONLY | O_DIRECTORY
-                                      : f->kind == Entry::file    ? O_RDONLY | O_NONBLOCK | O_NOCTTY
-                                                                  : O_PATH);
-            struct stat now;
-            if (fd < 0 || fstat(fd, &now) != 0 || !s.made(*f, now)) {
-                why = f->path + " was replaced while it was being received (it is no longer the " +
-                      kind_name(f->kind) + " this broadcast created)";
-            } else if (f->kind == Entry::file || f->kind == Entry::directory) {
-                if (fchmod(fd, f->mode & 0777) != 0)
-                    why = err("cannot set the mode of " + f->path, errno);
-                timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
-                if (why.empty() && (s.flags & kPreserve) && futimens(fd, ts) != 0)
-                    why = err("cannot set the times of " + f->path, errno);
-            } else if (f->kind == Entry::symlink && (s.flags & kPreserve)) {
-                std::string leaf;
-                int at = s.open_entry_parent(*f, leaf);
-                timespec ts[2] = {{static_cast<time_t>(f->atime), 0}, {static_cast<time_t>(f->mtime), 0}};
-                if (at < 0 || utimensat(at, leaf.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0)
-                    why = err("cannot set the times of " + f->path, errno);
-                if (at >= 0)
-                    ::close(at);
-            }
-            if (fd >= 0)
-                ::close(fd);
-        }
-        if (why.empty())
-            why = swap_into_place(s.parent_fd, s.temp_name, s.dest_name, s.files.front().dir, s.kept_old,
-                                  s.dest);
-    }
-    if (!why.empty())
-        return refuse(sid, why);
-    s.committed = true;
-    s.last = std::chrono::steady_clock::now();
-    return "";
-}
-
-std::string Receiver::finish(uint64_t sid)
-{
-    std::string why;
-    Session *sp = session(sid, why);
-    if (!sp)
-        return why;
-    Session &s = *sp;
-    if (!s.committed)
-        return refuse(sid, "finish of " + s.dest + " before its commit");
-    if (s.kept_old) {
-        AsUser as(s.grant.uid, s.grant.gid, s.groups);
-        if (int e = beneath::remove_tree(s.parent_fd, s.temp_name))
-            log_.error("broadcast %s: cannot remove the replaced %s (now %s): %s", session_hex(sid).c_str(),
-                       s.dest.c_str(), s.temp.c_str(), std::strerror(e));
-    }
-    journal_remove(sid);
-    engine_.erase_variables(var_prefix(sid));
-    log_.info("broadcast %s: %s in place", session_hex(sid).c_str(), s.dest.c_str());
-    sessions_.erase(sid);
-    if (gate_)
-        gate_->ended(sid, "");
-    return "";
-}
-
-void Receiver::discard(Session &s)
-{
+    std::vector<std::string> out;
     for (auto &f : s.files)
         if (f.fd >= 0) {
             ::close(f.fd);
             f.fd = -1;
         }
+    if (s.parent_fd < 0)
+        return out;
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
-    if (s.committed && !s.kept_old) {
+    if (s.in_place && (!s.kept_old || s.finishing_here)) {
+        if (s.finishing_here) {
+            // Its finish had started removing the replaced one: the new
+            // one stays, whatever is left of the old one goes.
+            if (int e = beneath::remove_tree(s.parent_fd, s.temp_name))
+                out.push_back("cannot remove " + s.temp + ": " + std::strerror(e));
+            out.push_back(s.dest + " stays in place here: its finish had begun");
+            return out;
+        }
         // In place here, but not everywhere: the destination was new.
         if (int e = beneath::remove_tree(s.parent_fd, s.dest_name))
-            log_.error("cannot remove %s: %s", s.dest.c_str(), std::strerror(e));
-        return;
+            out.push_back("cannot remove " + s.dest + ": " + std::strerror(e));
+        return out;
     }
-    if (s.committed &&
+    if (s.in_place &&
         renameat2(s.parent_fd, s.temp_name.c_str(), s.parent_fd, s.dest_name.c_str(), RENAME_EXCHANGE) != 0) {
         // The earlier one cannot go back: both stay, and the log says where.
-        log_.error("cannot put the earlier %s back from %s: %s (the new one stays in place)", s.dest.c_str(),
-                   s.temp.c_str(), std::strerror(errno));
-        return;
+        out.push_back("cannot put the earlier " + s.dest + " back from " + s.temp + ": " +
+                      std::strerror(errno) + " (the new one stays in place)");
+        return out;
     }
-    if (s.parent_fd < 0)
-        return;
     if (int e = beneath::remove_tree(s.parent_fd, s.temp_name))
-        log_.error("cannot remove %s: %s", s.temp.c_str(), std::strerror(e));
+        out.push_back("cannot remove " + s.temp + ": " + std::strerror(e));
+    return out;
 }
 
-void Receiver::abort(uint64_t sid, const char *why)
+std::string seconds(std::chrono::milliseconds ms)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%g s", ms.count() / 1000.0);
+    return b;
+}
+
+} // namespace
+
+Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, ReceiverConfig cfg, Logger log)
+    : engine_(engine), auth_(auth), cfg_(std::move(cfg)), log_(std::move(log)),
+      inbox_(std::make_shared<Inbox>(base))
+{
+    if (!cfg_.gate_socket.empty()) {
+        try {
+            gate_ = std::make_unique<LaunchGate>(base, cfg_.gate_socket, cfg_.gate_trusted, log_);
+            gate_->start();
+        } catch (const std::exception &e) {
+            gate_.reset();
+            log_.child("bcast").warning(
+                "the launch gate is off on this node (srun --bcast steps cannot start): %s", e.what());
+        }
+    }
+    timer_ = event_new(
+        base, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); }, this);
+    timeval tv{0, 250000};
+    evtimer_add(timer_, &tv);
+}
+
+Receiver::~Receiver()
+{
+    if (timer_)
+        event_free(timer_);
+    std::vector<uint64_t> open;
+    for (auto &kv : sessions_)
+        open.push_back(kv.first);
+    for (uint64_t sid : open)
+        abort(sid, "the agent is stopping");
+    // The removals run on the workers: wait for them, 2 s at most in all;
+    // a worker stuck in the kernel is left to end alone (the journal has
+    // its session for the next start).
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    auto left = [&] {
+        return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          until - std::chrono::steady_clock::now()));
+    };
+    for (auto &kv : draining_)
+        if (!kv.second->worker->stop(left())) {
+            log_.error("broadcast %s: the file system at %s still does not answer as the agent stops: %s is "
+                       "removed when slurmd starts again",
+                       session_hex(kv.first).c_str(), kv.second->parent.c_str(), kv.second->temp.c_str());
+            kv.second->worker->abandon();
+        }
+    if (recovery_ && !recovery_->stop(left()))
+        recovery_->abandon();
+    inbox_->run(); // what the workers finished: logged, forgotten
+    inbox_->close();
+    for (auto &kv : draining_)
+        kv.second->worker.reset();
+    recovery_.reset();
+}
+
+void Receiver::on_chunk(const std::string &event, uint64_t sid, std::string_view payload, bool sealed,
+                        Done done)
+{
+    // "bcast:<kind>:<sid>"
+    size_t colon = event.rfind(':');
+    if (colon == std::string::npos || colon < 6 || event.substr(colon + 1) != session_hex(sid))
+        return done("malformed broadcast event " + event);
+    std::string kind = event.substr(6, colon - 6);
+    try {
+        if (kind == "open")
+            return open(sid, payload, done);
+        if (kind == "data")
+            return data(sid, payload, sealed, done);
+        if (kind == "commit")
+            return commit(sid, done);
+        if (kind == "finish")
+            return finish(sid, done);
+        if (kind == "abort")
+            return abort(sid, "aborted by the head of the broadcast", done);
+    } catch (const std::exception &e) {
+        return done(e.what()); // a second answer does nothing (Engine::ChunkDone)
+    }
+    done("unknown broadcast event " + event);
+}
+
+void Receiver::open(uint64_t sid, std::string_view payload, Done done)
+{
+    if (sessions_.count(sid) || draining_.count(sid))
+        return done("broadcast " + session_hex(sid) + " is already open");
+    auto req = std::make_shared<OpenRequest>(OpenRequest::decode(payload));
+    auto s = std::make_shared<Session>();
+    s->sid = sid;
+    try {
+        s->grant = auth_.authorize(req->cred);
+    } catch (const std::exception &e) {
+        log_.error("broadcast %s: credential refused: %s", session_hex(sid).c_str(), e.what());
+        return done(std::string("credential refused: ") + e.what());
+    }
+    if (!s->grant.nodes.contains(cfg_.self))
+        return done("not a node of job " + std::to_string(s->grant.job_id));
+    if (sessions_.size() + draining_.size() >= kMaxSessions)
+        return done(cfg_.node_name + " has " + std::to_string(sessions_.size() + draining_.size()) +
+                    " broadcasts open or waiting for their file systems: no more until some end");
+    s->flags = req->flags;
+    s->dest = req->dest;
+    if (s->dest.back() == '/')
+        s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
+                   "_" + cfg_.node_name;
+    s->parent = dirname_of(s->dest);
+    s->temp = s->parent + "/." + basename_of(s->dest) + ".storm-" + session_hex(sid);
+    s->idle_limit =
+        std::max(std::chrono::milliseconds(3 * uint64_t(req->timeout_ms)), std::chrono::milliseconds(30000));
+    s->deadline = std::chrono::milliseconds(req->timeout_ms);
+    s->dest_name = basename_of(s->dest);
+    s->temp_name = "." + s->dest_name + ".storm-" + session_hex(sid);
+    try {
+        s->worker = std::make_unique<FsWorker>(inbox_, cfg_.fs_hook);
+    } catch (const std::exception &e) {
+        return done(std::string("cannot start a worker thread: ") + e.what());
+    }
+    s->last = std::chrono::steady_clock::now();
+    uint64_t w = s->wait(std::move(done));
+    sessions_.emplace(sid, s);
+    bool top_dir = req->entries.front().dir();
+    uint64_t need = req->total_bytes();
+    s->worker->submit("opening " + s->parent, [this, s, req, w, top_dir, need]() -> FsWorker::Done {
+        std::string why;
+        dev_t dev = 0;
+        ino_t ino = 0;
+        try {
+            s->groups = s->grant.gids.empty() ? groups_of(s->grant.user, s->grant.gid) : s->grant.gids;
+            FsWorker::progress();
+            AsUser as(s->grant.uid, s->grant.gid, s->groups);
+            why = look_up(*s, top_dir, need, dev, ino);
+        } catch (const std::exception &e) {
+            why = e.what();
+        }
+        return [this, s, req, w, why, dev, ino] {
+            if (s->state == Session::ended)
+                return; // aborted meanwhile: answered then
+            Done done = s->take(w);
+            auto forget = [&](const std::string &why) {
+                s->state = Session::ended;
+                sessions_.erase(s->sid);
+                s->worker.reset();
+                done(why);
+            };
+            if (!why.empty())
+                return forget(why);
+            // One broadcast at a time per destination (the same name in the
+            // same directory, however it is spelled): a later one would swap
+            // files under the earlier, whose abort could then undo a
+            // broadcast that reported success.  The later one fails, clearly.
+            for (auto *m : {&sessions_, &draining_})
+                for (const auto &[other, o] : *m)
+                    if (o != s && o->parent_dev == dev && o->parent_ino == ino &&
+                        o->dest_name == s->dest_name)
+                        return forget(s->dest + " is being " + (m == &draining_ ? "removed" : "written") +
+                                      " by broadcast " + session_hex(other) + " (job " +
+                                      std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
+                                      ": one broadcast at a time per destination");
+            s->parent_dev = dev;
+            s->parent_ino = ino;
+            stage(s, req, std::move(done));
+        };
+    });
+}
+
+void Receiver::stage(const Ptr &s, std::shared_ptr<OpenRequest> req, Done done)
+{
+    uint64_t w = s->wait(std::move(done));
+    s->worker->submit("staging " + s->temp, [this, s, req, w, jdir = cfg_.journal_dir]() -> FsWorker::Done {
+        std::string why;
+        size_t incomplete = 0;
+        try {
+            // Journaled before anything is staged: a slurmd killed while it
+            // stages (a large tree takes a while) removes the part it made
+            // when it starts again.
+            journal_add(jdir, *s);
+            AsUser as(s->grant.uid, s->grant.gid, s->groups);
+            why = stage_entries(*s, *req, incomplete);
+        } catch (const std::exception &e) {
+            why = e.what();
+            bool removed = false;
+            try {
+                AsUser as(s->grant.uid, s->grant.gid, s->groups);
+                removed = beneath::remove_tree(s->parent_fd, s->temp_name) == 0;
+            } catch (const std::exception &) {
+            }
+            if (!removed) // the journal keeps it for the next start
+                why += " (" + s->temp + " may be left until slurmd starts again)";
+        }
+        if (!why.empty() && why.find(" may be left until slurmd starts again") == std::string::npos)
+            journal_remove(jdir, s->sid);
+        return [this, s, req, w, why, incomplete] {
+            if (s->state == Session::ended)
+                return;
+            Done done = s->take(w);
+            if (!why.empty()) {
+                s->state = Session::ended;
+                sessions_.erase(s->sid);
+                s->worker.reset();
+                return done(why);
+            }
+            s->state = Session::open;
+            s->incomplete = incomplete;
+            s->last = std::chrono::steady_clock::now();
+            engine_.set_variable(var_prefix(s->sid) + "complete", incomplete == 0 ? 1 : 0);
+            log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
+                      session_hex(s->sid).c_str(), s->dest.c_str(), req->entries.size(), req->total_bytes(),
+                      s->grant.job_id, static_cast<unsigned>(s->grant.uid));
+            if (gate_)
+                gate_->opened(s->sid);
+            done("");
+        };
+    });
+}
+
+void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done done)
+{
+    std::string why;
+    Ptr s = session(sid, why);
+    if (!s)
+        return done(why);
+    if (!s->error.empty())
+        return done(s->error);
+    if (s->state != Session::open)
+        return done("data for " + s->dest +
+                    (s->state == Session::opening ? " before it was opened" : " after its commit"));
+    uint64_t n = payload.size();
+    if (s->queued + n > kMaxQueuedBytes || queued_ + n > kMaxQueuedBytesAll)
+        return refuse(sid,
+                      std::to_string((s->queued + n > kMaxQueuedBytes ? s->queued : queued_) >> 20) +
+                          " MiB of chunks wait for the file system at " + s->parent + " on " +
+                          cfg_.node_name +
+                          (s->queued + n > kMaxQueuedBytes ? " for this broadcast" : " for all broadcasts") +
+                          ": it is too slow (or does not answer)",
+                      done);
+    s->last = std::chrono::steady_clock::now();
+    s->queued += n;
+    queued_ += n;
+    uint64_t w = s->wait(std::move(done));
+    s->worker->submit("writing " + s->temp,
+                      [this, s, w, n, sealed, bytes = std::string(payload)]() -> FsWorker::Done {
+                          bool file_done = false;
+                          std::string why;
+                          if (!s->cancelled) {
+                              try {
+                                  why = write_chunk(*s, bytes, sealed, file_done);
+                              } catch (const std::exception &e) {
+                                  why = s->failed = e.what();
+                              }
+                          }
+                          return [this, s, w, n, why, file_done] {
+                              s->queued -= n;
+                              queued_ -= n;
+                              if (s->state == Session::ended)
+                                  return;
+                              Done done = s->take(w);
+                              if (!why.empty()) {
+                                  if (s->error.empty())
+                                      s->error = why;
+                                  return done(why);
+                              }
+                              if (file_done && --s->incomplete == 0)
+                                  engine_.set_variable(var_prefix(s->sid) + "complete", 1);
+                              done("");
+                          };
+                      });
+}
+
+Receiver::Ptr Receiver::session(uint64_t sid, std::string &why)
 {
     auto it = sessions_.find(sid);
-    if (it == sessions_.end())
+    if (it != sessions_.end())
+        return it->second;
+    why = "no broadcast " + session_hex(sid) + " is open on this node";
+    return nullptr;
+}
+
+void Receiver::refuse(uint64_t sid, const std::string &why, Done done)
+{
+    abort(sid, why);
+    done(why);
+}
+
+void Receiver::commit(uint64_t sid, Done done)
+{
+    std::string why;
+    Ptr s = session(sid, why);
+    if (!s)
+        return done(why);
+    if (s->state != Session::open || s->incomplete != 0 || !s->error.empty() ||
+        engine_.variable(var_prefix(sid) + "commit") != 1)
+        return refuse(sid, "commit of " + s->dest + " before every node confirmed every byte", done);
+    s->state = Session::committing;
+    s->last = std::chrono::steady_clock::now();
+    uint64_t w = s->wait(std::move(done));
+    s->worker->submit("committing " + s->dest, [this, s, w]() -> FsWorker::Done {
+        std::string why;
+        try {
+            AsUser as(s->grant.uid, s->grant.gid, s->groups);
+            why = commit_entries(*s);
+        } catch (const std::exception &e) {
+            why = e.what();
+        }
+        return [this, s, w, why] {
+            if (s->state == Session::ended)
+                return;
+            Done done = s->take(w);
+            if (!why.empty())
+                return refuse(s->sid, why, done);
+            s->state = Session::committed;
+            s->last = std::chrono::steady_clock::now();
+            done("");
+        };
+    });
+}
+
+void Receiver::finish(uint64_t sid, Done done)
+{
+    std::string why;
+    Ptr s = session(sid, why);
+    if (!s)
+        return done(why);
+    if (s->state != Session::committed)
+        return refuse(sid, "finish of " + s->dest + " before its commit", done);
+    s->state = Session::finishing;
+    s->last = std::chrono::steady_clock::now();
+    uint64_t w = s->wait(std::move(done));
+    s->worker->submit(
+        "removing the replaced " + s->dest, [this, s, w, jdir = cfg_.journal_dir]() -> FsWorker::Done {
+            int e = 0;
+            if (s->kept_old) {
+                s->finishing_here = true;
+                try {
+                    AsUser as(s->grant.uid, s->grant.gid, s->groups);
+                    e = beneath::remove_tree(s->parent_fd, s->temp_name);
+                } catch (const std::system_error &x) {
+                    e = x.code().value();
+                }
+            }
+            journal_remove(jdir, s->sid);
+            return [this, s, w, e] {
+                if (e)
+                    log_.error("broadcast %s: cannot remove the replaced %s (now %s): %s",
+                               session_hex(s->sid).c_str(), s->dest.c_str(), s->temp.c_str(),
+                               std::strerror(e));
+                if (s->state == Session::ended)
+                    return;
+                Done done = s->take(w);
+                s->state = Session::ended;
+                engine_.erase_variables(var_prefix(s->sid));
+                log_.info("broadcast %s: %s in place", session_hex(s->sid).c_str(), s->dest.c_str());
+                sessions_.erase(s->sid);
+                s->worker.reset();
+                if (gate_)
+                    gate_->ended(s->sid, "");
+                done("");
+            };
+        });
+}
+
+void Receiver::abort(uint64_t sid, const std::string &why, Done removed)
+{
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end()) {
+        if (!removed)
+            return;
+        auto d = draining_.find(sid);
+        if (d != draining_.end() && !d->second->overdue)
+            d->second->removed.push_back(std::move(removed));
+        else
+            removed("");
         return;
-    log_.info("broadcast %s: %s not kept: %s", session_hex(sid).c_str(), it->second->dest.c_str(), why);
-    try {
-        discard(*it->second);
-    } catch (const std::exception &e) {
-        log_.error("broadcast %s: %s", session_hex(sid).c_str(), e.what());
     }
-    journal_remove(sid);
-    engine_.erase_variables(var_prefix(sid));
+    Ptr s = it->second;
     sessions_.erase(it);
+    log_.info("broadcast %s: %s not kept: %s", session_hex(sid).c_str(), s->dest.c_str(), why.c_str());
+    s->state = Session::ended;
+    s->cancelled = true;
+    if (s->error.empty())
+        s->error = why;
+    auto waiting = std::move(s->waiting);
+    s->waiting.clear();
+    for (auto &w : waiting)
+        w.second(why);
+    engine_.erase_variables(var_prefix(sid));
     if (gate_)
         gate_->ended(sid, why);
+    if (removed)
+        s->removed.push_back(std::move(removed));
+    draining_.emplace(sid, s);
+    s->worker->submit("removing " + s->temp, [this, s, jdir = cfg_.journal_dir]() -> FsWorker::Done {
+        std::vector<std::string> said;
+        try {
+            said = discard(*s);
+        } catch (const std::exception &e) {
+            said.push_back(e.what());
+        }
+        journal_remove(jdir, s->sid);
+        return [this, s, said] {
+            for (const auto &m : said)
+                log_.error("broadcast %s: %s", session_hex(s->sid).c_str(), m.c_str());
+            drained(s);
+        };
+    });
+}
+
+void Receiver::drained(const Ptr &s)
+{
+    if (s->overdue)
+        log_.info("broadcast %s: %s removed at last", session_hex(s->sid).c_str(), s->temp.c_str());
+    draining_.erase(s->sid);
+    s->worker.reset();
+    auto removed = std::move(s->removed);
+    s->removed.clear();
+    for (auto &d : removed)
+        d("");
 }
 
 void Receiver::sweep()
 {
     auto now = std::chrono::steady_clock::now();
-    std::vector<uint64_t> stale;
-    for (auto &kv : sessions_)
-        if (now - kv.second->last > kv.second->idle_limit)
-            stale.push_back(kv.first);
-    for (uint64_t sid : stale)
-        abort(sid, "no word from the head of the broadcast (it or its client died)");
-    if (gate_)
-        gate_->sweep();
-}
-
-// ---- journal: one file per open session, "uid gid ngroups groups...\ntemp\n"
-
-void Receiver::journal_add(uint64_t sid, const Session &s)
-{
-    if (cfg_.journal_dir.empty())
-        return;
-    std::string path = cfg_.journal_dir + "/" + session_hex(sid), tmp = path + ".new";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << s.grant.uid << " " << s.grant.gid << " " << s.groups.size();
-        for (gid_t g : s.groups)
-            out << " " << g;
-        out << "\n" << s.temp << "\n";
-        out.flush();
-        if (!out)
-            throw std::runtime_error("cannot write the journal " + tmp);
+    std::vector<std::pair<uint64_t, std::string>> failing;
+    for (auto &[sid, s] : sessions_) {
+        std::string what;
+        if (s->worker && s->worker->busy_for(&what) > s->deadline)
+            failing.emplace_back(sid, "the file system at " + s->parent + " did not answer within " +
+                                          seconds(s->deadline) + " on " + cfg_.node_name + " (while " + what +
+                                          ")");
+        else if (now - s->last > s->idle_limit && s->waiting.empty())
+            failing.emplace_back(sid, "no word from the head of the broadcast (it or its client died)");
     }
-    if (rename(tmp.c_str(), path.c_str()) != 0)
-        throw std::runtime_error(err("cannot write the journal " + path, errno));
-}
-
-void Receiver::journal_remove(uint64_t sid)
-{
-    if (!cfg_.journal_dir.empty())
-        unlink((cfg_.journal_dir + "/" + session_hex(sid)).c_str());
+    for (auto &[sid, why] : failing) {
+        if (why.rfind("the file system", 0) == 0)
+            log_.error("broadcast %s: %s", session_hex(sid).c_str(), why.c_str());
+        abort(sid, why);
+    }
+    // A removal stuck behind a step that never ended: the head hears the
+    // abort was taken (the broadcast failed anyway); the removal runs if
+    // the file system answers, else at the next start (the journal).
+    for (auto &[sid, s] : draining_) {
+        std::string what;
+        if (!s->overdue && s->worker->busy_for(&what) > s->deadline) {
+            s->overdue = true;
+            log_.error("broadcast %s: %s is not removed yet: the file system at %s did not answer within %s "
+                       "(while %s); it is removed once it answers, or when slurmd starts again",
+                       session_hex(sid).c_str(), s->temp.c_str(), s->parent.c_str(),
+                       seconds(s->deadline).c_str(), what.c_str());
+            auto removed = std::move(s->removed);
+            s->removed.clear();
+            for (auto &d : removed)
+                d("");
+        }
+    }
+    if (gate_ && ++ticks_ % 4 == 0)
+        gate_->sweep();
 }
 
 void Receiver::recover()
 {
     if (cfg_.journal_dir.empty())
         return;
+    // The journal is root's, in slurmd's spool: read here.  What it names
+    // lies in the users' file systems: removed on a worker.
     if (mkdir(cfg_.journal_dir.c_str(), 0700) != 0 && errno != EEXIST)
         throw std::runtime_error(err("cannot create " + cfg_.journal_dir, errno));
     DIR *d = opendir(cfg_.journal_dir.c_str());
@@ -722,49 +1044,75 @@ void Receiver::recover()
         if (e->d_name[0] != '.')
             names.push_back(e->d_name);
     closedir(d);
+    struct Left {
+        std::string entry, temp;
+        uid_t uid;
+        gid_t gid;
+        std::vector<gid_t> groups;
+    };
+    std::vector<Left> left;
     for (const auto &n : names) {
         std::string path = cfg_.journal_dir + "/" + n;
         std::ifstream in(path);
-        uid_t uid;
-        gid_t gid;
+        Left l{path, "", 0, 0, {}};
         size_t ng = 0;
-        std::vector<gid_t> groups;
-        std::string temp;
-        if (in >> uid >> gid >> ng && ng < 65536) {
-            groups.resize(ng);
-            for (auto &g : groups)
+        if (in >> l.uid >> l.gid >> ng && ng < 65536) {
+            l.groups.resize(ng);
+            for (auto &g : l.groups)
                 in >> g;
             in >> std::ws;
-            std::getline(in, temp);
+            std::getline(in, l.temp);
         }
-        if (in && temp.size() > 1 && temp[0] == '/' && temp.find("/.") != std::string::npos &&
-            temp.find(".storm-") != std::string::npos) {
+        if (in && l.temp.size() > 1 && l.temp[0] == '/' && l.temp.find("/.") != std::string::npos &&
+            l.temp.find(".storm-") != std::string::npos) {
+            left.push_back(std::move(l));
+        } else {
+            log_.error("ignoring unreadable broadcast journal entry %s", path.c_str());
+            unlink(path.c_str());
+        }
+    }
+    if (left.empty())
+        return;
+    recovery_ = std::make_unique<FsWorker>(inbox_, cfg_.fs_hook);
+    recovering_ = true;
+    recovery_->submit("removing what broadcasts left", [this, left]() -> FsWorker::Done {
+        std::vector<std::pair<bool, std::string>> said; // (an error, the message)
+        for (const auto &l : left) {
+            FsWorker::progress();
             try {
-                AsUser as(uid, gid, groups);
+                AsUser as(l.uid, l.gid, l.groups);
                 // Staged files of a broadcast that did not commit, or what a
                 // committed one replaced: either way, not wanted.  Nothing
                 // there: it committed here over nothing.
-                int at = ::open(dirname_of(temp).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+                int at = ::open(dirname_of(l.temp).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
                 struct stat st;
-                if (at >= 0 && (fstatat(at, basename_of(temp).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+                if (at >= 0 && (fstatat(at, basename_of(l.temp).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ||
                                 errno != ENOENT)) {
-                    int e = beneath::remove_tree(at, basename_of(temp));
+                    int e = beneath::remove_tree(at, basename_of(l.temp));
                     if (e == 0)
-                        log_.info("removed %s, left by a broadcast that did not finish", temp.c_str());
+                        said.emplace_back(false,
+                                          "removed " + l.temp + ", left by a broadcast that did not finish");
                     else
-                        log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(),
-                                   std::strerror(e));
+                        said.emplace_back(true, "cannot remove " + l.temp +
+                                                    ", left by a broadcast: " + std::strerror(e));
                 }
                 if (at >= 0)
                     ::close(at);
             } catch (const std::exception &e) {
-                log_.error("cannot remove %s, left by a broadcast: %s", temp.c_str(), e.what());
+                said.emplace_back(true, "cannot remove " + l.temp + ", left by a broadcast: " + e.what());
             }
-        } else {
-            log_.error("ignoring unreadable broadcast journal entry %s", path.c_str());
+            unlink(l.entry.c_str());
         }
-        unlink(path.c_str());
-    }
+        return [this, said] {
+            for (const auto &[error, m] : said)
+                if (error)
+                    log_.error("%s", m.c_str());
+                else
+                    log_.info("%s", m.c_str());
+            recovering_ = false;
+            recovery_.reset();
+        };
+    });
 }
 
 } // namespace storm::bcast

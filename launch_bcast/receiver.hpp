@@ -27,10 +27,33 @@
 // A destination ending in '/' receives srun --bcast's per-node name,
 // "slurm_bcast_<job>.<step>_<node>", which slurmstepd computes too.
 //
-// Threading: the agent's loop thread only (the engine calls the sink).
+// Threading: the sink, sweep() and recover() run on the agent's loop
+// thread, and so does everything that touches the engine, the gate and
+// the sessions' state; none of them waits on a file system.  Every file
+// system access (the user's groups through NSS too) runs on a worker
+// thread of the session (fs_worker.hpp), which acts as the user with its
+// own AsUser: the sink queues the work and answers each chunk through
+// `done` once its work ran (Engine::add_async_sink), so the head's window
+// and its COMPARE-AND-WRITE see what every node really wrote, failures
+// with their reasons as before.  Each step of a session's work (a lookup,
+// one entry of a tree, a chunk's write, a rename) must end within the
+// broadcast's hop timeout: past it the session fails on this node ("the
+// file system at DIR did not answer within N s (while ...)"), its chunks
+// waiting for an answer are answered with that, and its removal is queued
+// behind the stuck step (the journal has it for the next start if that
+// never ends); the loop goes on meanwhile.  Memory waiting for a worker is
+// bounded: a session with kMaxQueuedBytes of chunks queued, or a node with
+// kMaxQueuedBytesAll over all sessions, fails the chunk and the session
+// (the head's window normally keeps far below).  At most kMaxSessions
+// sessions (stuck ones included) hold a worker; more are refused.  The
+// destructor (slurmd stopping) waits for the workers at most 2 s in all,
+// then leaves those stuck in the kernel to end alone.  Work that a chunk
+// brings (a chunk of records packed for many small files, issue 40) is
+// one job of the session's worker like a write: unpacked there, in order.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,6 +63,7 @@
 #include <vector>
 
 #include "launch_bcast/authorizer.hpp"
+#include "launch_bcast/fs_worker.hpp"
 #include "launch_bcast/gate.hpp"
 #include "launch_bcast/protocol.hpp"
 #include "lib/common/log.hpp"
@@ -57,7 +81,14 @@ struct ReceiverConfig {
     // The launch gate's socket (gate.hpp), and who may ask it; "" for none.
     std::string gate_socket;
     std::vector<uid_t> gate_trusted;
+    // Tests only: called on a session's worker before each job, with what
+    // it does ("writing /x/.f.storm-..."): a test makes it block.
+    std::function<void(const std::string &what)> fs_hook;
 };
+
+constexpr uint64_t kMaxQueuedBytes = 64u << 20;     // per session
+constexpr uint64_t kMaxQueuedBytesAll = 256u << 20; // per node
+constexpr size_t kMaxSessions = 64;
 
 class Receiver {
 public:
@@ -68,39 +99,60 @@ public:
     Receiver(const Receiver &) = delete;
     Receiver &operator=(const Receiver &) = delete;
 
-    // Removes what the sessions listed in the journal left (run at start).
+    // Removes what the sessions listed in the journal left (run at start):
+    // lists them here, removes them on a worker.
     void recover();
-    // The sink: returns "" or why this node cannot take the chunk.  Each data
-    // chunk carries the CRC-32C of its bytes, checked here unless `sealed`
-    // (Engine::ChunkSink): the seal proved them the sender's, which checked it.
-    std::string on_chunk(const std::string &event, uint64_t sid, std::string_view data, bool sealed = false);
-    // Aborts the sessions that stalled; run every second by a timer.
+    // Whether recover()'s removals are still running.
+    bool recovering() const noexcept { return recovering_; }
+    // The sink (Engine::add_async_sink): calls `done` with "" or why this
+    // node cannot take the chunk, at once or once its work ran on the
+    // session's worker.  Each data chunk carries the CRC-32C of its bytes,
+    // checked unless `sealed` (Engine::ChunkSink): the seal proved them the
+    // sender's, which checked it.
+    using Done = prim::Engine::ChunkDone;
+    void on_chunk(const std::string &event, uint64_t sid, std::string_view data, bool sealed, Done done);
+    // Aborts the sessions that stalled or whose file system stopped
+    // answering; run four times a second by a timer.
     void sweep();
     size_t sessions() const noexcept { return sessions_.size(); }
+    // Sessions aborted whose removal waits for their worker.
+    size_t draining() const noexcept { return draining_.size(); }
 
-private:
+    // A broadcast here, and one entry of it (receiver.cpp's).
     struct File;
     struct Session;
-    std::string open(uint64_t sid, std::string_view payload);
-    std::string data(uint64_t sid, std::string_view payload, bool sealed);
-    std::string commit(uint64_t sid);
-    std::string finish(uint64_t sid);
-    // The open session `sid`, or nullptr with `why` saying so.
-    Session *session(uint64_t sid, std::string &why);
-    // Aborts `sid` here and returns `why`.
-    std::string refuse(uint64_t sid, std::string why);
-    void abort(uint64_t sid, const char *why);
-    void discard(Session &s);
-    void journal_add(uint64_t sid, const Session &s);
-    void journal_remove(uint64_t sid);
+
+private:
+    using Ptr = std::shared_ptr<Session>;
+    void open(uint64_t sid, std::string_view payload, Done done);
+    void stage(const Ptr &s, std::shared_ptr<OpenRequest> req, Done done);
+    void data(uint64_t sid, std::string_view payload, bool sealed, Done done);
+    void commit(uint64_t sid, Done done);
+    void finish(uint64_t sid, Done done);
+    // The open session `sid`, or null with `why` saying so.
+    Ptr session(uint64_t sid, std::string &why);
+    // Aborts `sid` here and answers `done` with `why`.
+    void refuse(uint64_t sid, const std::string &why, Done done);
+    // Aborts `sid`: answers its waiting chunks with `why`, lets the gate
+    // know, and queues the removal on its worker; `removed`, if set, is
+    // answered once that ran (or its deadline passed).
+    void abort(uint64_t sid, const std::string &why, Done removed = {});
+    // The removal has run: forget the session.
+    void drained(const Ptr &s);
 
     prim::Engine &engine_;
     Authorizer &auth_;
     ReceiverConfig cfg_;
     Logger log_;
-    std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+    std::shared_ptr<Inbox> inbox_;
+    std::map<uint64_t, Ptr> sessions_;
+    std::map<uint64_t, Ptr> draining_;
+    uint64_t queued_ = 0; // bytes of chunks waiting for workers, all sessions
+    std::unique_ptr<FsWorker> recovery_;
+    bool recovering_ = false;
     std::unique_ptr<LaunchGate> gate_; // told of every session's open and end
     event *timer_ = nullptr;
+    unsigned ticks_ = 0;
 };
 
 // "bcast:<kind>:<sid as 16 hex digits>" and the variables of a session.

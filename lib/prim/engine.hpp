@@ -237,7 +237,26 @@ public:
     // from this node itself.
     using ChunkSink = std::function<std::string(const std::string &event, uint64_t origin, uint64_t offset,
                                                 uint64_t total, std::string_view data, bool sealed)>;
-    void add_sink(const std::string &prefix, ChunkSink sink) { sinks_.emplace_back(prefix, std::move(sink)); }
+    void add_sink(const std::string &prefix, ChunkSink sink);
+
+    // A sink whose work ends later (a worker thread writing files): instead
+    // of returning its answer it calls `done` once, with "" or why not, on
+    // the loop thread, during the call or after it.  The chunk is still
+    // forwarded at once; this node's answer up the tree (its own and its
+    // children's) waits for `done`.  So whoever waits for a chunk's answer
+    // (the window of a transfer) waits for the sink's work on every node,
+    // and a failure found late still fails that chunk, with its reason.
+    // The sink must call `done` within the route's timeout (it bounds its
+    // own work), or the parent counts this node as failed.  `done` may be
+    // called after the engine is gone (it then does nothing).
+    using ChunkDone = std::function<void(const std::string &why)>;
+    using AsyncChunkSink =
+        std::function<void(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
+                           std::string_view data, bool sealed, ChunkDone done)>;
+    void add_async_sink(const std::string &prefix, AsyncChunkSink sink)
+    {
+        sinks_.emplace_back(prefix, std::move(sink));
+    }
 
     // Service frames (net::is_service_frame: the reserved range of types a
     // service above the engine names for itself, as launch_bcast/protocol.hpp
@@ -393,8 +412,16 @@ private:
     struct Incoming; // a multi-chunk transfer being received
     void start_chunks(const std::shared_ptr<Transfer> &t);
     void handle_xfer(net::Connection &c, uint64_t op, std::string_view payload);
-    void apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
-                     std::string_view data, Answer &local, bool sealed = false); // sealed: see ChunkSink
+    // Applies a chunk here.  Its answer goes into `local`, or, from an
+    // asynchronous sink that has not answered yet, comes later: the
+    // returned wait, which join() adds to the hop's answer.
+    struct LocalWait;
+    std::shared_ptr<LocalWait> apply_chunk(const std::string &event, uint64_t origin, uint64_t offset,
+                                           uint64_t total, std::string_view data, Answer &local,
+                                           bool sealed = false); // sealed: see ChunkSink
+    // `finish`, called with the children's answer and, once it came, the
+    // local one of `wait` (null: nothing to wait for).
+    Finish join(std::shared_ptr<LocalWait> wait, Finish finish);
     // Sends an unanswered transfer down the tree below this node (or, with
     // `whole`, to the first member of `set`, which heads it).
     void spread(const RangeSet &set, Route route, const std::string &event, uint64_t origin,
@@ -418,7 +445,7 @@ private:
     std::map<std::string, std::pair<uint64_t, std::string>> events_;
     std::map<std::pair<std::string, uint64_t>, std::shared_ptr<Incoming>> incoming_;
     SignalHook signal_hook_;
-    std::vector<std::pair<std::string, ChunkSink>> sinks_;
+    std::vector<std::pair<std::string, AsyncChunkSink>> sinks_;
 
     // ---- xfer_mc.cpp: XFER-AND-SIGNAL by multicast ------------------------
     // Opens the multicast data path (listen()), if configured, on the

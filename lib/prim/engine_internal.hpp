@@ -52,4 +52,11 @@ struct Engine::Hop {
     }
 };
 
+// The answer of an asynchronous sink (Engine::add_async_sink) to come.
+struct Engine::LocalWait {
+    bool done = false;
+    Answer answer;
+    Finish then; // set by join() when the children answered first
+};
+
 } // namespace storm::prim

@@ -121,21 +121,44 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
     }
 }
 
-void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
-                         std::string_view data, Answer &local, bool sealed)
+void Engine::add_sink(const std::string &prefix, ChunkSink sink)
+{
+    add_async_sink(prefix, [sink = std::move(sink)](const std::string &event, uint64_t origin,
+                                                    uint64_t offset, uint64_t total, std::string_view data,
+                                                    bool sealed, ChunkDone done) {
+        done(sink(event, origin, offset, total, data, sealed));
+    });
+}
+
+std::shared_ptr<Engine::LocalWait> Engine::apply_chunk(const std::string &event, uint64_t origin,
+                                                       uint64_t offset, uint64_t total, std::string_view data,
+                                                       Answer &local, bool sealed)
 {
     for (const auto &sink : sinks_) {
         if (event.compare(0, sink.first.size(), sink.first) != 0)
             continue;
-        std::string why;
+        auto wait = std::make_shared<LocalWait>();
+        ChunkDone done = [wait, self = cfg_.self](const std::string &why) {
+            if (wait->done)
+                return;
+            wait->done = true;
+            if (!why.empty())
+                wait->answer.add_failure(RangeSet::single(self), why);
+            if (wait->then) {
+                Finish then = std::move(wait->then);
+                wait->then = nullptr;
+                then(wait->answer);
+            }
+        };
         try {
-            why = sink.second(event, origin, offset, total, data, sealed);
+            sink.second(event, origin, offset, total, data, sealed, done);
         } catch (const std::exception &e) {
-            why = e.what();
+            done(e.what());
         }
-        if (!why.empty())
-            local.add_failure(RangeSet::single(cfg_.self), why);
-        return;
+        if (!wait->done)
+            return wait;
+        local.merge(wait->answer);
+        return nullptr;
     }
     if (offset == 0 && data.size() == total && total > 0 && total <= cfg_.max_event_bytes) {
         // The whole transfer in one chunk: nothing to assemble.
@@ -144,7 +167,7 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
         ev.second.assign(data.data(), data.size());
         if (signal_hook_)
             signal_hook_(event, ev.first, ev.second);
-        return;
+        return nullptr;
     }
     auto key = std::make_pair(event, origin);
     auto it = incoming_.find(key);
@@ -153,7 +176,7 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
             log_.error("transfer of %llu bytes for event %s exceeds the limit of %zu bytes: refused",
                        static_cast<unsigned long long>(total), event.c_str(), cfg_.max_event_bytes);
             local.failed = local.failed.unite(RangeSet::single(cfg_.self));
-            return;
+            return nullptr;
         }
         auto in = std::make_shared<Incoming>();
         in->buf.reserve(total);
@@ -182,6 +205,7 @@ void Engine::apply_chunk(const std::string &event, uint64_t origin, uint64_t off
         if (signal_hook_)
             signal_hook_(event, ev.first, ev.second);
     }
+    return nullptr;
 }
 
 void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
@@ -201,10 +225,12 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
     Answer local;
     if (route.unanswered() && (offset != 0 || total != data.size()))
         throw net::FrameError("an unanswered transfer in pieces");
-    apply_chunk(event, origin, offset, total, data, local);
-    if (set.size() == 1) { // a leaf: nothing to forward or wait for
+    auto wait = apply_chunk(event, origin, offset, total, data, local);
+    std::weak_ptr<Connection> up = c.shared_from_this();
+    Finish answer = [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); };
+    if (set.size() == 1) { // a leaf: nothing to forward, only its own answer to wait for
         if (!route.unanswered())
-            reply(c, MsgType::xfer_ack, op, local);
+            join(std::move(wait), std::move(answer))(local);
         return;
     }
     // Forward the received bytes themselves: no copy per child.
@@ -213,9 +239,8 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
         spread(set, route, event, origin, chunk);
         return;
     }
-    std::weak_ptr<Connection> up = c.shared_from_this();
     forward_chunk(set, route, origin, event, offset, total, chunk, local,
-                  [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); });
+                  join(std::move(wait), std::move(answer)));
 }
 
 void Engine::xfer_unacked(const RangeSet &set, const std::string &event, std::string data)
@@ -269,8 +294,9 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
         done(xfer_result(a.failed, a.reasons, event));
     };
     if (set.nth(0) == cfg_.self) {
-        apply_chunk(event, origin, offset, total, std::string_view(data.ptr, data.len), local);
-        forward_chunk(set, route, origin, event, offset, total, std::move(data), local, std::move(finish));
+        auto wait = apply_chunk(event, origin, offset, total, std::string_view(data.ptr, data.len), local);
+        forward_chunk(set, route, origin, event, offset, total, std::move(data), local,
+                      join(std::move(wait), std::move(finish)));
         return;
     }
     size_t len = data.len;
@@ -278,6 +304,26 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
         set, route, MsgType::xfer,
         [=](const RangeSet &slice) { return xfer_head(slice, route, origin, event, offset, total, len); },
         local, std::move(finish), std::move(data));
+}
+
+Engine::Finish Engine::join(std::shared_ptr<LocalWait> wait, Finish finish)
+{
+    if (!wait)
+        return finish;
+    std::weak_ptr<bool> alive = alive_;
+    return [wait, alive, finish = std::move(finish)](const Answer &children) {
+        auto both = [children, finish](const Answer &own) {
+            Answer a = own;
+            a.merge(children);
+            finish(a);
+        };
+        if (wait->done)
+            return both(wait->answer);
+        wait->then = [alive, both](const Answer &own) {
+            if (!alive.expired() && *alive.lock())
+                both(own);
+        };
+    };
 }
 
 void Engine::respread(uint32_t index, bool never_ready)

@@ -260,16 +260,19 @@ void Engine::mc_pump(uint64_t origin)
         McWait x = std::move(w);
         q.pop_front();
         Answer local;
+        std::shared_ptr<LocalWait> wait;
         try {
-            apply_chunk(x.chunk.event, x.chunk.origin, x.chunk.offset, x.chunk.total,
-                        std::string_view(d.ptr, d.len), local, sealed);
+            wait = apply_chunk(x.chunk.event, x.chunk.origin, x.chunk.offset, x.chunk.total,
+                               std::string_view(d.ptr, d.len), local, sealed);
         } catch (const std::exception &e) {
             local.add_failure(RangeSet::single(cfg_.self), e.what());
         }
         std::weak_ptr<Connection> wup = x.up;
         uint64_t op = x.op;
         forward_mc(
-            x.chunk, local, [this, wup, op](const Answer &a) { reply(wup, MsgType::xfer_ack, op, a); }, d);
+            x.chunk, local,
+            join(std::move(wait), [this, wup, op](const Answer &a) { reply(wup, MsgType::xfer_ack, op, a); }),
+            d);
     }
     if (q.empty())
         mc_waits_.erase(it);

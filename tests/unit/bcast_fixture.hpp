@@ -111,24 +111,26 @@ struct BcastCluster {
         for (unsigned i = 0; i < n; ++i)
             names.push_back("node" + std::to_string(i));
         for (unsigned i = 0; i < n; ++i) {
-            ReceiverConfig rc{i, names[i], dir + "/journal" + std::to_string(i), gate(i), {geteuid()}};
+            ReceiverConfig rc{i, names[i], dir + "/journal" + std::to_string(i), gate(i), {geteuid()}, {}};
             receivers.push_back(std::make_unique<Receiver>(cl.base, *cl.agents[i], authz, rc,
                                                            Logger("node" + std::to_string(i))));
             receivers.back()->recover();
             auto chunks = std::make_shared<unsigned>(0);
-            cl.agents[i]->add_sink("bcast:",
-                                   [this, i, chunks](const std::string &ev, uint64_t origin, uint64_t,
-                                                     uint64_t, std::string_view data, bool sealed) {
-                                       if (ev.rfind("bcast:data:", 0) == 0 && on_data)
-                                           on_data(i, ++*chunks);
-                                       if (refuse) {
-                                           std::string why = refuse(i, ev);
-                                           if (!why.empty())
-                                               return why;
-                                       }
-                                       return receivers[i] ? receivers[i]->on_chunk(ev, origin, data, sealed)
-                                                           : std::string("no receiver");
-                                   });
+            cl.agents[i]->add_async_sink("bcast:", [this, i, chunks](const std::string &ev, uint64_t origin,
+                                                                     uint64_t, uint64_t,
+                                                                     std::string_view data, bool sealed,
+                                                                     prim::Engine::ChunkDone done) {
+                if (ev.rfind("bcast:data:", 0) == 0 && on_data)
+                    on_data(i, ++*chunks);
+                if (refuse) {
+                    std::string why = refuse(i, ev);
+                    if (!why.empty())
+                        return done(why);
+                }
+                if (!receivers[i])
+                    return done("no receiver");
+                receivers[i]->on_chunk(ev, origin, data, sealed, std::move(done));
+            });
             services.push_back(std::make_unique<Service>(cl.base, *cl.agents[i], authz,
                                                          ServiceConfig{i, names, control_fanout},
                                                          Logger("head" + std::to_string(i))));
@@ -220,7 +222,7 @@ struct BcastCluster {
         size_t n = 0;
         on_loop([&] {
             for (auto &r : receivers)
-                n += r ? r->sessions() : 0;
+                n += r ? r->sessions() + r->draining() : 0;
         });
         return n;
     }

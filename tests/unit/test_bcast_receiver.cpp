@@ -18,6 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
+#include <optional>
+#include <condition_variable>
+#include <mutex>
 
 #include <event2/thread.h>
 
@@ -30,6 +33,32 @@ using namespace bcast_fixture;
 using test_helpers::contains;
 
 namespace {
+
+// Runs the loop until the receiver's work settled: no removal waiting for
+// a worker, recover() done (bounded: a test that hangs fails instead).
+void settle(Receiver &rx, event_base *base)
+{
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((rx.draining() != 0 || rx.recovering()) && std::chrono::steady_clock::now() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+}
+
+// The receiver's answer to one event (the loop run until it came), once
+// what it queued settled.
+std::string ask(Receiver &rx, event_base *base, const std::string &event, uint64_t sid, std::string_view data,
+                bool sealed = false)
+{
+    auto got = std::make_shared<std::optional<std::string>>();
+    rx.on_chunk(event, sid, data, sealed, [got](const std::string &why) {
+        if (!*got)
+            *got = why;
+    });
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!*got && std::chrono::steady_clock::now() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    settle(rx, base);
+    return *got ? **got : std::string("no answer within 20 s");
+}
 
 void test_file_reaches_every_node(void **)
 {
@@ -146,7 +175,7 @@ void test_a_node_that_cannot_write_fails_all(void **)
     bc.on_loop([&] {
         bc.receivers[3] =
             std::make_unique<Receiver>(bc.cl.base, *bc.cl.agents[3], bc.authz,
-                                       ReceiverConfig{3, "locked/y", "", "", {}}, Logger("node3"));
+                                       ReceiverConfig{3, "locked/y", "", "", {}, {}}, Logger("node3"));
     });
     std::string err = bc.send(scan(src), out + "/", cred(5));
     assert_true(contains(err, "node3: cannot create"));
@@ -166,8 +195,9 @@ void test_receiver_rejects_and_recovers(void **)
     std::string journal = t.path + "/journal";
     auto start = [&] {
         auto r = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz,
-                                            ReceiverConfig{0, "n0", journal, "", {}}, Logger("n0"));
+                                            ReceiverConfig{0, "n0", journal, "", {}, {}}, Logger("n0"));
         r->recover();
+        settle(*r, cl.base);
         return r;
     };
     auto rx = start();
@@ -182,7 +212,7 @@ void test_receiver_rejects_and_recovers(void **)
     q.dest = t.path + "/file";
     q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
     const uint64_t sid = 7;
-    assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
+    assert_string_equal(ask(*rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
     std::string temp = t.path + "/.file.storm-0000000000000007";
     struct stat st;
     assert_int_equal(stat(temp.c_str(), &st), 0);
@@ -192,24 +222,26 @@ void test_receiver_rejects_and_recovers(void **)
     ChunkHeader h{0, 0, 10, crc32("0123456789") ^ 1, false};
     h.encode(w);
     std::string bad = w.take() + "0123456789";
-    assert_true(contains(rx->on_chunk(event_name("data", sid), sid, bad), "fails its CRC check"));
+    assert_true(contains(ask(*rx, cl.base, event_name("data", sid), sid, bad), "fails its CRC check"));
     // Commit without every byte: refused, and the temporary goes.
-    assert_true(contains(rx->on_chunk(event_name("commit", sid), sid, ""), "before every node confirmed"));
+    assert_true(
+        contains(ask(*rx, cl.base, event_name("commit", sid), sid, ""), "before every node confirmed"));
     assert_int_equal(stat(temp.c_str(), &st), -1);
     // The same chunk sealed (by multicast, under the seal of the node that
     // sent it, whose own check of the CRC came first): not checked again.
     const uint64_t sealed_sid = 9;
-    assert_string_equal(rx->on_chunk(event_name("open", sealed_sid), sealed_sid, q.encode()).c_str(), "");
-    assert_string_equal(rx->on_chunk(event_name("data", sealed_sid), sealed_sid, bad, true).c_str(), "");
-    assert_string_equal(rx->on_chunk(event_name("abort", sealed_sid), sealed_sid, "").c_str(), "");
+    assert_string_equal(ask(*rx, cl.base, event_name("open", sealed_sid), sealed_sid, q.encode()).c_str(),
+                        "");
+    assert_string_equal(ask(*rx, cl.base, event_name("data", sealed_sid), sealed_sid, bad, true).c_str(), "");
+    assert_string_equal(ask(*rx, cl.base, event_name("abort", sealed_sid), sealed_sid, "").c_str(), "");
     assert_int_equal(stat((t.path + "/.file.storm-0000000000000009").c_str(), &st), -1);
     // A malformed open.
-    std::string junk = rx->on_chunk(event_name("open", 8), 8, "junk");
+    std::string junk = ask(*rx, cl.base, event_name("open", 8), 8, "junk");
     assert_true(contains(junk, "another version"));
-    junk = rx->on_chunk(event_name("open", 8), 8, q.encode().substr(0, 20));
+    junk = ask(*rx, cl.base, event_name("open", 8), 8, q.encode().substr(0, 20));
     assert_true(contains(junk, "truncated") || contains(junk, "exceeds its limit"));
     // What a killed slurmd leaves: the temporary and its journal entry.
-    assert_string_equal(rx->on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
+    assert_string_equal(ask(*rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
     assert_int_equal(stat(temp.c_str(), &st), 0);
     std::string entry = slurp(journal + "/0000000000000007");
     kill_and_restart();
@@ -226,12 +258,13 @@ void test_receiver_rejects_and_recovers(void **)
     q.flags = kForce;
     // Session `id` writes "0123456789" and commits here.
     auto commit_here = [&](uint64_t id) {
-        assert_string_equal(rx->on_chunk(event_name("open", id), id, q.encode()).c_str(), "");
+        assert_string_equal(ask(*rx, cl.base, event_name("open", id), id, q.encode()).c_str(), "");
         net::Writer wd;
         ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(wd);
-        assert_string_equal(rx->on_chunk(event_name("data", id), id, wd.take() + "0123456789").c_str(), "");
+        assert_string_equal(ask(*rx, cl.base, event_name("data", id), id, wd.take() + "0123456789").c_str(),
+                            "");
         cl.agents[0]->set_variable(var_prefix(id) + "commit", 1); // as the head's COMPARE-AND-WRITE does
-        assert_string_equal(rx->on_chunk(event_name("commit", id), id, "").c_str(), "");
+        assert_string_equal(ask(*rx, cl.base, event_name("commit", id), id, "").c_str(), "");
     };
     std::string temp2 = t.path + "/.file.storm-0000000000000009";
     commit_here(9);
@@ -263,7 +296,7 @@ void test_swapped_staging_file_refused(void **)
     TempDir t;
     Cluster cl(1, 8);
     FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}},
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
                 Logger("n0"));
     rx.recover(); // makes the journal's directory
     OpenRequest q;
@@ -282,7 +315,7 @@ void test_swapped_staging_file_refused(void **)
     };
     struct stat st;
     for (Swap sw : {Swap{"fifo", 21}, Swap{"file", 22}}) {
-        assert_string_equal(rx.on_chunk(event_name("open", sw.sid), sw.sid, q.encode()).c_str(), "");
+        assert_string_equal(ask(rx, cl.base, event_name("open", sw.sid), sw.sid, q.encode()).c_str(), "");
         char hex[17];
         snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(sw.sid));
         const std::string temp = t.path + "/.file.storm-" + hex;
@@ -294,17 +327,17 @@ void test_swapped_staging_file_refused(void **)
         assert_int_equal(chown(temp.c_str(), kUser, kGroup), 0);
         // The data goes to the file the broadcast created (its descriptor
         // was kept), or is refused; the commit then finds the swap.
-        std::string why = rx.on_chunk(event_name("data", sw.sid), sw.sid, chunk);
+        std::string why = ask(rx, cl.base, event_name("data", sw.sid), sw.sid, chunk);
         if (why.empty()) {
             cl.agents[0]->set_variable(var_prefix(sw.sid) + "commit", 1);
-            why = rx.on_chunk(event_name("commit", sw.sid), sw.sid, "");
+            why = ask(rx, cl.base, event_name("commit", sw.sid), sw.sid, "");
         }
         if (!contains(why, temp) || !contains(why, "was replaced while it was being received"))
             fprintf(stderr, "%s: %s\n", sw.what, why.c_str());
         assert_true(contains(why, temp));
         assert_true(contains(why, "was replaced while it was being received"));
         assert_int_equal(lstat(temp.c_str(), &st), -1); // the staging name cleaned, as the user
-        assert_string_equal(rx.on_chunk(event_name("abort", sw.sid), sw.sid, "").c_str(), "");
+        assert_string_equal(ask(rx, cl.base, event_name("abort", sw.sid), sw.sid, "").c_str(), "");
     }
     alarm(0);
     assert_int_equal(stat(q.dest.c_str(), &st), -1); // nothing committed
@@ -447,7 +480,7 @@ void test_symlink_race_writes_nothing_outside(void **)
     TempDir t;
     Cluster cl(1, 8);
     FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}},
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
                 Logger("n0"));
     rx.recover();
     std::string locked = t.path + "/locked", open = t.path + "/open";
@@ -479,10 +512,11 @@ void test_symlink_race_writes_nothing_outside(void **)
         for (const std::string &outside : {locked, open}) {
             for (bool before_commit : {false, true}) {
                 ++sid;
-                assert_string_equal(rx.on_chunk(event_name("open", sid), sid, q.encode()).c_str(), "");
+                assert_string_equal(ask(rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
                 const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
                 for (uint32_t i = 1; i <= 70; ++i)
-                    assert_string_equal(rx.on_chunk(event_name("data", sid), sid, chunk(i, "x")).c_str(), "");
+                    assert_string_equal(ask(rx, cl.base, event_name("data", sid), sid, chunk(i, "x")).c_str(),
+                                        "");
                 auto swap = [&] {
                     assert_int_equal(rename((temp + "/sub").c_str(), (temp + "/moved").c_str()), 0);
                     assert_int_equal(symlink(outside.c_str(), (temp + "/sub").c_str()), 0);
@@ -491,20 +525,21 @@ void test_symlink_race_writes_nothing_outside(void **)
                 std::string why;
                 if (!before_commit) {
                     swap();
-                    why = rx.on_chunk(event_name("data", sid), sid, chunk(f_entry, "0123456789"));
+                    why = ask(rx, cl.base, event_name("data", sid), sid, chunk(f_entry, "0123456789"));
                 } else {
                     assert_string_equal(
-                        rx.on_chunk(event_name("data", sid), sid, chunk(f_entry, "0123456789")).c_str(), "");
+                        ask(rx, cl.base, event_name("data", sid), sid, chunk(f_entry, "0123456789")).c_str(),
+                        "");
                     swap();
                     cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
-                    why = rx.on_chunk(event_name("commit", sid), sid, "");
+                    why = ask(rx, cl.base, event_name("commit", sid), sid, "");
                 }
                 if (why.empty() || !contains(why, temp))
                     fprintf(stderr, "openat2 %d, %s, before commit %d: \"%s\"\n", openat2, outside.c_str(),
                             before_commit, why.c_str());
                 assert_false(why.empty());
                 assert_true(contains(why, temp));
-                rx.on_chunk(event_name("abort", sid), sid, "");
+                ask(rx, cl.base, event_name("abort", sid), sid, "");
                 assert_true(listing(outside).empty());
                 struct stat st;
                 assert_int_equal(stat(outside.c_str(), &st), 0);
@@ -534,7 +569,7 @@ void test_one_broadcast_per_destination(void **)
     TempDir t;
     Cluster cl(1, 8);
     FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}},
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
                 Logger("n0"));
     rx.recover();
     const std::string dest = t.path + "/file";
@@ -545,23 +580,183 @@ void test_one_broadcast_per_destination(void **)
     q.dest = dest;
     q.flags = kForce;
     q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
-    assert_string_equal(rx.on_chunk(event_name("open", 31), 31, q.encode()).c_str(), "");
-    std::string why = rx.on_chunk(event_name("open", 32), 32, q.encode());
+    assert_string_equal(ask(rx, cl.base, event_name("open", 31), 31, q.encode()).c_str(), "");
+    std::string why = ask(rx, cl.base, event_name("open", 32), 32, q.encode());
     assert_true(contains(why, "is being written by broadcast 000000000000001f"));
     OpenRequest q2 = q;
     q2.dest = t.path + "//./file"; // the same file, spelt otherwise
-    why = rx.on_chunk(event_name("open", 33), 33, q2.encode());
+    why = ask(rx, cl.base, event_name("open", 33), 33, q2.encode());
     assert_true(contains(why, "one broadcast at a time per destination"));
     net::Writer w;
     ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
-    assert_string_equal(rx.on_chunk(event_name("data", 31), 31, w.take() + "0123456789").c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("data", 31), 31, w.take() + "0123456789").c_str(), "");
     cl.agents[0]->set_variable(var_prefix(31) + "commit", 1);
-    assert_string_equal(rx.on_chunk(event_name("commit", 31), 31, "").c_str(), "");
-    assert_string_equal(rx.on_chunk(event_name("finish", 31), 31, "").c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("commit", 31), 31, "").c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("finish", 31), 31, "").c_str(), "");
     assert_true(slurp(dest) == "0123456789");
-    assert_string_equal(rx.on_chunk(event_name("open", 34), 34, q.encode()).c_str(), "");
-    assert_string_equal(rx.on_chunk(event_name("abort", 34), 34, "").c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("open", 34), 34, q.encode()).c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("abort", 34), 34, "").c_str(), "");
     assert_true(slurp(dest) == "0123456789"); // the finished one stays
+}
+
+// A gate a test closes to make the receiver's worker block, as a hung file
+// system (an NFS server gone) would, in the job whose description holds
+// `match`; opened, the job goes on.
+struct Blocker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string match;
+    bool closed = false;
+    unsigned blocked = 0; // jobs that waited here
+    std::function<void(const std::string &)> hook()
+    {
+        return [this](const std::string &what) {
+            std::unique_lock<std::mutex> lock(mu);
+            if (!closed || what.find(match) == std::string::npos)
+                return;
+            ++blocked;
+            cv.wait(lock, [&] { return !closed; });
+        };
+    }
+    void close(const std::string &m)
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        match = m;
+        closed = true;
+    }
+    void open()
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        closed = false;
+        cv.notify_all();
+    }
+};
+
+// A destination whose file system stops answering (issue 39, hole 1): the
+// chunk's write blocks on the session's worker.  The agent's loop goes
+// on: a timer keeps firing and another broadcast opens, writes, commits
+// and finishes meanwhile; the blocked session fails at its deadline (the
+// broadcast's timeout, 0.5 s here) with a message naming the file system,
+// the node and what it was doing; its removal waits behind the blocked
+// write (the destination stays taken meanwhile) and runs once the file
+// system answers.  Chunks queued behind a file system that does not
+// answer are bounded: past 64 MiB the session fails, saying so.  And a
+// receiver destroyed (slurmd stopping) while its worker is stuck returns
+// within its bound.
+void test_hung_file_system_does_not_stop_the_loop(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    Blocker gate;
+    ReceiverConfig rc{0, "n0", t.path + "/journal", "", {}, {}};
+    rc.fs_hook = gate.hook();
+    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, rc, Logger("n0"));
+    rx->recover();
+    auto request = [&](const std::string &name) {
+        OpenRequest q;
+        q.cred = cred(1);
+        q.dest = t.path + "/" + name;
+        q.timeout_ms = 500;
+        q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
+        return q.encode();
+    };
+    net::Writer w;
+    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
+    const std::string chunk = w.take() + "0123456789";
+
+    assert_string_equal(ask(*rx, cl.base, event_name("open", 51), 51, request("slow")).c_str(), "");
+    gate.close("/.slow.storm-");
+    auto answer = std::make_shared<std::optional<std::string>>();
+    auto start = std::chrono::steady_clock::now();
+    rx->on_chunk(event_name("data", 51), 51, chunk, false,
+                 [answer](const std::string &why) { *answer = why; });
+    // The loop serves a timer and another broadcast meanwhile.
+    unsigned ticks = 0;
+    event *tick = event_new(
+        cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *n) { ++*static_cast<unsigned *>(n); },
+        &ticks);
+    timeval every{0, 50000};
+    evtimer_add(tick, &every);
+    assert_string_equal(ask(*rx, cl.base, event_name("open", 52), 52, request("fast")).c_str(), "");
+    assert_string_equal(ask(*rx, cl.base, event_name("data", 52), 52, chunk).c_str(), "");
+    cl.agents[0]->set_variable(var_prefix(52) + "commit", 1);
+    assert_string_equal(ask(*rx, cl.base, event_name("commit", 52), 52, "").c_str(), "");
+    assert_string_equal(ask(*rx, cl.base, event_name("finish", 52), 52, "").c_str(), "");
+    assert_true(slurp(t.path + "/fast") == "0123456789");
+    assert_false(answer->has_value()); // the slow one still waits
+    auto end = start + std::chrono::seconds(10);
+    while (!*answer && std::chrono::steady_clock::now() < end)
+        event_base_loop(cl.base, EVLOOP_ONCE);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    assert_true(answer->has_value());
+    fprintf(stderr, "# blocked write answered in %.2f s, %u timer ticks meanwhile: %s\n", took, ticks,
+            (*answer)->c_str());
+    assert_true(contains(**answer, "the file system at " + t.path + " did not answer within 0.5 s on n0"));
+    assert_true(contains(**answer, "while writing " + t.path + "/.slow.storm-0000000000000033"));
+    assert_true(took >= 0.5 && took < 5.0); // the deadline, checked 4 times a second (a loaded machine: more)
+    assert_true(ticks >= 5);                // every 50 ms for at least 0.5 s, on a loaded machine too
+    assert_int_equal(gate.blocked, 1);
+    assert_int_equal(rx->sessions(), 0);
+    assert_int_equal(rx->draining(), 1);
+    // The destination stays taken until the removal ran; the head's abort
+    // is answered at once.
+    assert_true(contains(ask(*rx, cl.base, event_name("open", 53), 53, request("slow")),
+                         "is being removed by broadcast 0000000000000033"));
+    auto aborted = std::make_shared<std::optional<std::string>>();
+    rx->on_chunk(event_name("abort", 51), 51, "", false,
+                 [aborted](const std::string &why) { *aborted = why; });
+    assert_true(aborted->has_value());
+    struct stat st;
+    const std::string slow_temp = t.path + "/.slow.storm-0000000000000033";
+    assert_int_equal(lstat(slow_temp.c_str(), &st), 0);
+    gate.open();
+    settle(*rx, cl.base);
+    assert_int_equal(rx->draining(), 0);
+    assert_int_equal(lstat(slow_temp.c_str(), &st), -1);
+    assert_int_equal(lstat((t.path + "/slow").c_str(), &st), -1);
+    assert_true(listing(t.path + "/journal").empty());
+
+    // Chunks pile up behind a blocked write: bounded.
+    assert_string_equal(ask(*rx, cl.base, event_name("open", 54), 54, request("slow")).c_str(), "");
+    gate.close("/.slow.storm-");
+    const std::string big(4u << 20, 'x');
+    std::vector<std::shared_ptr<std::optional<std::string>>> answers;
+    std::string refused;
+    for (int i = 0; i < 20 && refused.empty(); ++i) {
+        auto a = std::make_shared<std::optional<std::string>>();
+        rx->on_chunk(event_name("data", 54), 54, big, false, [a](const std::string &why) { *a = why; });
+        if (a->has_value())
+            refused = **a;
+        answers.push_back(a);
+    }
+    fprintf(stderr, "# after %zu chunks of 4 MiB: %s\n", answers.size(), refused.c_str());
+    assert_int_equal(answers.size(), 17); // 16 queued (64 MiB), the 17th over
+    assert_true(contains(refused, "64 MiB of chunks wait for the file system at " + t.path + " on n0"));
+    for (auto &a : answers)
+        assert_true(a->has_value()); // those queued were answered with the abort
+    gate.open();
+    settle(*rx, cl.base);
+    assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000036").c_str(), &st), -1);
+
+    // Stopping while a worker is stuck: bounded.
+    assert_string_equal(ask(*rx, cl.base, event_name("open", 55), 55, request("slow")).c_str(), "");
+    gate.close("/.slow.storm-");
+    rx->on_chunk(event_name("data", 55), 55, chunk, false, [](const std::string &) {});
+    while (gate.blocked < 3)
+        event_base_loop(cl.base, EVLOOP_NONBLOCK);
+    start = std::chrono::steady_clock::now();
+    rx.reset();
+    took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fprintf(stderr, "# destroyed with a stuck worker in %.2f s\n", took);
+    assert_true(took >= 1.9 && took < 5.0); // 2 s for the workers in all
+    gate.open();                            // the abandoned worker ends alone, removing what it made
+    for (int i = 0; i < 200 && lstat((t.path + "/.slow.storm-0000000000000037").c_str(), &st) == 0; ++i)
+        usleep(10000);
+    assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000037").c_str(), &st), -1);
+    event_free(tick);
 }
 
 // CAP_SYS_RESOURCE in this thread's effective set (/proc/thread-self).
@@ -638,6 +833,7 @@ int main()
         cmocka_unit_test(test_swapped_staging_file_refused),
         cmocka_unit_test(test_user_quota_holds),
         cmocka_unit_test(test_one_broadcast_per_destination),
+        cmocka_unit_test(test_hung_file_system_does_not_stop_the_loop),
     };
     return cmocka_run_group_tests_name("bcast_receiver", tests, nullptr, nullptr);
 }

@@ -513,6 +513,46 @@ void test_service_frames_forwarded(void **)
     assert_true(cl.xfer(RangeSet::range(0, 2), "after", "ok").ok);
 }
 
+// Asynchronous sinks (Engine::add_async_sink): each node's answer for a
+// chunk waits for its sink's done, leaves and inner nodes alike, so the
+// initiator hears only once every node's work ran; a failure found late
+// fails that node with its reason.  The chunks were forwarded at once.
+void test_async_sink_answers_late(void **)
+{
+    Cluster cl(5, 2);
+    std::vector<std::pair<unsigned, Engine::ChunkDone>> waiting;
+    unsigned forwarded = 0;
+    for (unsigned i = 0; i < 5; ++i)
+        cl.agents[i]->add_async_sink("late:", [&, i](const std::string &, uint64_t, uint64_t, uint64_t,
+                                                     std::string_view, bool, Engine::ChunkDone done) {
+            ++forwarded;
+            waiting.emplace_back(i, std::move(done));
+        });
+    for (bool fail : {true, false}) {
+        waiting.clear();
+        forwarded = 0;
+        bool done = false;
+        XferResult res;
+        cl.initiator->xfer_and_signal(RangeSet::range(0, 5), "late:x", "bytes", [&](const XferResult &r) {
+            res = r;
+            done = true;
+        });
+        // Every node got the chunk while none answered; nothing came back.
+        assert_true(cl.initiator->run_until([&] { return forwarded == 5; }, 5000ms));
+        assert_false(cl.initiator->run_until([&] { return done; }, 300ms));
+        for (auto &[node, d] : waiting)
+            d(fail && node == 2 ? "disk full on 2" : "");
+        assert_true(cl.initiator->run_until([&] { return done; }, 5000ms));
+        if (fail) {
+            assert_false(res.ok);
+            assert_string_equal(res.failed.str().c_str(), "2");
+            assert_string_equal(res.reasons.at(2).c_str(), "disk full on 2");
+        } else {
+            assert_true(res.ok);
+        }
+    }
+}
+
 } // namespace
 
 int main()
@@ -532,6 +572,7 @@ int main()
         cmocka_unit_test(test_bad_input_rejected),
         cmocka_unit_test(test_unauthenticated_connections_bounded),
         cmocka_unit_test(test_service_frames_forwarded),
+        cmocka_unit_test(test_async_sink_answers_late),
     };
     return cmocka_run_group_tests_name("engine", tests, nullptr, nullptr);
 }
