@@ -79,7 +79,11 @@ sleep 11
 now=$(held)
 t_check "  none held 14 s later, past the 10 s hello deadline ($((now - base)) above)" [ $((now - base)) -le 0 ]
 t_check "  one line for the refusals at accept" grep -q "refused .*at accept: at most 256 connections may be unauthenticated at once, 32 from one address" "$LOG/slurmd-vn1.log"
-t_check "  one line for those closed at the deadline" grep -q "closed 32 connections that sent no valid hello within 10000 ms" "$LOG/slurmd-vn1.log"
+# the 32 may have been accepted over more than one sweep of the deadline:
+# its lines' counts add up to them
+late=$(sed -n 's/.*closed \([0-9]*\) connections that sent no valid hello within 10000 ms.*/\1/p' "$LOG/slurmd-vn1.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+t_check "  lines for those closed at the deadline ($late connections)" [ "$late" -ge 32 ]
 wait "$flood" 2> /dev/null
 
 # --- hole 4: unix sockets -------------------------------------------------------------
