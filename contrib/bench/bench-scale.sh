@@ -54,7 +54,7 @@
 # Every measurement also goes to DATAFILE (-d, default
 # /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
 # which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor,
-# copy, launch, read, write).  A failed run prints as "failed" and is not written
+# copy, launch, read, write, writeback-mb).  A failed run prints as "failed" and is not written
 # there.  Clusters are brought down on exit, failed or not.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -217,7 +217,12 @@ for n in $NODES; do
     while read -r i a; do addrs[i]=$a; done < <(scontrol -o show node |
         sed -n 's/^NodeName=vn\([0-9]*\) .*NodeAddr=\([^ ]*\) .*/\1 \2/p')
     mtu=$("$VC" exec vn1 cat /sys/class/net/eth0/mtu)
-    # this machine's read and write for the model (one node, page cache)
+    # this machine's read and write for the model (one node, page cache),
+    # and how much the page cache takes dirty before the kernel starts
+    # writing back (dirty_background_ratio of the memory available): past
+    # it every virtual node's copy goes to the one shared disk
+    record "$n" 0 writeback-mb "$(awk -v r="$(sysctl -n vm.dirty_background_ratio)" \
+        '/^MemAvailable:/ { print int($2 / 1024 * r / 100) }' /proc/meminfo)"
     for s in $SIZES; do
         record "$n" "$s" read "$(timed /dev/null cat "$work/f$s")"
         sync
