@@ -1,31 +1,35 @@
 #!/usr/bin/env bash
-# bench-tree: whole software trees to every node of a job, storm-bcast of
-# the tree against what a stock user does (tar, sbcast of the tarball,
-# untar on every node), side by side on one virtual cluster per node count,
-# as the unprivileged user nobody.  A first, partial version of the
-# benchmark of issue 40 (not yet: a tree of a few large files, storm-bcast
-# of the tarball plus untar, 64 nodes).
+# bench-tree: whole software trees to every node of a job, three ways side
+# by side on one virtual cluster per node count, as the unprivileged user
+# nobody: storm-bcast of the tree; storm-bcast of the tree's tarball plus
+# untar on every node; and what a stock user does (tar, sbcast of the
+# tarball, untar on every node).
 #
-#   sudo contrib/bench/bench-tree.sh [-n "8 16"] [-r "shaped unshaped"]
-#                                    [-t "pystdlib gen50k"] [-k REPS]
+#   sudo contrib/bench/bench-tree.sh [-n "16 32 64"] [-r "shaped unshaped"]
+#                                    [-t "pystdlib gen50k large"] [-k REPS]
 #
 # Trees: pystdlib, the system Python's standard library
-# (/usr/lib/python3.11 on Debian 12; PYSTDLIB=DIR for another); gen50k, a generated tree of 50,000 files averaging 2 KB
-# in 500 directories.  For each node count, regime (links shaped to
-# 100 Mbit/s by storm-vcluster, or unshaped) and tree it prints the tree's
-# files and bytes, the link limit (the time one 100 Mbit/s link needs for
-# the tree's bytes; shaped only), this machine's floor for writing the
-# tree on that many nodes (untar of the tree N times, two at once, on this
-# machine: every virtual node shares its disk and CPUs), and the time of
-# storm-bcast and of tar + sbcast + untar (the median of REPS runs), with
-# the ratios.  Every Storm copy is checked (a manifest of names, sizes and
-# links) on the first and last node.
+# (/usr/lib/python3.11 on Debian 12; PYSTDLIB=DIR for another); gen50k, a
+# generated tree of 50,000 files averaging 2 KB in 500 directories; large,
+# a generated tree of a few large files (32, 16 and 8 MB, and a small one).
+# For each node count, regime (links shaped to 100 Mbit/s by
+# storm-vcluster, or unshaped) and tree it prints the tree's files and
+# bytes, the link limit (the time one 100 Mbit/s link needs for the tree's
+# bytes; shaped only), this machine's floor for writing the tree on that
+# many nodes (untar of the tree N times, two at once, on this machine:
+# every virtual node shares its disk and CPUs), and the time of each method
+# (the median of REPS runs): "storm" (storm-bcast of the tree), "st+tar"
+# (storm-bcast of the tarball, then srun tar -x on every node) and "stock"
+# (sbcast of the tarball, then srun tar -x), with stock/storm and
+# storm over the higher of the link limit and the floor.  Every copy made
+# by either Storm method is checked (a manifest of names, kinds, sizes,
+# link targets and bytes) on the first and last node.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 VC="$top/contrib/vcluster/storm-vcluster"
 BCAST="$top/tools/storm-bcast"
-nodes="8 16" regimes="shaped unshaped" trees="pystdlib gen50k" reps=1
+nodes="16 32 64" regimes="shaped unshaped" trees="pystdlib gen50k large" reps=1
 while getopts n:r:t:k: o; do
     case $o in
         n) nodes=$OPTARG ;; r) regimes=$OPTARG ;; t) trees=$OPTARG ;; k) reps=$OPTARG ;;
@@ -37,7 +41,8 @@ check_reps bench-tree "$reps"
 [ "$(id -u)" = 0 ] || { echo "bench-tree: needs root (virtual clusters)" >&2; exit 2; }
 W=$top/test-work/bench-tree # visible on every node (not /tmp)
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster} # the nodes' /tmp: $STATE/nodes/NODE/tmp
-work=$W
+work=$W # vc_up (common.sh) writes its output there
+export work
 rm -rf "$W" && mkdir -p "$W" && chmod 1777 "$W"
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 # the system's Python (root's PATH may lead to a private one that nobody
@@ -63,10 +68,20 @@ PY
                 chown -R nobody:nogroup "$W/gen50k"
             fi
             echo "$W/gen50k" ;;
+        large)
+            if [ ! -d "$W/large" ]; then
+                mkdir -p "$W/large/lib" && head -c 32000000 /dev/urandom > "$W/large/lib/big.so" &&
+                    head -c 16000000 /dev/urandom > "$W/large/data.bin" &&
+                    head -c 8000000 /dev/urandom > "$W/large/lib/mid.so" &&
+                    echo "a tree of a few large files" > "$W/large/README" &&
+                    ln -s big.so "$W/large/lib/big.so.1" && chown -R nobody:nogroup "$W/large"
+            fi
+            echo "$W/large" ;;
+        *) echo "bench-tree: unknown tree '$1' (pystdlib, gen50k, large)" >&2; exit 2 ;;
     esac
 }
-printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor storm stock \
-    stock/st st/lim
+printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s\n' nodes regime tree files MB link floor storm st+tar \
+    stock stock/st st/lim
 for n in $nodes; do
     vc_up storm "$n"
     list=$("$VC" nodes | tr '\n' ' ')
@@ -87,32 +102,45 @@ for n in $nodes; do
             [ "$r" = shaped ] && "$VC" shape 100mbit > /dev/null || "$VC" shape off > /dev/null
             link=-
             [ "$r" = shaped ] && link=$(echo "scale=2; $bytes * 8 / 100000000" | bc)
-            : > "$W/s" && : > "$W/k"
+            : > "$W/s" && : > "$W/p" && : > "$W/k"
             for _ in $(seq "$reps"); do
-                srun --jobid="$job" -N "$n" --overlap rm -rf /tmp/tree-storm /tmp/tree-stock /tmp/t.tar > /dev/null 2>&1
+                srun --jobid="$job" -N "$n" --overlap rm -rf /tmp/tree-storm /tmp/tree-tar /tmp/tree-stock /tmp/t.tar /tmp/s.tar > /dev/null 2>&1
                 t0=$(now)
                 if as_user "$BCAST" -j "$job" "$src" /tmp/tree-storm > "$W/b.out" 2>&1; then
-                    echo "$(now) - $t0" | bc >> "$W/s"
+                    echo "$(secs "$t0" "$(now)")" >> "$W/s"
                 else
                     cat "$W/b.out" >&2
+                    echo failed >> "$W/s"
+                fi
+                t0=$(now)
+                if as_user "$BCAST" -j "$job" "$W/$t.tar" /tmp/s.tar > "$W/p.out" 2>&1 &&
+                    as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/s.tar --transform s,^[^/]*,tree-tar,S >> "$W/p.out" 2>&1; then
+                    echo "$(secs "$t0" "$(now)")" >> "$W/p"
+                else
+                    cat "$W/p.out" >&2
+                    echo failed >> "$W/p"
                 fi
                 for x in $first $last; do
                     [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-storm")" = "$ref" ] ||
                         echo "bench-tree: $x: storm-bcast's copy of $t differs" >&2
+                    [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-tar")" = "$ref" ] ||
+                        echo "bench-tree: $x: the untarred copy of $t differs" >&2
                 done
                 t0=$(now)
                 if as_user sbcast -j "$job" "$W/$t.tar" /tmp/t.tar > "$W/k.out" 2>&1 &&
-                    as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/t.tar --transform s,^[^/]*,tree-stock, >> "$W/k.out" 2>&1; then
-                    echo "$(now) - $t0" | bc >> "$W/k"
+                    as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/t.tar --transform s,^[^/]*,tree-stock,S >> "$W/k.out" 2>&1; then
+                    echo "$(secs "$t0" "$(now)")" >> "$W/k"
                 else
                     cat "$W/k.out" >&2
+                    echo failed >> "$W/k"
                 fi
-                echo "# $n $r $t storm $(tail -1 "$W/s") stock $(tail -1 "$W/k")" >&2
+                echo "# $n $r $t storm $(tail -1 "$W/s") st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")" >&2
             done
-            s=$(median $(cat "$W/s")) k=$(median $(cat "$W/k"))
+            mapfile -t vs < "$W/s" && mapfile -t vp < "$W/p" && mapfile -t vk < "$W/k"
+            s=$(median "${vs[@]}") p=$(median "${vp[@]}") k=$(median "${vk[@]}")
             lim=$(echo "if ($floor > ${link/-/0}) $floor else ${link/-/0}" | bc)
-            printf '%-6s %-8s %-9s %7s %8.1f %7s %7.2f %8s %8s %7s %7s\n' "$n" "$r" "$t" "$files" \
-                "$(echo "$bytes / 1000000" | bc -l)" "$link" "$floor" "$s" "$k" "$(ratio "$k" "$s")" \
+            printf '%-6s %-8s %-9s %7s %8.1f %7s %7.2f %8s %8s %8s %7s %7s\n' "$n" "$r" "$t" "$files" \
+                "$(echo "$bytes / 1000000" | bc -l)" "$link" "$floor" "$s" "$p" "$k" "$(ratio "$k" "$s")" \
                 "$(ratio "$s" "$lim" "%.2f")"
         done
         "$VC" shape off > /dev/null
