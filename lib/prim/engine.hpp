@@ -288,6 +288,10 @@ public:
     void erase_variables(const std::string &prefix);
     void set_variable(const std::string &name, int64_t value) { vars_[name] = value; }
 
+    // The fanout of control operations (COMPARE-AND-WRITE): with
+    // net::split_children over a set, the tree they travel.
+    unsigned fanout() const noexcept { return cfg_.fanout; }
+
     // Connections this engine holds (for tests and status).
     size_t connections() const noexcept { return peers_.size() + accepted_.size(); }
     uint64_t frames_rejected() const noexcept { return rejected_; }

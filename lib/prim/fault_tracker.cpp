@@ -1,5 +1,7 @@
 #include "lib/prim/fault_tracker.hpp"
 
+#include <algorithm>
+
 namespace storm::prim {
 
 FaultTracker::FaultTracker(std::chrono::milliseconds timeout, std::chrono::milliseconds stall)
@@ -29,12 +31,17 @@ bool FaultTracker::alive(uint32_t node, Clock::time_point now)
     return back;
 }
 
-bool FaultTracker::suspect(uint32_t node)
+bool FaultTracker::suspect(uint32_t node, Clock::time_point not_before)
 {
     auto it = nodes_.find(node);
-    if (it == nodes_.end() || it->second.state != State::healthy)
+    if (it == nodes_.end() || it->second.state == State::failed)
         return false;
+    if (it->second.state == State::suspect) {
+        it->second.not_before = std::max(it->second.not_before, not_before);
+        return false;
+    }
     it->second.state = State::suspect;
+    it->second.not_before = not_before;
     return true;
 }
 
@@ -43,8 +50,11 @@ void FaultTracker::tick(Clock::time_point now)
     if (last_tick_ != Clock::time_point{} && now - last_tick_ > stall_) {
         // We did not run for `gap`: nobody can be blamed for it.
         auto gap = now - last_tick_;
-        for (auto &[n, node] : nodes_)
+        for (auto &[n, node] : nodes_) {
             node.last_ok += gap;
+            if (node.not_before != Clock::time_point{})
+                node.not_before += gap;
+        }
     }
     last_tick_ = now;
 }
@@ -53,7 +63,7 @@ std::vector<FaultTracker::Failure> FaultTracker::expire(Clock::time_point now)
 {
     std::vector<Failure> out;
     for (auto &[n, node] : nodes_) {
-        if (node.state != State::suspect || now - node.last_ok < timeout_)
+        if (!node.due(now, timeout_))
             continue;
         node.state = State::failed;
         out.push_back({n, std::chrono::duration_cast<std::chrono::milliseconds>(now - node.last_ok)});
@@ -68,6 +78,15 @@ std::vector<uint32_t> FaultTracker::in_state(State s) const
         if (node.state == s)
             out.push_back(n);
     return out;
+}
+
+size_t FaultTracker::due(Clock::time_point by) const
+{
+    size_t n = 0;
+    for (const auto &[i, node] : nodes_)
+        if (node.due(by, timeout_))
+            ++n;
+    return n;
 }
 
 } // namespace storm::prim

@@ -5,7 +5,10 @@
 // Each watched node is healthy, suspect (it missed a beat: it did not
 // answer a round, or the answer of its subtree did not come) or failed (it
 // answered nothing, neither beat nor probe, for `timeout` since the last
-// time it did).  A suspect that answers again is healthy again.  A failed
+// time it did, and had the chance the caller gave it when it became a
+// suspect: suspect(node, not_before) -- a node whose silence was only
+// seen late, or whose answer another node may have hidden, is not
+// reported before it could answer again).  A suspect that answers again is healthy again.  A failed
 // node is reported once by expire() and stays failed, whatever it answers
 // later: only watch() leaving it out (the resource manager took it out of
 // service) and taking it back (an administrator put it back), or forget(),
@@ -43,8 +46,10 @@ public:
 
     // `node` answered at `now`: a suspect is healthy again (true).
     bool alive(uint32_t node, Clock::time_point now);
-    // `node` missed a beat: healthy nodes become suspect (true).
-    bool suspect(uint32_t node);
+    // `node` missed a beat: healthy nodes become suspect (true), not to be
+    // reported before `not_before` (whatever their silence then); a
+    // suspect keeps the later of its own and `not_before`.
+    bool suspect(uint32_t node, Clock::time_point not_before = {});
     // Called at least every `stall` by the caller's timer.
     void tick(Clock::time_point now);
 
@@ -52,11 +57,15 @@ public:
         uint32_t node;
         std::chrono::milliseconds silent; // since it last answered
     };
-    // Suspects silent for `timeout` or more: now failed, each reported once.
+    // Suspects silent for `timeout` or more (and past their not_before):
+    // now failed, each reported once.
     std::vector<Failure> expire(Clock::time_point now);
+    // How many suspects expire() would report at `by` (the same times).
+    size_t due(Clock::time_point by) const;
 
     std::vector<uint32_t> in_state(State s) const;
     bool watched(uint32_t node) const { return nodes_.count(node) != 0; }
+    size_t size() const noexcept { return nodes_.size(); } // watched nodes
     State state(uint32_t node) const { return nodes_.at(node).state; }
     std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -64,6 +73,11 @@ private:
     struct Node {
         State state = State::healthy;
         Clock::time_point last_ok;
+        Clock::time_point not_before{}; // of a suspect's report
+        bool due(Clock::time_point now, std::chrono::milliseconds timeout) const
+        {
+            return state == State::suspect && now - last_ok >= timeout && now >= not_before;
+        }
     };
     std::chrono::milliseconds timeout_, stall_;
     std::map<uint32_t, Node> nodes_;

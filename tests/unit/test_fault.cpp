@@ -1,15 +1,21 @@
 // Unit tests of slurmctld's fault detection (lib/prim/fault_tracker.*,
-// fault_monitor.*): the tracker's timing on made-up times (a suspect
-// reported once after the timeout and never again while watched, healthy
-// nodes never reported, readmission only through watch(), the monitor's
-// own stalls not counted against the nodes), and the monitor beating
-// agents in one process: a killed agent and a silent one (accepts, never
-// answers) each reported once within the timeout and a little, no other,
-// and a restarted agent watched again stays healthy.
+// fault_guard.*, fault_monitor.*): the tracker's timing on made-up times (a
+// suspect reported once after the timeout and never again while watched,
+// healthy nodes never reported, readmission only through watch(), the
+// monitor's own stalls not counted against the nodes); the mass-silence
+// guard's episodes; which silent nodes a tree blames; and the monitor
+// beating agents in one process: a killed agent and a silent one (accepts,
+// never answers) each reported once within the timeout and a little, no
+// other, and a restarted agent watched again stays healthy; a silent
+// interior agent whose subtree answers through the re-planned tree while
+// this controller can open no new connection (only the agent is
+// reported); mass silence holding the reports until it ends or for the
+// bound; one silent agent among 32 reported in time.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "lib/common/signals.hpp"
+#include "lib/prim/fault_guard.hpp"
 #include "lib/prim/fault_monitor.hpp"
 #include "lib/prim/fault_tracker.hpp"
 #include "tests/unit/prim_fixture.hpp"
@@ -110,6 +116,35 @@ void test_tracker_own_stall_not_counted(void **)
     assert_int_equal(f[0].silent.count(), 1000);
 }
 
+void test_tracker_not_before(void **)
+{
+    FaultTracker t(1000ms, 500ms);
+    auto t0 = Clock::now();
+    t.watch({0, 1}, t0);
+    t.tick(t0);
+    // Seen silent late (a round that lasted 1.5 s): 0 has until 1.8 s.
+    t.tick(t0 + 400ms);
+    t.tick(t0 + 800ms);
+    t.tick(t0 + 1200ms);
+    t.tick(t0 + 1500ms);
+    assert_true(t.suspect(0, t0 + 1800ms));
+    assert_false(t.suspect(0)); // keeps its own
+    assert_true(t.suspect(1, t0 + 1600ms));
+    assert_false(t.suspect(1, t0 + 2500ms)); // the later one
+    assert_int_equal(t.due(t0 + 1700ms), 0);
+    assert_int_equal(t.due(t0 + 1800ms), 1);
+    assert_true(t.expire(t0 + 1500ms).empty());
+    t.tick(t0 + 1800ms);
+    auto f = t.expire(t0 + 1800ms);
+    assert_int_equal(f.size(), 1);
+    assert_int_equal(f[0].node, 0);
+    assert_int_equal(f[0].silent.count(), 1800); // since it last answered
+    t.tick(t0 + 2200ms);
+    assert_true(t.expire(t0 + 2200ms).empty());
+    t.tick(t0 + 2500ms);
+    assert_int_equal(t.expire(t0 + 2500ms).size(), 1);
+}
+
 // An agent replaced by a socket that accepts and never answers.
 int silent_listener(const sockaddr_in &a)
 {
@@ -172,6 +207,219 @@ void test_monitor_finds_dead_and_silent(void **)
     close(s);
 }
 
+void test_guard_episodes(void **)
+{
+    MassSilenceGuard g(0.25, 4, 3000ms);
+    using C = MassSilenceGuard::Change;
+    auto t0 = MassSilenceGuard::Clock::now();
+    assert_int_equal(g.threshold(24), 6);
+    assert_int_equal(g.threshold(8), 4);         // the minimum
+    assert_true(g.update(6, 24, t0) == C::none); // 6 is not more than 6
+    assert_false(g.holding());
+    assert_true(g.update(7, 24, t0 + 100ms) == C::held);
+    assert_true(g.holding());
+    assert_true(g.update(20, 24, t0 + 2000ms) == C::none);
+    assert_true(g.holding());
+    assert_true(g.update(5, 24, t0 + 2500ms) == C::fell);
+    assert_false(g.holding());
+    // A new episode: the bound counts from its start, not re-armed while
+    // it lasts.
+    assert_true(g.update(10, 24, t0 + 4000ms) == C::held);
+    assert_true(g.update(10, 24, t0 + 6999ms) == C::none);
+    assert_true(g.holding());
+    assert_true(g.update(10, 24, t0 + 7000ms) == C::released);
+    assert_false(g.holding());
+    assert_true(g.update(12, 24, t0 + 20000ms) == C::none);
+    assert_false(g.holding());
+    assert_true(g.update(1, 24, t0 + 21000ms) == C::none); // over, quietly: nothing was held
+    assert_true(g.update(9, 24, t0 + 22000ms) == C::held);
+    // No hold at all: the episode is released at once.
+    MassSilenceGuard off(0.25, 4, 0ms);
+    assert_true(off.update(10, 24, t0) == C::released);
+    assert_false(off.holding());
+}
+
+void test_blamed_roots(void **)
+{
+    // 0..11 at fanout 3: 0 heads; 1 (2 3 4), 5 (6 7 8), 9 (10 11).
+    RangeSet all = RangeSet::range(0, 12);
+    assert_true(blamed_roots(all, RangeSet{}, 3).empty());
+    // 5 timed out: its slice failed with it; only 5 is to blame.
+    auto b = blamed_roots(all, RangeSet::range(5, 9), 3);
+    assert_true(b == std::set<uint32_t>{5});
+    // 5 answered but 7 did not, and 10 did not.
+    b = blamed_roots(all, RangeSet::of({7, 10}), 3);
+    assert_true((b == std::set<uint32_t>{7, 10}));
+    // The head failed: everything failed, the head alone is to blame.
+    b = blamed_roots(all, all, 3);
+    assert_true(b == std::set<uint32_t>{0});
+    // 1 and 2 failed: 2 is 1's child, hidden by it.
+    b = blamed_roots(all, RangeSet::of({1, 2}), 3);
+    assert_true(b == std::set<uint32_t>{1});
+    // The same tree as the engine's: every slice root is blamed alone.
+    RangeSet odd = RangeSet::of({3, 4, 8, 9, 10, 20, 21, 22, 40, 41, 42, 43, 44});
+    for (const auto &slice : net::split_children(odd, 4)) {
+        b = blamed_roots(odd, slice, 4);
+        assert_true(b == std::set<uint32_t>{slice.nth(0)});
+    }
+}
+
+// This controller's credentials fail once `refuse` is set (munged
+// overloaded): no new connection of its own opens.
+struct FlakyAuth : FakeAuth {
+    bool refuse = false;
+    std::string credential(std::string_view payload) override
+    {
+        if (refuse)
+            throw net::AuthError("munge: timed out");
+        return FakeAuth::credential(payload);
+    }
+};
+
+std::set<uint32_t> range_set(uint32_t lo, uint32_t hi)
+{
+    std::set<uint32_t> s;
+    for (uint32_t i = lo; i < hi; ++i)
+        s.insert(i);
+    return s;
+}
+
+void test_monitor_subtree_through_the_tree(void **)
+{
+    Cluster cl(12, 3, 300ms);
+    FlakyAuth auth;
+    EngineConfig c;
+    c.nodes = cl.table;
+    c.fanout = 3;
+    c.timeout = 300ms;
+    Engine ctld(cl.base, c, auth, Logger("controller"));
+    // This controller holds its connection to the head, agent 0 (a
+    // COMPARE-AND-WRITE there); then no new connection of its own can
+    // authenticate any more, and agent 5, which serves 6, 7 and 8 in the
+    // tree, is silent: its parent's connection to it opens and is never
+    // answered (a frozen slurmd).
+    bool done = false;
+    ctld.compare_and_write(RangeSet::single(0), "fault:beat", Relation::ge, 0, std::nullopt,
+                           [&](const CawResult &r) { done = r.ok; });
+    assert_true(ctld.run_until([&] { return done; }, 2000ms));
+    auth.refuse = true;
+    cl.agents[5].reset();
+    int s = silent_listener(cl.table[5]);
+    FaultMonitor mon(ctld, cl.base, FaultConfig::for_timeout(1000ms), Logger("fault"));
+    std::map<uint32_t, int> failed;
+    std::map<uint32_t, Clock::time_point> when;
+    mon.on_failed([&](uint32_t n, std::chrono::milliseconds) {
+        failed[n]++;
+        when[n] = Clock::now();
+    });
+    auto t0 = Clock::now();
+    mon.watch(range_set(0, 12));
+    assert_true(ctld.run_until([&] { return !failed.empty(); }, 4000ms));
+    assert_int_equal(failed.size(), 1);
+    assert_int_equal(failed.count(5), 1);
+    assert_true(when[5] - t0 < 1800ms);
+    // 6, 7 and 8 answered through the tree planned without 5, over the
+    // agents' connections: never reported, healthy.
+    ctld.run_until([] { return false; }, 2000ms);
+    assert_int_equal(failed.size(), 1);
+    assert_int_equal(failed[5], 1);
+    for (uint32_t n : {6u, 7u, 8u})
+        assert_true(mon.tracker().state(n) == State::healthy);
+    assert_int_equal(mon.tracker().in_state(State::healthy).size(), 11);
+    close(s);
+}
+
+void test_monitor_mass_silence_holds(void **)
+{
+    Cluster cl(24, 4, 300ms);
+    auto fc = FaultConfig::for_timeout(1000ms);
+    assert_int_equal(fc.mass_hold.count(), 60000);
+    fc.mass_share = 0.25; // more than 6 of 24
+    fc.mass_min = 4;
+    fc.mass_hold = 3000ms;
+    FaultMonitor mon(*cl.initiator, cl.base, fc, Logger("fault"));
+    std::map<uint32_t, int> failed;
+    std::map<uint32_t, Clock::time_point> when;
+    mon.on_failed([&](uint32_t n, std::chrono::milliseconds) {
+        failed[n]++;
+        when[n] = Clock::now();
+    });
+    auto all = range_set(0, 24);
+    mon.watch(all);
+    cl.initiator->run_until([] { return false; }, 1000ms);
+    assert_true(failed.empty());
+    // Half the agents die at once: held, well past the timeout.
+    for (uint32_t n = 12; n < 24; ++n)
+        cl.agents[n].reset();
+    auto t0 = Clock::now();
+    cl.initiator->run_until([] { return false; }, 2500ms);
+    assert_true(failed.empty());
+    assert_true(mon.guard().holding());
+    assert_int_equal(mon.tracker().in_state(State::suspect).size(), 12);
+    // 8 come back: 4 silent, no longer massive; those 4 are reported then.
+    for (uint32_t n = 12; n < 20; ++n)
+        cl.restart(n);
+    auto t1 = Clock::now();
+    assert_true(cl.initiator->run_until([&] { return failed.size() == 4; }, 3000ms));
+    cl.initiator->run_until([] { return false; }, 500ms);
+    assert_int_equal(failed.size(), 4);
+    for (uint32_t n = 20; n < 24; ++n) {
+        assert_int_equal(failed[n], 1);
+        assert_true(when[n] - t0 >= 2500ms);
+        assert_true(when[n] - t1 < 1500ms);
+    }
+    assert_false(mon.guard().holding());
+    assert_int_equal(mon.tracker().in_state(State::healthy).size(), 20);
+    // Taken out of service.  Then 8 of the 20 die for good: held for the
+    // bound, then reported, each once.
+    for (uint32_t n = 20; n < 24; ++n) {
+        mon.forget(n);
+        all.erase(n);
+    }
+    mon.watch(all);
+    for (uint32_t n = 4; n < 12; ++n)
+        cl.agents[n].reset();
+    auto t2 = Clock::now();
+    cl.initiator->run_until([] { return false; }, 2500ms);
+    assert_int_equal(failed.size(), 4);
+    assert_true(mon.guard().holding());
+    assert_true(cl.initiator->run_until([&] { return failed.size() == 12; }, 3000ms));
+    for (uint32_t n = 4; n < 12; ++n) {
+        assert_int_equal(failed[n], 1);
+        assert_true(when[n] - t2 >= 2800ms);
+        assert_true(when[n] - t2 < 4500ms);
+    }
+    cl.initiator->run_until([] { return false; }, 500ms);
+    assert_int_equal(failed.size(), 12);
+}
+
+void test_monitor_one_dead_among_many(void **)
+{
+    Cluster cl(32, 4, 300ms);
+    FaultMonitor mon(*cl.initiator, cl.base, FaultConfig::for_timeout(1000ms), Logger("fault"));
+    std::map<uint32_t, int> failed;
+    std::map<uint32_t, Clock::time_point> when;
+    mon.on_failed([&](uint32_t n, std::chrono::milliseconds silent) {
+        failed[n]++;
+        when[n] = Clock::now();
+        assert_true(silent >= 1000ms);
+    });
+    mon.watch(range_set(0, 32));
+    cl.initiator->run_until([] { return false; }, 1000ms);
+    assert_true(failed.empty());
+    // 9 heads 10..16 at fanout 4: it goes silent (a frozen daemon).
+    auto t0 = Clock::now();
+    cl.agents[9].reset();
+    int s = silent_listener(cl.table[9]);
+    assert_true(cl.initiator->run_until([&] { return !failed.empty(); }, 4000ms));
+    assert_true(when[9] - t0 < 1800ms);
+    cl.initiator->run_until([] { return false; }, 1500ms);
+    assert_int_equal(failed.size(), 1);
+    assert_int_equal(failed[9], 1);
+    assert_false(mon.guard().holding());
+    assert_int_equal(mon.tracker().in_state(State::healthy).size(), 31);
+    close(s);
+}
 } // namespace
 
 int main()
@@ -181,7 +429,13 @@ int main()
         cmocka_unit_test(test_tracker_reports_once),
         cmocka_unit_test(test_tracker_suspect_answers),
         cmocka_unit_test(test_tracker_own_stall_not_counted),
+        cmocka_unit_test(test_tracker_not_before),
         cmocka_unit_test(test_monitor_finds_dead_and_silent),
+        cmocka_unit_test(test_guard_episodes),
+        cmocka_unit_test(test_blamed_roots),
+        cmocka_unit_test(test_monitor_subtree_through_the_tree),
+        cmocka_unit_test(test_monitor_mass_silence_holds),
+        cmocka_unit_test(test_monitor_one_dead_among_many),
     };
     return cmocka_run_group_tests_name("fault", tests, nullptr, nullptr);
 }
