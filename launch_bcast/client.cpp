@@ -212,7 +212,7 @@ class ChunkReader {
 public:
     struct Chunk {
         std::shared_ptr<std::string> frame; // the data frame's payload: header and bytes
-        uint32_t raw_len = 0;
+        uint32_t raw_len = 0;               // bytes of the files it carries
     };
 
     ChunkReader(const Source &src, uint32_t chunk, bool compress, unsigned depth)
@@ -283,14 +283,10 @@ private:
     void run()
     {
         try {
-            for (size_t i = 0; i < src_.entries.size(); ++i) {
-                const Entry &e = src_.entries[i];
-                if (e.kind != Entry::file || e.size == 0)
-                    continue;
-                read_file(static_cast<uint32_t>(i), src_.paths[i], e.size);
-                std::lock_guard<std::mutex> l(m_);
-                if (stop_)
-                    return;
+            if (src_.entries.front().dir()) {
+                read_packs();
+            } else if (src_.entries.front().size > 0) {
+                read_file(src_.paths.front(), src_.entries.front().size);
             }
             finish("");
         } catch (const BcastError &e) {
@@ -299,57 +295,109 @@ private:
             finish(e.what());
         }
     }
-    void read_file(uint32_t entry, const std::string &path, uint64_t size)
+    bool stopping()
+    {
+        std::lock_guard<std::mutex> l(m_);
+        return stop_;
+    }
+    // Reads `len` bytes of `path` at `offset` into out[at, at + len).
+    static void read_exactly(int fd, const std::string &path, uint64_t offset, char *out, size_t len)
+    {
+        size_t got = 0;
+        while (got < len) {
+            ssize_t n = pread(fd, out + got, len - got, static_cast<off_t>(offset + got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                throw BcastError(sys("cannot read " + path, errno));
+            if (n == 0)
+                throw BcastError(path + " shrank while being sent");
+            got += static_cast<size_t>(n);
+        }
+    }
+    static int open_source(const std::string &path)
     {
         int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             throw BcastError(sys("cannot read " + path, errno));
-        std::unique_ptr<int, void (*)(int *)> closer(&fd, [](int *f) { ::close(*f); });
         posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        return fd;
+    }
+    // Checksums and compresses `raw`, and queues the chunk; `bytes` of
+    // the files it carries (the progress it makes).
+    void emit(ChunkHeader h, const std::string &raw, uint32_t bytes)
+    {
+        h.raw_len = static_cast<uint32_t>(raw.size());
+        h.crc = crc32(raw);
+        std::string_view body = raw;
+        std::string packed;
+        if (compress_) {
+            uLongf clen = compressBound(raw.size());
+            packed.resize(clen);
+            if (compress2(reinterpret_cast<Bytef *>(packed.data()), &clen,
+                          reinterpret_cast<const Bytef *>(raw.data()), raw.size(), 1) == Z_OK &&
+                clen < raw.size()) {
+                packed.resize(clen);
+                h.compressed = true;
+                body = packed;
+            }
+        }
+        net::Writer w;
+        h.encode(w);
+        auto frame = std::make_shared<std::string>(w.take());
+        frame->append(body.data(), body.size());
+        push(Chunk{std::move(frame), bytes});
+    }
+    // A file broadcast: the file in chunks of its own.
+    void read_file(const std::string &path, uint64_t size)
+    {
+        int fd = open_source(path);
+        std::unique_ptr<int, void (*)(int *)> closer(&fd, [](int *f) { ::close(*f); });
         std::string raw;
-        for (uint64_t offset = 0; offset < size;) {
+        for (uint64_t offset = 0; offset < size && !stopping();) {
             size_t len = static_cast<size_t>(std::min<uint64_t>(chunk_, size - offset));
             raw.resize(len);
-            size_t got = 0;
-            while (got < len) {
-                ssize_t n = pread(fd, raw.data() + got, len - got, static_cast<off_t>(offset + got));
-                if (n < 0 && errno == EINTR)
-                    continue;
-                if (n < 0)
-                    throw BcastError(sys("cannot read " + path, errno));
-                if (n == 0)
-                    throw BcastError(path + " shrank while being sent");
-                got += static_cast<size_t>(n);
+            read_exactly(fd, path, offset, raw.data(), len);
+            ChunkHeader h;
+            h.offset = offset;
+            emit(h, raw, static_cast<uint32_t>(len));
+            offset += len;
+        }
+    }
+    // A directory broadcast: every file's bytes as records packed into
+    // chunks (PackPlan), a file's descriptor open from its first record
+    // to its last.
+    void read_packs()
+    {
+        PackPlan plan(src_.entries, chunk_);
+        int fd = -1;
+        uint32_t open_entry = 0;
+        std::unique_ptr<int, void (*)(int *)> closer(&fd, [](int *f) {
+            if (*f >= 0)
+                ::close(*f);
+        });
+        std::string raw;
+        for (auto pieces = plan.next(); !pieces.empty() && !stopping(); pieces = plan.next()) {
+            raw.clear();
+            uint32_t bytes = 0;
+            for (const auto &p : pieces) {
+                const std::string &path = src_.paths[p.entry];
+                if (fd < 0 || open_entry != p.entry) {
+                    if (fd >= 0)
+                        ::close(fd);
+                    fd = -1;
+                    fd = open_source(path);
+                    open_entry = p.entry;
+                }
+                encode_record_header(raw, p.entry, p.offset, p.len);
+                size_t at = raw.size();
+                raw.resize(at + p.len);
+                read_exactly(fd, path, p.offset, raw.data() + at, p.len);
+                bytes += p.len;
             }
             ChunkHeader h;
-            h.entry = entry;
-            h.offset = offset;
-            h.raw_len = static_cast<uint32_t>(len);
-            h.crc = crc32(raw);
-            std::string_view bytes = raw;
-            std::string packed;
-            if (compress_) {
-                uLongf clen = compressBound(len);
-                packed.resize(clen);
-                if (compress2(reinterpret_cast<Bytef *>(packed.data()), &clen,
-                              reinterpret_cast<const Bytef *>(raw.data()), len, 1) == Z_OK &&
-                    clen < len) {
-                    packed.resize(clen);
-                    h.compressed = true;
-                    bytes = packed;
-                }
-            }
-            net::Writer w;
-            h.encode(w);
-            auto frame = std::make_shared<std::string>(w.take());
-            frame->append(bytes.data(), bytes.size());
-            push(Chunk{std::move(frame), h.raw_len});
-            {
-                std::lock_guard<std::mutex> l(m_);
-                if (stop_)
-                    return;
-            }
-            offset += len;
+            h.packed = true;
+            emit(h, raw, bytes);
         }
     }
 
@@ -521,6 +569,9 @@ Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
     const uint32_t chunk = chunk_size_of(o);
     if (chunk > kMaxChunk)
         throw BcastError("chunk size must be 1 byte to " + std::to_string(kMaxChunk >> 20) + " MiB");
+    if (src.entries.front().dir() && chunk <= PackRecord::kHeader)
+        throw BcastError("a directory's chunks must exceed " + std::to_string(PackRecord::kHeader) +
+                         " bytes (their records' headers)");
     NoSigpipe guard;
     OpenRequest req;
     req.cred = o.cred;

@@ -2,10 +2,12 @@
 
 #include "lib/prim/checksum.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 
 #include <zlib.h>
 
@@ -148,7 +150,7 @@ void ChunkHeader::encode(net::Writer &w) const
     w.u64(offset);
     w.u32(raw_len);
     w.u32(crc);
-    w.u8(compressed ? 1 : 0);
+    w.u8((compressed ? 1 : 0) | (packed ? 2 : 0));
 }
 
 ChunkHeader ChunkHeader::decode(net::Reader &r)
@@ -159,10 +161,83 @@ ChunkHeader ChunkHeader::decode(net::Reader &r)
     h.raw_len = r.u32();
     h.crc = r.u32();
     uint8_t c = r.u8();
-    if (c > 1 || h.raw_len == 0 || h.raw_len > kMaxChunk)
+    if (c > 3 || h.raw_len == 0 || h.raw_len > kMaxChunk)
         throw DecodeError("bad chunk header");
-    h.compressed = c == 1;
+    h.compressed = c & 1;
+    h.packed = c & 2;
+    if (h.packed && (h.entry != 0 || h.offset != 0))
+        throw DecodeError("bad chunk header");
     return h;
+}
+
+void encode_record_header(std::string &out, uint32_t entry, uint64_t offset, uint32_t len)
+{
+    net::Writer w;
+    w.u32(entry);
+    w.u64(offset);
+    w.u32(len);
+    out += w.data();
+}
+
+std::vector<PackRecord> decode_pack(std::string_view bytes)
+{
+    std::vector<PackRecord> out;
+    net::Reader r(bytes);
+    while (r.remaining() > 0) {
+        if (r.remaining() < PackRecord::kHeader)
+            throw DecodeError("packed chunk: a record header cut short after " + std::to_string(out.size()) +
+                              " records");
+        PackRecord rec;
+        rec.entry = r.u32();
+        rec.offset = r.u64();
+        uint32_t len = r.u32();
+        if (len == 0 || len > r.remaining())
+            throw DecodeError("packed chunk: record " + std::to_string(out.size()) + " (entry " +
+                              std::to_string(rec.entry) + ") of " + std::to_string(len) + " bytes, " +
+                              std::to_string(r.remaining()) + " left in the chunk");
+        if (!out.empty() && rec.entry <= out.back().entry)
+            throw DecodeError("packed chunk: record " + std::to_string(out.size()) + " names entry " +
+                              std::to_string(rec.entry) + " after entry " + std::to_string(out.back().entry));
+        rec.bytes = r.raw(len);
+        out.push_back(rec);
+    }
+    return out;
+}
+
+std::string check_record(const PackRecord &r, bool is_file, uint64_t size, uint64_t received)
+{
+    if (!is_file)
+        return "packed chunk: a record for entry " + std::to_string(r.entry) + ", which is not a file";
+    if (r.offset != received || r.bytes.size() > size - received)
+        return "packed chunk: record [" + std::to_string(r.offset) + ", +" + std::to_string(r.bytes.size()) +
+               ") of entry " + std::to_string(r.entry) + " out of order or beyond its " +
+               std::to_string(size) + " bytes (" + std::to_string(received) + " received)";
+    return "";
+}
+
+PackPlan::PackPlan(const std::vector<Entry> &entries, uint32_t chunk) : entries_(entries), chunk_(chunk)
+{
+    if (chunk <= PackRecord::kHeader)
+        throw std::invalid_argument("packed chunks of " + std::to_string(chunk) + " bytes");
+}
+
+std::vector<PackPiece> PackPlan::next()
+{
+    std::vector<PackPiece> out;
+    uint64_t used = 0;
+    while (entry_ < entries_.size() && used + PackRecord::kHeader < chunk_) {
+        const Entry &e = entries_[entry_];
+        if (e.kind != Entry::file || offset_ >= e.size) {
+            ++entry_;
+            offset_ = 0;
+            continue;
+        }
+        uint64_t len = std::min<uint64_t>(e.size - offset_, chunk_ - used - PackRecord::kHeader);
+        out.push_back(PackPiece{static_cast<uint32_t>(entry_), offset_, static_cast<uint32_t>(len)});
+        used += PackRecord::kHeader + len;
+        offset_ += len;
+    }
+    return out;
 }
 
 std::string Reply::encode() const

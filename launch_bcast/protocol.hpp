@@ -70,8 +70,9 @@ uint64_t total_bytes(const std::vector<Entry> &entries);
 // The open request's version, its first 4 bytes: above any credential's
 // length, so that an agent or client of the version before (which started
 // with the credential) refuses the other's request rather than misread it.
-// 0x53420002 ("SB", 2): entries with kinds (symlinks, hard links).
-constexpr uint32_t kOpenVersion = 0x53420002;
+// 0x53420002 ("SB", 2): entries with kinds (symlinks, hard links);
+// 0x53420003: packed chunks (a directory's files as records).
+constexpr uint32_t kOpenVersion = 0x53420003;
 
 struct OpenRequest {
     std::string cred; // Slurm's sbcast credential, packed
@@ -88,6 +89,12 @@ struct OpenRequest {
 
 // A chunk: a header and the bytes.  The bytes are zlib-compressed when
 // `compressed`; crc is the CRC-32C of the uncompressed bytes.
+//
+// A chunk of one file (a file broadcast) carries bytes [offset, offset +
+// raw_len) of entry `entry`.  A packed chunk (`packed`: every chunk of a
+// directory broadcast) carries records, each a piece of one file (see
+// PackRecord), its entry and offset 0; raw_len and crc are those of the
+// records as a whole.
 struct ChunkHeader {
     static constexpr size_t kSize = 4 + 8 + 4 + 4 + 1;
     uint32_t entry = 0;
@@ -95,10 +102,56 @@ struct ChunkHeader {
     uint32_t raw_len = 0;
     uint32_t crc = 0;
     bool compressed = false;
+    bool packed = false;
 
     void encode(net::Writer &w) const;
     // Reads the header; the rest of the payload is the bytes.
     static ChunkHeader decode(net::Reader &r);
+};
+
+// One record of a packed chunk: bytes [offset, offset + len) of file entry
+// `entry`, encoded as entry (4 bytes), offset (8), len (4), then the
+// bytes.  The records of a chunk name strictly increasing entries, and
+// each has at least one byte: a node checks each continues its file where
+// the bytes received so far end (check_record).
+struct PackRecord {
+    static constexpr size_t kHeader = 4 + 8 + 4;
+    uint32_t entry = 0;
+    uint64_t offset = 0;
+    std::string_view bytes;
+};
+
+// Appends a record's header (its `len` bytes follow, the caller's).
+void encode_record_header(std::string &out, uint32_t entry, uint64_t offset, uint32_t len);
+// The records of a packed chunk's (uncompressed) bytes, which they fill
+// exactly.  Throws net::DecodeError for a truncated or empty record, or
+// entries not strictly increasing.
+std::vector<PackRecord> decode_pack(std::string_view bytes);
+// Whether record `r` fits what a node has of its entry: a file
+// (`is_file`) of `size` bytes of which `received` came.  "" or why not.
+std::string check_record(const PackRecord &r, bool is_file, uint64_t size, uint64_t received);
+
+// How a directory broadcast's files are cut into packed chunks of at most
+// `chunk` bytes: in entry order, files with bytes only, each chunk filled
+// up to `chunk` (a file that does not fit continues in the next chunk,
+// a large one over several).  The client's reader follows it.
+struct PackPiece {
+    uint32_t entry = 0;
+    uint64_t offset = 0;
+    uint32_t len = 0;
+};
+class PackPlan {
+public:
+    // `chunk` must exceed PackRecord::kHeader.
+    PackPlan(const std::vector<Entry> &entries, uint32_t chunk);
+    // The pieces of the next chunk; empty once every byte is planned.
+    std::vector<PackPiece> next();
+
+private:
+    const std::vector<Entry> &entries_;
+    uint32_t chunk_;
+    size_t entry_ = 0;
+    uint64_t offset_ = 0;
 };
 
 // The head's answers.  `working` says only that the head is alive and its

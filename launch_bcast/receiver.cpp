@@ -402,9 +402,53 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
     return "";
 }
 
-// On the worker: checks and writes one chunk, as the user.  "" or why
-// not; `file_done`: its file now holds every byte.
-std::string write_chunk(Session &s, std::string_view payload, bool sealed, bool &file_done)
+// On the worker, as the user: writes `bytes` at `offset` of file `f`,
+// checked to continue it (write_chunk).  "" or why not; `files_done`
+// counts the files now complete.
+std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view bytes, size_t &files_done)
+{
+    if (f.fd < 0) {
+        // The staged file sits in a directory the user can write: between
+        // its creation and now it may have been swapped for a FIFO (whose
+        // open would block until a reader came), a device or another file.
+        // O_NONBLOCK keeps the open from waiting, and the descriptor is
+        // used only if it is still the regular file created.
+        int fd = s.open_entry(f, O_WRONLY | O_NONBLOCK | O_NOCTTY);
+        if (fd < 0)
+            return err("cannot open " + f.path, errno);
+        struct stat now;
+        if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode) || now.st_dev != f.dev || now.st_ino != f.ino) {
+            ::close(fd);
+            return f.path + " was replaced while it was being received (it is no longer the file " +
+                   "this broadcast created)";
+        }
+        f.fd = fd;
+    }
+    size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = pwrite(f.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return err("cannot write " + s.dest, n < 0 ? errno : EIO);
+        done += static_cast<size_t>(n);
+    }
+    f.received += bytes.size();
+    if (f.received == f.size) {
+        int rc = ::close(f.fd);
+        f.fd = -1;
+        if (rc != 0)
+            return err("cannot write " + s.dest, errno);
+        ++files_done;
+    }
+    return "";
+}
+
+// On the worker: checks and writes one chunk, as the user: a file's bytes,
+// or records packed for several (every record checked before any is
+// written).  "" or why not; `files_done`: how many files now hold every
+// byte.
+std::string write_chunk(Session &s, std::string_view payload, bool sealed, size_t &files_done)
 {
     if (!s.failed.empty())
         return s.failed;
@@ -415,12 +459,13 @@ std::string write_chunk(Session &s, std::string_view payload, bool sealed, bool 
     net::Reader r(payload);
     ChunkHeader h = ChunkHeader::decode(r);
     std::string_view bytes = r.rest();
-    if (h.entry >= s.files.size() || s.files[h.entry].kind != Entry::file)
+    if (!h.packed && (h.entry >= s.files.size() || s.files[h.entry].kind != Entry::file))
         return failed("chunk for entry " + std::to_string(h.entry) + ", which is not a file");
-    File &f = s.files[h.entry];
-    if (h.offset != f.received || h.raw_len > f.size - f.received)
+    if (!h.packed && (h.offset != s.files[h.entry].received ||
+                      h.raw_len > s.files[h.entry].size - s.files[h.entry].received))
         return failed("chunk [" + std::to_string(h.offset) + ", +" + std::to_string(h.raw_len) +
-                      ") out of order or beyond the " + std::to_string(f.size) + " bytes of " + f.path);
+                      ") out of order or beyond the " + std::to_string(s.files[h.entry].size) + " bytes of " +
+                      s.files[h.entry].path);
     std::string inflated;
     if (h.compressed) {
         inflated.resize(h.raw_len);
@@ -439,43 +484,32 @@ std::string write_chunk(Session &s, std::string_view payload, bool sealed, bool 
     // repeat what the seal proved.
     if (!sealed && crc32(bytes) != h.crc)
         return failed("chunk at " + std::to_string(h.offset) + " of " + s.dest + " fails its CRC check");
+    std::vector<PackRecord> records;
+    if (h.packed) {
+        // Entries strictly increase (decode_pack): each record is checked
+        // against its file as it is before this chunk.
+        try {
+            records = decode_pack(bytes);
+        } catch (const net::DecodeError &e) {
+            return failed(std::string(e.what()) + " (" + s.dest + ")");
+        }
+        for (const auto &rec : records) {
+            const File *f = rec.entry < s.files.size() ? &s.files[rec.entry] : nullptr;
+            std::string why =
+                check_record(rec, f && f->kind == Entry::file, f ? f->size : 0, f ? f->received : 0);
+            if (!why.empty())
+                return failed(why + " (" + s.dest + ")");
+        }
+    } else {
+        records.push_back(PackRecord{h.entry, h.offset, bytes});
+    }
     // As the user: the user's disk quota and reserved blocks hold for the
     // data as for the files' creation (AsUser drops CAP_SYS_RESOURCE).
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
-    if (f.fd < 0) {
-        // The staged file sits in a directory the user can write: between
-        // its creation and now it may have been swapped for a FIFO (whose
-        // open would block until a reader came), a device or another file.
-        // O_NONBLOCK keeps the open from waiting, and the descriptor is
-        // used only if it is still the regular file created.
-        int fd = s.open_entry(f, O_WRONLY | O_NONBLOCK | O_NOCTTY);
-        if (fd < 0)
-            return failed(err("cannot open " + f.path, errno));
-        struct stat now;
-        if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode) || now.st_dev != f.dev || now.st_ino != f.ino) {
-            ::close(fd);
-            return failed(f.path + " was replaced while it was being received (it is no longer the file " +
-                          "this broadcast created)");
-        }
-        f.fd = fd;
-    }
-    size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t n =
-            pwrite(f.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(h.offset + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return failed(err("cannot write " + s.dest, n < 0 ? errno : EIO));
-        done += static_cast<size_t>(n);
-    }
-    f.received += bytes.size();
-    if (f.received == f.size) {
-        int rc = ::close(f.fd);
-        f.fd = -1;
-        if (rc != 0)
-            return failed(err("cannot write " + s.dest, errno));
-        file_done = true;
+    for (const auto &rec : records) {
+        std::string why = write_piece(s, s.files[rec.entry], rec.offset, rec.bytes, files_done);
+        if (!why.empty())
+            return failed(why);
     }
     return "";
 }
@@ -812,16 +846,16 @@ void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done do
     uint64_t w = s->wait(std::move(done));
     s->worker->submit("writing " + s->temp,
                       [this, s, w, n, sealed, bytes = std::string(payload)]() -> FsWorker::Done {
-                          bool file_done = false;
+                          size_t files_done = 0;
                           std::string why;
                           if (!s->cancelled) {
                               try {
-                                  why = write_chunk(*s, bytes, sealed, file_done);
+                                  why = write_chunk(*s, bytes, sealed, files_done);
                               } catch (const std::exception &e) {
                                   why = s->failed = e.what();
                               }
                           }
-                          return [this, s, w, n, why, file_done] {
+                          return [this, s, w, n, why, files_done] {
                               s->queued -= n;
                               queued_ -= n;
                               if (s->state == Session::ended)
@@ -832,7 +866,9 @@ void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done do
                                       s->error = why;
                                   return done(why);
                               }
-                              if (file_done && --s->incomplete == 0)
+                              // Each file completes once (its bytes continue it
+                              // exactly: write_chunk), so this stays exact.
+                              if (files_done > 0 && (s->incomplete -= files_done) == 0)
                                   engine_.set_variable(var_prefix(s->sid) + "complete", 1);
                               done("");
                           };

@@ -1,9 +1,12 @@
 // Fuzz target: the broadcast protocol (launch_bcast/protocol.hpp) as a
 // head agent reads it from a user's client (open, with its entries:
-// files, directories, symbolic and hard links; chunk headers) and a
-// client reads it from an agent (replies), and the launch gate's list of
+// files, directories, symbolic and hard links; chunk headers), a node
+// reads it from the head (a packed chunk's records, checked against a
+// session's files), and a client reads it from an agent (replies), and the
+// launch gate's list of
 // sessions as slurmstepd passes it from a step's environment (gate.hpp).
 #include <stdexcept>
+#include <string>
 
 #include "launch_bcast/gate.hpp"
 #include "launch_bcast/protocol.hpp"
@@ -15,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz::Pick in(data, size);
     try {
-        switch (in.which % 5) {
+        switch (in.which % 6) {
         case 0: {
             auto o = bcast::OpenRequest::decode(in.rest);
             // What a node relies on: links carry no bytes, a hard link
@@ -51,6 +54,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3:
             bcast::safe_relative_path(in.rest);
             break;
+        case 5: {
+            // The records as a node checks them against a session of 8
+            // entries, the odd ones files of 64 bytes: what check_record
+            // accepts continues its file within its size, and the records
+            // encode back to the chunk.
+            auto records = bcast::decode_pack(in.rest);
+            uint64_t received[8] = {};
+            std::string again;
+            for (size_t i = 0; i < records.size(); ++i) {
+                const auto &r = records[i];
+                FUZZ_REQUIRE(!r.bytes.empty() && (i == 0 || r.entry > records[i - 1].entry));
+                bcast::encode_record_header(again, r.entry, r.offset, static_cast<uint32_t>(r.bytes.size()));
+                again.append(r.bytes.data(), r.bytes.size());
+                bool file = r.entry < 8 && r.entry % 2 == 1;
+                uint64_t &got = received[r.entry % 8];
+                if (bcast::check_record(r, file, 64, file ? got : 0).empty()) {
+                    FUZZ_REQUIRE(file && r.offset == got && got + r.bytes.size() <= 64);
+                    got += r.bytes.size();
+                }
+            }
+            FUZZ_REQUIRE(again == in.rest);
+            break;
+        }
         default:
             try {
                 auto sids = bcast::gate::parse(in.rest);

@@ -93,6 +93,14 @@ int main(int argc, char **argv)
     h.compressed = true;
     h.encode(w);
     seed("fuzz_bcast", 3, 2, w.data());
+    std::string pack;
+    bcast::encode_record_header(pack, 1, 0, 5);
+    pack += "hello";
+    bcast::encode_record_header(pack, 3, 0, 64);
+    pack += std::string(64, 'x');
+    bcast::encode_record_header(pack, 5, 0, 3);
+    pack += "abc";
+    seed("fuzz_bcast", 7, 5, pack);
     seed("fuzz_bcast", 4, 3, "a/b/c");
     seed("fuzz_bcast", 5, 4, bcast::gate::format({1, 0xfedcba9876543210ull}));
 

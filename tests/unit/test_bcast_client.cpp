@@ -1,6 +1,9 @@
 // Unit tests of the broadcast's client (launch_bcast/client.cpp): the
 // default chunk size, a client whose window is full waiting without using
-// the CPU, and a broadcast cancelled from another thread while it streams.
+// the CPU, a broadcast cancelled from another thread while it streams,
+// and a tree's files packed into chunks by the client's reader (a file
+// exactly filling a chunk, empty files, a large file between small ones,
+// links carrying no bytes) arriving exact in as many chunks as planned.
 
 #include <atomic>
 #include <chrono>
@@ -126,6 +129,56 @@ void test_cancel(void **)
     assert_true(listing(out).empty());
 }
 
+void test_tree_in_packs(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    const uint32_t chunk = 1024;
+    std::string src = t.path + "/tree";
+    mkdir(src.c_str(), 0755);
+    mkdir((src + "/many").c_str(), 0755);
+    std::vector<std::pair<std::string, std::string>> files; // name, bytes
+    // In the order of the scan (names sorted): a file filling the first
+    // chunk exactly, an empty one, a large one, links, small ones.
+    files.emplace_back("a", make_file(src + "/a", chunk - PackRecord::kHeader, 0644));
+    files.emplace_back("b", make_file(src + "/b", 0, 0644));
+    files.emplace_back("c", make_file(src + "/c", 5000, 0644));
+    assert_int_equal(symlink("a", (src + "/d").c_str()), 0);
+    assert_int_equal(link((src + "/a").c_str(), (src + "/e").c_str()), 0);
+    files.emplace_back("f", make_file(src + "/f", 7, 0600));
+    for (int i = 0; i < 200; ++i) {
+        std::string n = "many/" + std::to_string(1000 + i);
+        files.emplace_back(n, make_file(src + "/" + n, static_cast<size_t>(i % 50), 0644));
+    }
+    files.emplace_back("z", make_file(src + "/z", 3000, 0644));
+    Source scanned = scan(src);
+    size_t planned = 0;
+    PackPlan plan(scanned.entries, chunk);
+    while (!plan.next().empty())
+        ++planned;
+    BcastCluster bc(1, t.path);
+    std::atomic<unsigned> chunks{0};
+    bc.on_data = [&](unsigned, unsigned n) { chunks = n; };
+    std::string dest = t.path + "/copy";
+    assert_string_equal(bc.send(scanned, dest, cred(1), kUser, kForce, 1, chunk).c_str(), "");
+    for (const auto &[name, bytes] : files)
+        assert_true(slurp(dest + "/" + name) == bytes);
+    char target[8] = {};
+    assert_int_equal(readlink((dest + "/d").c_str(), target, sizeof target - 1), 1);
+    assert_string_equal(target, "a");
+    struct stat st, st2;
+    assert_int_equal(stat((dest + "/a").c_str(), &st), 0);
+    assert_int_equal(stat((dest + "/e").c_str(), &st2), 0);
+    assert_true(st.st_ino == st2.st_ino);
+    // 205 files, 13,915 bytes in all: 17 chunks of 1 KiB, each file's
+    // bytes where they fit rather than in chunks of their own.
+    if (chunks != planned || planned > 20)
+        fprintf(stderr, "%u chunks, %zu planned\n", chunks.load(), planned);
+    assert_int_equal(chunks.load(), planned);
+    assert_int_equal(planned, 17);
+}
+
 } // namespace
 
 int main()
@@ -135,6 +188,7 @@ int main()
         cmocka_unit_test(test_chunk_size_defaults),
         cmocka_unit_test(test_full_window_waits_idle),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_tree_in_packs),
     };
     return cmocka_run_group_tests_name("bcast_client", tests, nullptr, nullptr);
 }

@@ -8,7 +8,11 @@
 // or another file is refused without blocking the agent's loop; the
 // user's disk quota holds; a tree arrives exact (links, hard links, empty
 // directories, odd names); a staged directory the user swaps for a
-// symbolic link leads nothing outside the destination.
+// symbolic link leads nothing outside the destination.  Packed chunks:
+// one chunk's records fill many files of a tree (past the first 64, whose
+// descriptors were kept, too), the session is complete once every byte
+// came, and a malformed pack fails its session with its reason, writing
+// nothing of it.
 
 #include <csignal>
 #include <cstring>
@@ -558,6 +562,125 @@ void test_symlink_race_writes_nothing_outside(void **)
     assert_int_equal(rx.sessions(), 0);
 }
 
+// A packed chunk of `records` (entry, offset, bytes).
+struct Rec {
+    uint32_t entry;
+    uint64_t offset;
+    std::string bytes;
+};
+std::string pack_chunk(const std::vector<Rec> &records, size_t cut = 0)
+{
+    std::string raw;
+    for (const auto &r : records) {
+        encode_record_header(raw, r.entry, r.offset, static_cast<uint32_t>(r.bytes.size()));
+        raw += r.bytes;
+    }
+    raw.resize(raw.size() - cut);
+    ChunkHeader h;
+    h.packed = true;
+    h.raw_len = static_cast<uint32_t>(raw.size());
+    h.crc = crc32(raw);
+    net::Writer w;
+    h.encode(w);
+    return w.take() + raw;
+}
+
+void test_packed_chunks(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
+                Logger("n0"));
+    rx.recover();
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = t.path + "/tree";
+    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    std::vector<Rec> small; // entries 1-70: 3 bytes each
+    for (uint32_t i = 1; i <= 70; ++i) {
+        char n[8];
+        snprintf(n, sizeof n, "f%02u", i);
+        q.entries.push_back(Entry{n, Entry::file, 0644, 3, 0, 0, {}, 0});
+        small.push_back(Rec{i, 0, std::string(n).substr(1) + "."});
+    }
+    q.entries.push_back(Entry{"d", Entry::directory, 0755, 0, 0, 0, {}, 0}); // 71
+    q.entries.push_back(Entry{"big", Entry::file, 0644, 5, 0, 0, {}, 0});    // 72
+    Entry l{"l", Entry::symlink, 0, 0, 0, 0, "f01", 0};
+    q.entries.push_back(l);                                             // 73
+    q.entries.push_back(Entry{"e", Entry::file, 0644, 0, 0, 0, {}, 0}); // 74
+    const std::string complete = "complete";
+    uint64_t sid = 60;
+    auto open = [&] {
+        ++sid;
+        assert_string_equal(ask(rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+    };
+    auto data = [&](const std::string &chunk) {
+        return ask(rx, cl.base, event_name("data", sid), sid, chunk);
+    };
+
+    // Every small file and the start of a large one in one chunk, the
+    // rest of the large one in the next: complete only then.
+    open();
+    std::vector<Rec> first = small;
+    first.push_back(Rec{72, 0, "12"});
+    assert_string_equal(data(pack_chunk(first)).c_str(), "");
+    assert_int_equal(cl.agents[0]->variable(var_prefix(sid) + complete), 0);
+    assert_string_equal(data(pack_chunk({{72, 2, "345"}})).c_str(), "");
+    assert_int_equal(cl.agents[0]->variable(var_prefix(sid) + complete), 1);
+    cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
+    assert_string_equal(ask(rx, cl.base, event_name("commit", sid), sid, "").c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("finish", sid), sid, "").c_str(), "");
+    assert_true(slurp(q.dest + "/f01") == "01.");
+    assert_true(slurp(q.dest + "/f70") == "70.");
+    assert_true(slurp(q.dest + "/big") == "12345");
+    assert_true(slurp(q.dest + "/e").empty());
+    struct stat st;
+    assert_int_equal(lstat((q.dest + "/l").c_str(), &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_int_equal(system(("rm -rf '" + q.dest + "'").c_str()), 0);
+
+    // Malformed packs, each in a session of its own: refused with the
+    // reason, and nothing of the pack written (a good record first).
+    struct Bad {
+        std::vector<Rec> before; // chunks that pass, one record each
+        std::vector<Rec> pack;
+        size_t cut;
+        const char *why;
+    };
+    const Bad bad[] = {
+        {{}, {{1, 0, "01."}, {71, 0, "x"}}, 0, "entry 71, which is not a file"},
+        {{}, {{1, 0, "01."}, {1000, 0, "x"}}, 0, "entry 1000, which is not a file"},
+        {{}, {{1, 0, "01."}, {2, 0, "02.."}}, 0, "beyond its 3 bytes"},
+        {{}, {{1, 0, "01."}, {2, 0, "02."}}, 1, "of 3 bytes, 2 left in the chunk"},
+        {{}, {{1, 0, "01."}, {2, 0, "02."}}, 6, "a record header cut short"},
+        {{}, {{2, 0, "02."}, {1, 0, "01."}}, 0, "names entry 1 after entry 2"},
+        {{{2, 0, "02."}}, {{1, 0, "01."}, {2, 0, "02."}}, 0, "out of order"}, // bytes again
+        {{{2, 0, "0"}}, {{1, 0, "01."}, {2, 2, "."}}, 0, "out of order"},     // a gap
+        {{{2, 0, "0"}}, {{1, 0, "01."}, {2, 0, "02."}}, 0, "out of order"},   // an overlap
+    };
+    for (const Bad &b : bad) {
+        open();
+        for (const Rec &r : b.before)
+            assert_string_equal(data(pack_chunk({r})).c_str(), "");
+        std::string why = data(pack_chunk(b.pack, b.cut));
+        if (!contains(why, b.why) || !contains(why, q.dest))
+            fprintf(stderr, "expected \"%s\", got \"%s\"\n", b.why, why.c_str());
+        assert_true(contains(why, b.why));
+        assert_true(contains(why, q.dest));
+        const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
+        assert_false(slurp(temp + "/f01") == "01."); // nothing of the pack written
+        // Later chunks fail too, and so does the commit.
+        assert_false(data(pack_chunk({{3, 0, "03."}})).empty());
+        ask(rx, cl.base, event_name("abort", sid), sid, "");
+        assert_int_equal(lstat(temp.c_str(), &st), -1);
+        assert_int_equal(lstat(q.dest.c_str(), &st), -1);
+    }
+    assert_int_equal(rx.sessions(), 0);
+}
+
 // Two --force broadcasts of one user to one destination (issue 39, hole
 // 8): the later is refused while the earlier is open, naming it, also
 // under another spelling of the path; the earlier completes, and its file
@@ -826,6 +949,7 @@ int main()
         cmocka_unit_test(test_force_replaces_a_file),
         cmocka_unit_test(test_directory_and_preserve),
         cmocka_unit_test(test_tree_arrives_exact),
+        cmocka_unit_test(test_packed_chunks),
         cmocka_unit_test(test_symlink_race_writes_nothing_outside),
         cmocka_unit_test(test_nothing_resolves_through_a_link),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
