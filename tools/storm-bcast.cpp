@@ -266,7 +266,16 @@ int main(int argc, char **argv)
             auto t0 = std::chrono::steady_clock::now();
             const std::string dir = src.entries.front().dir() ? dest : dest.substr(0, dest.rfind('/') + 1);
             auto r = tools::run_on_nodes(job, shim::expand_hostlist(target.node_list.c_str()),
-                                         target.node_list, dir, dest, unpack);
+                                         target.node_list, dir, dest, unpack, a.unpack_timeout);
+            if (r.timed_out) {
+                std::string list;
+                for (size_t i = 0; i < r.failed.size(); ++i)
+                    list += (i ? ", " : "") + r.failed[i];
+                throw bcast::BcastError(dest +
+                                        " is in place on every node, but its relocation step did not end " +
+                                        "within " + std::to_string(a.unpack_timeout.count()) +
+                                        " s (--unpack-timeout) and was cancelled: " + list);
+            }
             if (!r.failed.empty()) {
                 std::string list;
                 for (size_t i = 0; i < r.failed.size(); ++i)

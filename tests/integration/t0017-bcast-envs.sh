@@ -15,7 +15,9 @@
 #    imports pip and setuptools from the copy, bin/pip's #! line and
 #    activate name the copy.  A conda-pack-shaped directory with
 #    --conda-unpack runs its bin/conda-unpack on every node, as nobody; a
-#    relocation step that fails on one node fails storm-bcast, naming it.
+#    relocation step that fails on one node fails storm-bcast, naming it;
+#    one that hangs on a node is cancelled after --unpack-timeout, naming
+#    the node still running it.
 #  - srun --bcast of a directory is refused, naming it (by srun itself,
 #    as stock); nothing is sent and no task runs.
 #  - progress: on a terminal (script(1)), files and bytes; nothing when
@@ -166,6 +168,15 @@ t_check "  saying so, before sending anything" bash -c "grep -q 'has no bin/cond
 t_check "--unpack that fails on vn3: exit 1" fails b -f --unpack='[ "$SLURMD_NODENAME" != vn3 ] || exit 7' "$SRC/conda" /tmp/conda
 t_check "  naming vn3 and its status" \
     grep -q "is in place on every node, but its relocation step failed on 1 of $N nodes: vn3 (exit 7)" "$T_WORK/b.out"
+start=$(date +%s.%N)
+t_check "--unpack that hangs on vn2, --unpack-timeout=2: exit 1" \
+    fails b -f --unpack-timeout=2 --unpack='[ "$SLURMD_NODENAME" != vn2 ] || exec sleep 297' "$SRC/conda" /tmp/conda
+took=$(echo "$(date +%s.%N) - $start" | bc)
+t_check "  naming vn2 as still running and the timeout" \
+    grep -q "is in place on every node, but its relocation step did not end within 2 s (--unpack-timeout) and was cancelled: vn2 (still running)\$" "$T_WORK/b.out"
+t_check "  within 15 s (${took} s)" [ "$(echo "$took < 15" | bc)" = 1 ]
+for _ in $(seq 50); do pgrep -u nobody -fx "sleep 297" > /dev/null || break; sleep 0.1; done
+t_check "  the step was cancelled: its sleep is gone" fails pgrep -u nobody -fx "sleep 297"
 
 # --- srun --bcast of a directory ---------------------------------------------------
 as_user srun --jobid="$job" -N "$N" --bcast=/tmp/dirprog "$SRC/conda" > "$T_WORK/run5" 2>&1
