@@ -34,10 +34,7 @@ BCAST="$STORM_BUILDDIR/tools/storm-bcast"
 N=4
 vc_up "$N"
 NODES=$("$VC" nodes | tr "\n" " ")
-as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 chmod 1777 "$T_WORK"
-fails() { ! "$@"; }
-b() { as_user "$BCAST" -j "$job" "$@" > "$T_WORK/b.out" 2>&1; local rc=$?; t_diag < "$T_WORK/b.out"; return $rc; }
 # on_nodes OUT CMD...: CMD as nobody once on each node (a step), into OUT
 on_nodes() {
     local out=$1; shift
@@ -55,9 +52,7 @@ every_node() {
     done
     return $bad
 }
-job=$(as_user sbatch --parsable -N "$N" -t 10 -o /dev/null --wrap "sleep 600")
-for _ in $(seq 100); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done
-t_check "a $N-node job of nobody runs ($job)" [ "$(squeue -h -j "$job" -o %T)" = RUNNING ]
+nobody_job "$N" 10
 SRC=$T_WORK/src
 as_user mkdir -p "$SRC"
 

@@ -3,7 +3,8 @@
 // test's own: libcmocka.so.0 is a link to the file) with their links; a
 // listed library found through a chain of a relative and an absolute link
 // (libfoo.so -> libfoo.so.1 -> /abs/libfoo.so.1.2.3: the same two links,
-// targets by base name, and the file); exclusion; refusals.
+// targets by base name, and the file); exclusion; refusals; ldd of a name
+// a shell would read otherwise.
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -17,6 +18,7 @@
 using namespace storm::bcast;
 using test_helpers::contains;
 using test_helpers::error_of;
+using test_helpers::TempDir;
 
 namespace {
 
@@ -101,9 +103,9 @@ void test_program(void **)
 
 void test_dlopen_chain(void **)
 {
-    char tmpl[] = "/tmp/storm-libs-XXXXXX";
-    assert_non_null(mkdtemp(tmpl));
-    const std::string d = tmpl;
+    TempDir tmp("storm-libs");
+    const std::string &d = tmp.path;
+    assert_false(d.empty());
     const std::string me = self();
     std::string cmocka;
     for (const auto &l : ldd(me, nullptr))
@@ -136,7 +138,13 @@ void test_dlopen_chain(void **)
                              scan_libraries(me, {d + "/libfoo.so", d + "/o/libfoo.so.1.2.3"}, "none");
                          }),
                          "two different libraries named libfoo.so.1.2.3"));
-    assert_int_equal(system(("rm -rf " + d).c_str()), 0);
+    // ldd gets the name as one argument, whatever it holds (no shell)
+    const std::string odd = d + "/it's a $(lib) `x`.so";
+    assert_int_equal(system(("cp '" + cmocka + "' \"" + d + "/it's a \\$(lib) \\`x\\`.so\"").c_str()), 0);
+    int odd_libc = 0;
+    for (const auto &l : ldd(odd, nullptr))
+        odd_libc += base(l) == "libc.so.6";
+    assert_int_equal(odd_libc, 1);
 }
 
 } // namespace

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,17 +19,20 @@
 
 using namespace storm::tools;
 using test_helpers::contains;
+using test_helpers::slurp;
+using test_helpers::TempDir;
 
 namespace {
 
+TempDir *g_tmp;
 std::string g_dir;
 
 int setup(void **)
 {
-    char tmpl[] = "/tmp/storm-unpack-XXXXXX";
-    if (!mkdtemp(tmpl))
+    g_tmp = new TempDir("storm-unpack");
+    g_dir = g_tmp->path;
+    if (g_dir.empty())
         return -1;
-    g_dir = tmpl;
     std::ofstream srun(g_dir + "/srun");
     srun << "#!/bin/sh\n"
             "printf '%s\\n' \"$@\" > \"$STORM_TEST_ARGS\"\n"
@@ -47,14 +49,10 @@ int setup(void **)
     return 0;
 }
 
-int teardown(void **) { return system(("rm -rf " + g_dir).c_str()) == 0 ? 0 : -1; }
-
-std::string slurp(const std::string &p)
+int teardown(void **)
 {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
+    delete g_tmp;
+    return 0;
 }
 
 void test_failed_and_silent_nodes(void **)
