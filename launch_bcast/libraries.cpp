@@ -228,6 +228,29 @@ std::vector<std::string> ldd(const std::string &file, bool *dynamic)
     return libs;
 }
 
+std::vector<std::string> read_library_list(const std::string &file)
+{
+    if (file.empty())
+        return {};
+    FILE *f = std::fopen(file.c_str(), "re");
+    if (!f)
+        throw BcastError("cannot read " + file + ": " + std::strerror(errno));
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while (text.size() <= (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
+        text.append(buf, n);
+    const bool bad = std::ferror(f);
+    std::fclose(f);
+    if (bad || text.size() > (1u << 20))
+        throw BcastError("cannot read " + file + (bad ? "" : ": over 1 MiB"));
+    try {
+        return parse_library_list(text);
+    } catch (const BcastError &e) {
+        throw BcastError(file + ": " + e.what());
+    }
+}
+
 Source scan_libraries(const std::string &program, const std::vector<std::string> &dlopened,
                       const std::string &exclude)
 {

@@ -136,30 +136,6 @@ std::string unpack_command(const tools::BcastArgs &a, const bcast::Source &src)
     return tools::venv_relocate_command(script);
 }
 
-// The list of --libs-from (at most 1 MiB).
-std::vector<std::string> library_list(const std::string &file)
-{
-    if (file.empty())
-        return {};
-    FILE *f = std::fopen(file.c_str(), "re");
-    if (!f)
-        throw bcast::BcastError("cannot read " + file + ": " + std::strerror(errno));
-    std::string text;
-    char buf[4096];
-    size_t n;
-    while (text.size() <= (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
-        text.append(buf, n);
-    const bool bad = std::ferror(f);
-    std::fclose(f);
-    if (bad || text.size() > (1u << 20))
-        throw bcast::BcastError("cannot read " + file + (bad ? "" : ": over 1 MiB"));
-    try {
-        return bcast::parse_library_list(text);
-    } catch (const bcast::BcastError &e) {
-        throw bcast::BcastError(file + ": " + e.what());
-    }
-}
-
 size_t files_of(const bcast::Source &s)
 {
     return static_cast<size_t>(std::count_if(s.entries.begin(), s.entries.end(), [](const bcast::Entry &e) {
@@ -231,7 +207,7 @@ int main(int argc, char **argv)
             if (src.entries.front().dir())
                 throw bcast::BcastError("--send-libs sends a program's libraries: " + source +
                                         " is a directory");
-            libs = bcast::scan_libraries(source, library_list(a.libs_from), exclude);
+            libs = bcast::scan_libraries(source, bcast::read_library_list(a.libs_from), exclude);
         }
         auto target = shim::bcast_target(job, step);
         auto auth = shim::daemon_authenticator();

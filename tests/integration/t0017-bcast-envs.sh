@@ -9,7 +9,9 @@
 #    copy runs with only that directory on LD_LIBRARY_PATH, and every
 #    shared object it maps but the loader and the extension modules comes
 #    from there.  srun --bcast --send-libs puts DEST_libs first in the
-#    tasks' LD_LIBRARY_PATH, as stock slurmd does.
+#    tasks' LD_LIBRARY_PATH, as stock slurmd does, and sends the libraries
+#    STORM_BCAST_LIBS_FROM=FILE lists too (a bad list fails srun, naming
+#    its line, before anything is sent).
 #  - a venv (python3 -m venv; setuptools installed again from Debian's
 #    wheel with pip --no-index) with --venv-relocate: on every node python
 #    imports pip and setuptools from the copy, bin/pip's #! line and
@@ -109,12 +111,25 @@ t_check "  nothing on any node" every_node "ls -d /tmp/bad /tmp/bad_libs 2>/dev/
 
 # --- srun --bcast --send-libs: DEST_libs first in LD_LIBRARY_PATH ------------------
 cd "$T_WORK" || t_bail "cd $T_WORK"
-as_user env PYTHONHOME=/usr LD_LIBRARY_PATH=/nonexistent srun --jobid="$job" -N "$N" --ntasks-per-node=1 \
-    --bcast=/tmp/sp --send-libs --bcast-exclude=none "$PY" "$SRC/maps.py" /tmp/sp_libs > "$T_WORK/run2" 2>&1
+as_user env PYTHONHOME=/usr LD_LIBRARY_PATH=/nonexistent STORM_BCAST_LIBS_FROM="$SRC/dlopen.list" \
+    srun --jobid="$job" -N "$N" --ntasks-per-node=1 \
+    --bcast=/tmp/sp --send-libs --bcast-exclude=none "$PY" "$SRC/maps.py" /tmp/sp_libs dlopen > "$T_WORK/run2" 2>&1
 rc=$?
 t_diag < "$T_WORK/run2"
 t_check "srun --bcast=/tmp/sp --send-libs python3: every task ran /tmp/sp with its libraries from /tmp/sp_libs (rc $rc)" \
     [ "$(lines run2 "^vn[0-9]+ ran /tmp/sp with .*\b$Z_FILE\b.*others: \[\]$")" = "$N" ]
+t_check "  with STORM_BCAST_LIBS_FROM: bz2 and ctypes.CDLL(\"libbz2.so\") work, $BZ2_FILE from /tmp/sp_libs" \
+    [ "$(lines run2 "^vn[0-9]+ ran /tmp/sp with .* $BZ2_FILE .*others: \[\]$")" = "$N" ]
+t_check "  libbz2.so -> libbz2.so.1.0 -> $BZ2_FILE there" \
+    every_node "cd /tmp/sp_libs && echo \$(readlink libbz2.so) \$(readlink libbz2.so.1.0)" "libbz2.so.1.0 $BZ2_FILE"
+as_user env STORM_BCAST_LIBS_FROM="$SRC/bad.list" srun --jobid="$job" -N "$N" --ntasks-per-node=1 \
+    --bcast=/tmp/sp3 --send-libs --bcast-exclude=none "$PY" -c 'print("ran")' > "$T_WORK/run2b" 2>&1
+rc=$?
+t_diag < "$T_WORK/run2b"
+t_check "STORM_BCAST_LIBS_FROM with a relative path in it: srun fails (rc $rc), no task runs" \
+    bash -c "[ $rc != 0 ] && ! grep -q '^ran' '$T_WORK/run2b'"
+t_check "  naming the list's line" grep -q "bad.list: library list, line 2: \"libz.so.1\" is not an absolute path" "$T_WORK/run2b"
+t_check "  nothing sent" every_node "ls -d /tmp/sp3 /tmp/sp3_libs 2>/dev/null | wc -l" 0
 on_nodes run3 --bcast=/tmp/sp2 --send-libs --bcast-exclude=none /usr/bin/printenv LD_LIBRARY_PATH
 t_check "  LD_LIBRARY_PATH: /tmp/sp2_libs first" [ "$(lines run3 "^/tmp/sp2_libs(:|$)")" = "$N" ]
 t_check "  libz.so.1 -> $Z_FILE there" every_node "readlink /tmp/sp_libs/libz.so.1" "$Z_FILE"

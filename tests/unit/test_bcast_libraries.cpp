@@ -57,6 +57,19 @@ void test_list(void **)
     assert_true(contains(error_of<BcastError>([] { parse_library_list(std::string("/a\0b", 4)); }),
                          "line 1: a NUL byte"));
     assert_true(contains(error_of<BcastError>([] { parse_library_list(" /a.so"); }), "not an absolute path"));
+    // from a file (--libs-from, STORM_BCAST_LIBS_FROM): errors name it
+    TempDir tmp("storm-libs");
+    const std::string f = tmp.path + "/list";
+    assert_int_equal(system(("printf '# x\\n/a/libx.so\\n' > " + f).c_str()), 0);
+    auto r = read_library_list(f);
+    assert_int_equal(r.size(), 1);
+    assert_string_equal(r[0].c_str(), "/a/libx.so");
+    assert_int_equal(read_library_list("").size(), 0);
+    assert_true(contains(error_of<BcastError>([&] { read_library_list(f + ".none"); }),
+                         "cannot read " + f + ".none: No such file"));
+    assert_int_equal(system(("echo libz.so.1 >> " + f).c_str()), 0);
+    assert_true(contains(error_of<BcastError>([&] { read_library_list(f); }),
+                         f + ": library list, line 3: \"libz.so.1\" is not an absolute path"));
 }
 
 void test_program(void **)
