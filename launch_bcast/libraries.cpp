@@ -5,8 +5,11 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <fcntl.h>
+#include <spawn.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace storm::bcast {
@@ -16,12 +19,44 @@ namespace {
 std::string base_name(const std::string &p) { return p.substr(p.rfind('/') + 1); }
 std::string dir_name(const std::string &p) { return p.substr(0, p.rfind('/') + 1); }
 
-std::string quoted(const std::string &s)
+// Runs `ldd -- FILE` (no shell: the name is one argument, whatever it
+// holds), its stdout and stderr into `out`; its wait status, or throws
+// when it cannot be started.  posix_spawn: safe in srun's threads too.
+int run_ldd(const std::string &file, std::string &out)
 {
-    std::string q = "'";
-    for (char c : s)
-        q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        throw BcastError(std::string("cannot run ldd: ") + std::strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, p[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, p[1], STDERR_FILENO);
+    std::string name = file;
+    char ldd[] = "ldd", dashes[] = "--";
+    char *argv[] = {ldd, dashes, name.data(), nullptr};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, "ldd", &fa, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(p[1]);
+    if (rc != 0) {
+        ::close(p[0]);
+        throw BcastError(std::string("cannot run ldd: ") + std::strerror(rc));
+    }
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(p[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        out.append(buf, static_cast<size_t>(n));
+    }
+    ::close(p[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    return ws;
 }
 
 std::vector<std::string> excluded_dirs(const std::string &exclude)
@@ -156,16 +191,13 @@ std::vector<std::string> ldd(const std::string &file, bool *dynamic)
     if (dynamic)
         *dynamic = true;
     std::vector<std::string> libs;
-    FILE *p = popen(("ldd " + quoted(file) + " 2>&1").c_str(), "re");
-    if (!p)
-        throw BcastError(std::string("cannot run ldd: ") + std::strerror(errno));
     std::string out, missing;
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) {
-        std::string l(buf);
-        out += l;
-        if (!l.empty() && l.back() == '\n')
-            l.pop_back();
+    int rc = run_ldd(file, out);
+    for (size_t at = 0, nl; at < out.size(); at = nl + 1) {
+        nl = out.find('\n', at);
+        if (nl == std::string::npos)
+            nl = out.size();
+        std::string l = out.substr(at, nl - at);
         size_t arrow = l.find(" => ");
         if (arrow != std::string::npos && l.compare(arrow + 4, 9, "not found") == 0) {
             size_t b = l.find_first_not_of(" \t");
@@ -181,7 +213,6 @@ std::vector<std::string> ldd(const std::string &file, bool *dynamic)
             continue;
         libs.push_back(l.substr(start, end - start));
     }
-    int rc = pclose(p);
     if (!missing.empty())
         throw BcastError(file + " needs " + missing + ", which the dynamic loader does not find here");
     if (rc != 0) {
@@ -195,6 +226,29 @@ std::vector<std::string> ldd(const std::string &file, bool *dynamic)
         throw BcastError("ldd " + file + " failed" + (out.empty() ? "" : ": " + out));
     }
     return libs;
+}
+
+std::vector<std::string> read_library_list(const std::string &file)
+{
+    if (file.empty())
+        return {};
+    FILE *f = std::fopen(file.c_str(), "re");
+    if (!f)
+        throw BcastError("cannot read " + file + ": " + std::strerror(errno));
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while (text.size() <= (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
+        text.append(buf, n);
+    const bool bad = std::ferror(f);
+    std::fclose(f);
+    if (bad || text.size() > (1u << 20))
+        throw BcastError("cannot read " + file + (bad ? "" : ": over 1 MiB"));
+    try {
+        return parse_library_list(text);
+    } catch (const BcastError &e) {
+        throw BcastError(file + ": " + e.what());
+    }
 }
 
 Source scan_libraries(const std::string &program, const std::vector<std::string> &dlopened,

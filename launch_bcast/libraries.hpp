@@ -12,7 +12,9 @@
 //  - parse_library_list(text) reads a list of dlopen()ed libraries: one
 //    absolute path per line, "#" comment lines and empty lines skipped,
 //    nothing else (a relative path, a line with a NUL byte) -- it throws
-//    BcastError naming the line.
+//    BcastError naming the line.  read_library_list(file) reads and parses
+//    the list in `file` (at most 1 MiB; "" gives an empty list) as the
+//    calling process can; its errors name the file.
 //  - scan_libraries(program, dlopened, exclude) gives the directory's
 //    entries: its top (mode 0755), then for each library, in ldd's order,
 //    the links of its chain (each named after the link, its target the
@@ -33,6 +35,7 @@
 namespace storm::bcast {
 
 std::vector<std::string> parse_library_list(const std::string &text);
+std::vector<std::string> read_library_list(const std::string &file);
 
 Source scan_libraries(const std::string &program, const std::vector<std::string> &dlopened,
                       const std::string &exclude);

@@ -34,6 +34,8 @@ const std::string kBcastUsage =
     "      --conda-unpack      the same with DEST/bin/conda-unpack (a conda-pack directory)\n"
     "      --venv-relocate     the same with storm-venv-relocate (a venv: its bin/ scripts\n"
     "                          and activate then name DEST)\n"
+    "      --unpack-timeout=SECONDS   cancel that step where it runs longer, naming the\n"
+    "                          nodes still running it (default 600; 0: no limit)\n"
     "      --progress, --no-progress   show progress (default: when stderr is a terminal)\n"
     "  -v, --verbose           say what is sent where\n"
     "  -V, --version, -h, --help\n";
@@ -79,7 +81,8 @@ BcastArgs parse_bcast_args(int argc, char **argv)
         kLibsFrom,
         kUnpack,
         kCondaUnpack,
-        kVenvRelocate
+        kVenvRelocate,
+        kUnpackTimeout
     };
     const option longopts[] = {{"force", no_argument, nullptr, 'f'},
                                {"preserve", no_argument, nullptr, 'p'},
@@ -95,6 +98,7 @@ BcastArgs parse_bcast_args(int argc, char **argv)
                                {"unpack", required_argument, nullptr, kUnpack},
                                {"conda-unpack", no_argument, nullptr, kCondaUnpack},
                                {"venv-relocate", no_argument, nullptr, kVenvRelocate},
+                               {"unpack-timeout", required_argument, nullptr, kUnpackTimeout},
                                {"progress", no_argument, nullptr, kProgress},
                                {"no-progress", no_argument, nullptr, kNoProgress},
                                {"verbose", no_argument, nullptr, 'v'},
@@ -171,6 +175,9 @@ BcastArgs parse_bcast_args(int argc, char **argv)
                     throw UsageError("--unpack needs a command");
                 a.unpack_cmd = optarg;
             }
+            break;
+        case kUnpackTimeout:
+            a.unpack_timeout = std::chrono::seconds(parse_uint(optarg, "unpack timeout", 0, 86400));
             break;
         case kProgress:
             a.progress = 1;

@@ -14,12 +14,13 @@
 //  - --libs-from=FILE sets send_libs (the file is read by the tool,
 //    launch_bcast/libraries.hpp); at most one of --unpack=CMD (CMD not
 //    empty), --conda-unpack and --venv-relocate is given (unpack says
-//    which).
+//    which); --unpack-timeout is 0 (no limit) to 86400 s (default 600).
 //  - parse_job_step("JOB[.STEP]", no_step) gives the job (1 to 2^32-2) and
 //    the step (0 to 2^32-2, or `no_step` when none is given), or throws
 //    UsageError ("bad job id ...", "bad step id ...").
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,9 @@ struct BcastArgs {
     enum class Unpack { none, command, conda, venv };
     Unpack unpack = Unpack::none;
     std::string unpack_cmd;
+    // --unpack-timeout: how long the step may run before it is cancelled
+    // (0: no limit).
+    std::chrono::seconds unpack_timeout{600};
     std::string source, dest;
 };
 

@@ -5,12 +5,17 @@
 //
 // Contract: run_on_nodes() returns once srun ended; its result names each
 // node where the command exited non-zero (with its status) or never said
-// how it ended (srun could not start it there).  The command runs with
+// how it ended (srun could not start it there).  A step still running
+// after `timeout` (0: no limit) is cancelled: srun gets SIGTERM (it kills
+// the tasks with SIGKILL and ends), and SIGKILL 10 s later if it has not
+// ended by then; the result says so (timed_out) and names each node that
+// had not said how it ended as still running.  The command runs with
 // /bin/sh -c in `dir`, with STORM_BCAST_DEST set to `dest`; its output
 // (stdout and stderr) goes to storm-bcast's stderr.  Only the `srun` found
 // in PATH is run; throws std::runtime_error when it cannot be started.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,12 +23,15 @@
 namespace storm::tools {
 
 struct NodeRun {
-    std::vector<std::string> failed; // "NODE (exit N)", "NODE (no answer)"
-    int srun_status = 0;             // srun's exit status
+    // "NODE (exit N)", "NODE (no answer)", "NODE (still running)"
+    std::vector<std::string> failed;
+    int srun_status = 0;    // srun's exit status
+    bool timed_out = false; // cancelled after the timeout
 };
 
 NodeRun run_on_nodes(uint32_t job, const std::vector<std::string> &nodes, const std::string &node_list,
-                     const std::string &dir, const std::string &dest, const std::string &command);
+                     const std::string &dir, const std::string &dest, const std::string &command,
+                     std::chrono::seconds timeout = std::chrono::seconds(0));
 
 // The shell command of --venv-relocate: `script` (storm-venv-relocate) run
 // by the venv's own python on DEST.

@@ -136,30 +136,6 @@ std::string unpack_command(const tools::BcastArgs &a, const bcast::Source &src)
     return tools::venv_relocate_command(script);
 }
 
-// The list of --libs-from (at most 1 MiB).
-std::vector<std::string> library_list(const std::string &file)
-{
-    if (file.empty())
-        return {};
-    FILE *f = std::fopen(file.c_str(), "re");
-    if (!f)
-        throw bcast::BcastError("cannot read " + file + ": " + std::strerror(errno));
-    std::string text;
-    char buf[4096];
-    size_t n;
-    while (text.size() <= (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
-        text.append(buf, n);
-    const bool bad = std::ferror(f);
-    std::fclose(f);
-    if (bad || text.size() > (1u << 20))
-        throw bcast::BcastError("cannot read " + file + (bad ? "" : ": over 1 MiB"));
-    try {
-        return bcast::parse_library_list(text);
-    } catch (const bcast::BcastError &e) {
-        throw bcast::BcastError(file + ": " + e.what());
-    }
-}
-
 size_t files_of(const bcast::Source &s)
 {
     return static_cast<size_t>(std::count_if(s.entries.begin(), s.entries.end(), [](const bcast::Entry &e) {
@@ -231,7 +207,7 @@ int main(int argc, char **argv)
             if (src.entries.front().dir())
                 throw bcast::BcastError("--send-libs sends a program's libraries: " + source +
                                         " is a directory");
-            libs = bcast::scan_libraries(source, library_list(a.libs_from), exclude);
+            libs = bcast::scan_libraries(source, bcast::read_library_list(a.libs_from), exclude);
         }
         auto target = shim::bcast_target(job, step);
         auto auth = shim::daemon_authenticator();
@@ -266,7 +242,16 @@ int main(int argc, char **argv)
             auto t0 = std::chrono::steady_clock::now();
             const std::string dir = src.entries.front().dir() ? dest : dest.substr(0, dest.rfind('/') + 1);
             auto r = tools::run_on_nodes(job, shim::expand_hostlist(target.node_list.c_str()),
-                                         target.node_list, dir, dest, unpack);
+                                         target.node_list, dir, dest, unpack, a.unpack_timeout);
+            if (r.timed_out) {
+                std::string list;
+                for (size_t i = 0; i < r.failed.size(); ++i)
+                    list += (i ? ", " : "") + r.failed[i];
+                throw bcast::BcastError(dest +
+                                        " is in place on every node, but its relocation step did not end " +
+                                        "within " + std::to_string(a.unpack_timeout.count()) +
+                                        " s (--unpack-timeout) and was cancelled: " + list);
+            }
             if (!r.failed.empty()) {
                 std::string list;
                 for (size_t i = 0; i < r.failed.size(); ++i)

@@ -36,13 +36,14 @@ while getopts n:r:t:k: o; do
         *) echo "usage: $0 [-n NODES] [-r REGIMES] [-t TREES] [-k REPS]" >&2; exit 2 ;;
     esac
 done
+# shellcheck source=contrib/bench/common.sh
 . "$here/common.sh"
 check_reps bench-tree "$reps"
 [ "$(id -u)" = 0 ] || { echo "bench-tree: needs root (virtual clusters)" >&2; exit 2; }
 W=$top/test-work/bench-tree # visible on every node (not /tmp)
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster} # the nodes' /tmp: $STATE/nodes/NODE/tmp
-work=$W # vc_up (common.sh) writes its output there
-export work
+# shellcheck disable=SC2034 # read by common.sh (vc_up, untar_floor)
+work=$W
 rm -rf "$W" && mkdir -p "$W" && chmod 1777 "$W"
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 # the system's Python (root's PATH may lead to a private one that nobody
@@ -85,7 +86,7 @@ printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s\n' nodes regime tree 
 for n in $nodes; do
     vc_up storm "$n"
     list=$("$VC" nodes | tr '\n' ' ')
-    first=${list%% *} last=$(echo $list | awk '{print $NF}')
+    first=${list%% *} last=$(echo "$list" | awk '{print $NF}')
     cd "$W" || exit 1
     job=$(as_user sbatch --parsable -N "$n" -t 60 -o /dev/null --wrap "sleep 3600")
     for _ in $(seq 300); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done
@@ -99,6 +100,7 @@ for n in $nodes; do
         # the floor: N untars, two at once, on this machine's disk
         floor=$(untar_floor "$n" "$W/$t.tar" "$W/floor")
         for r in $regimes; do
+            # shellcheck disable=SC2015 # (unshaped also where shaping fails)
             [ "$r" = shaped ] && "$VC" shape 100mbit > /dev/null || "$VC" shape off > /dev/null
             link=-
             [ "$r" = shaped ] && link=$(echo "scale=2; $bytes * 8 / 100000000" | bc)

@@ -3,7 +3,8 @@
 //  - pre_submit remembers srun's options (remember);
 //  - post_submit, once the step exists and before srun sets it up (where
 //    srun's own broadcast would run) and launches it: checks the program
-//    (and its libraries with --send-libs), gets the broadcast credential,
+//    (and its libraries with --send-libs, with the dlopen()ed ones that
+//    STORM_BCAST_LIBS_FROM=FILE lists), gets the broadcast credential,
 //    opens the broadcasts on every node and waits for that: a bad
 //    destination, a full disk, a refused credential end srun there with the
 //    reason (exit 1), and nothing is launched, as with srun's own
@@ -100,6 +101,11 @@ void complete_step(uint32_t job_id, uint32_t step_id, uint32_t nodes)
     int rc = 0;
     (void)slurm_send_recv_controller_rc_msg(&req, &rc, working_cluster_rec);
 }
+
+// With --send-libs: the file listing the program's dlopen()ed libraries
+// (launch_bcast/libraries.hpp, as storm-bcast --libs-from=FILE), which
+// srun has no option for.
+constexpr const char *kLibsFromEnv = "STORM_BCAST_LIBS_FROM";
 
 // How long srun's exit waits for a broadcast still running to end by itself.
 constexpr std::chrono::seconds kExitGrace{5};
@@ -235,10 +241,14 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
                 log_.warning("--send-libs needs --bcast=/absolute/path with Storm's broadcast: "
                              "libraries not sent");
             } else {
-                auto libs = storm::bcast::scan_libraries(program, {},
-                                                         sropt->bcast_exclude       ? sropt->bcast_exclude
-                                                         : slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude
-                                                                                    : "none");
+                // dlopen()ed libraries: srun has no option for them, the
+                // environment names their list (storm-bcast --libs-from's)
+                const char *list = getenv(kLibsFromEnv);
+                auto libs =
+                    storm::bcast::scan_libraries(program, storm::bcast::read_library_list(list ? list : ""),
+                                                 sropt->bcast_exclude       ? sropt->bcast_exclude
+                                                 : slurm_conf.bcast_exclude ? slurm_conf.bcast_exclude
+                                                                            : "none");
                 if (libs.entries.size() > 1) {
                     o.dest = dest + "_libs";
                     plans.emplace_back(o, std::move(libs));

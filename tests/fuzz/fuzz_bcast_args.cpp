@@ -87,6 +87,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_REQUIRE(a.exclude_set || a.exclude.empty());
         FUZZ_REQUIRE(a.libs_from.empty() || a.send_libs);
         FUZZ_REQUIRE((a.unpack == tools::BcastArgs::Unpack::command) == !a.unpack_cmd.empty());
+        FUZZ_REQUIRE(a.unpack_timeout >= std::chrono::seconds(0) &&
+                     a.unpack_timeout <= std::chrono::seconds(86400));
     } catch (const tools::UsageError &e) {
         FUZZ_REQUIRE(*e.what() != 0);
     }

@@ -32,6 +32,7 @@
 #include "lib/net/mcast.hpp"
 #include "lib/net/mcast_socket.hpp"
 #include "tests/fuzz/fuzz.hpp"
+#include "tests/unit/private_network.hpp"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -47,19 +48,7 @@ int g_tx = -1;
 constexpr uint16_t kPort = 47911;
 const char *kGroup = "239.255.77.9";
 
-bool private_network()
-{
-    if (unshare(CLONE_NEWNET) != 0)
-        return false;
-    int s = socket(AF_INET, SOCK_DGRAM, 0);
-    ifreq ifr{};
-    std::strcpy(ifr.ifr_name, "lo");
-    bool ok = ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
-    ifr.ifr_flags |= IFF_UP | IFF_MULTICAST;
-    ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
-    close(s);
-    return ok;
-}
+using test_helpers::private_network;
 
 void send_record(const std::string_view bytes, uint16_t gso)
 {

@@ -155,3 +155,49 @@ wait_job() {
     done
     return 1
 }
+
+# --- what an ordinary user does (the broadcast's scripts) -----------------------
+# as_user CMD...: CMD as nobody:nogroup, without supplementary groups.
+as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+# fails CMD...: passes when CMD fails.
+fails() { ! "$@"; }
+# nobody_job N [MINUTES]: an N-node job of nobody's that sleeps, its id in
+# $job; checks that it runs.
+nobody_job() {
+    job=$(as_user sbatch --parsable -N "$1" -t "${2:-5}" -o /dev/null --wrap "sleep 600")
+    for _ in $(seq 100); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done
+    t_check "a $1-node job of nobody runs ($job)" [ "$(squeue -h -j "$job" -o %T)" = RUNNING ]
+}
+# b ARGS...: storm-bcast -j $job ARGS as nobody, its output (in b.out) as
+# diagnostics; passes on its exit status.
+b() {
+    as_user "$STORM_BUILDDIR/tools/storm-bcast" -j "$job" "$@" > "$T_WORK/b.out" 2>&1
+    local rc=$?
+    t_diag < "$T_WORK/b.out"
+    return $rc
+}
+# same_everywhere DIR REF: every node's manifest of DIR (bcast_manifest.py,
+# run there from the work folder: the nodes do not see the source tree
+# under /tmp) is the file REF.
+same_everywhere() {
+    local n bad=0 m=$T_WORK/bcast_manifest.py
+    [ -f "$m" ] || cp "$STORM_SRCDIR/tests/integration/bcast_manifest.py" "$m" || return 1
+    for n in $("$VC" nodes); do
+        "$VC" exec "$n" python3 "$m" "$1" > "$T_WORK/m.$n" 2>&1
+        if ! cmp -s "$T_WORK/m.$n" "$2"; then
+            echo "$n differs:" | t_diag
+            diff "$2" "$T_WORK/m.$n" | head -20 | t_diag
+            bad=1
+        fi
+    done
+    return $bad
+}
+# no_trace PATTERN: no node has a file matching PATTERN (sh glob), nor a
+# broadcast's staging directory in /tmp or /scratch.
+no_trace() {
+    local out n
+    out=$(for n in $("$VC" nodes); do
+        "$VC" exec "$n" sh -c "ls -d $1 /tmp/.*.storm-* /scratch/.*.storm-* 2>/dev/null" | sed "s/^/$n: /"
+    done)
+    [ -z "$out" ] || { echo "$out" | t_diag; return 1; }
+}

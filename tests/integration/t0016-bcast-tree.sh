@@ -14,43 +14,12 @@
 t_require_root
 t_require_installed
 command -v setpriv > /dev/null || t_skip "needs setpriv (util-linux)"
-BCAST="$STORM_BUILDDIR/tools/storm-bcast"
-# the nodes run it too: a copy in the work folder (a tree under /tmp is not
-# theirs to see)
-cp "$STORM_SRCDIR/tests/integration/bcast_manifest.py" "$T_WORK/" || t_bail "cannot copy bcast_manifest.py"
-MANIFEST="$T_WORK/bcast_manifest.py"
+MANIFEST="$STORM_SRCDIR/tests/integration/bcast_manifest.py"
 N=4
 vc_up "$N"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-NODES=$("$VC" nodes | tr "\n" " ")
-as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 chmod 1777 "$T_WORK"
-fails() { ! "$@"; }
-b() { as_user "$BCAST" -j "$job" "$@" > "$T_WORK/b.out" 2>&1; local rc=$?; t_diag < "$T_WORK/b.out"; return $rc; }
-# same_everywhere DIR REF: every node's manifest of DIR is REF's
-same_everywhere() {
-    local n bad=0
-    for n in $NODES; do
-        "$VC" exec "$n" python3 "$MANIFEST" "$1" > "$T_WORK/m.$n" 2>&1
-        if ! cmp -s "$T_WORK/m.$n" "$2"; then
-            echo "$n differs:" | t_diag
-            diff "$2" "$T_WORK/m.$n" | head -20 | t_diag
-            bad=1
-        fi
-    done
-    return $bad
-}
-# no_trace PATTERN: no node has a file matching PATTERN, nor any temporary
-no_trace() {
-    local out n
-    out=$(for n in $NODES; do
-        "$VC" exec "$n" sh -c "ls -d $1 /tmp/.*.storm-* /scratch/.*.storm-* 2>/dev/null" | sed "s/^/$n: /"
-    done)
-    [ -z "$out" ] || { echo "$out" | t_diag; return 1; }
-}
-job=$(as_user sbatch --parsable -N "$N" -t 5 -o /dev/null --wrap "sleep 600")
-for _ in $(seq 100); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done
-t_check "a $N-node job of nobody runs ($job)" [ "$(squeue -h -j "$job" -o %T)" = RUNNING ]
+nobody_job "$N"
 
 # --- an exact copy ---------------------------------------------------------------
 SRC=$T_WORK/src

@@ -9,13 +9,17 @@
 #    copy runs with only that directory on LD_LIBRARY_PATH, and every
 #    shared object it maps but the loader and the extension modules comes
 #    from there.  srun --bcast --send-libs puts DEST_libs first in the
-#    tasks' LD_LIBRARY_PATH, as stock slurmd does.
+#    tasks' LD_LIBRARY_PATH, as stock slurmd does, and sends the libraries
+#    STORM_BCAST_LIBS_FROM=FILE lists too (a bad list fails srun, naming
+#    its line, before anything is sent).
 #  - a venv (python3 -m venv; setuptools installed again from Debian's
 #    wheel with pip --no-index) with --venv-relocate: on every node python
 #    imports pip and setuptools from the copy, bin/pip's #! line and
 #    activate name the copy.  A conda-pack-shaped directory with
 #    --conda-unpack runs its bin/conda-unpack on every node, as nobody; a
-#    relocation step that fails on one node fails storm-bcast, naming it.
+#    relocation step that fails on one node fails storm-bcast, naming it;
+#    one that hangs on a node is cancelled after --unpack-timeout, naming
+#    the node still running it.
 #  - srun --bcast of a directory is refused, naming it (by srun itself,
 #    as stock); nothing is sent and no task runs.
 #  - progress: on a terminal (script(1)), files and bytes; nothing when
@@ -32,10 +36,7 @@ BCAST="$STORM_BUILDDIR/tools/storm-bcast"
 N=4
 vc_up "$N"
 NODES=$("$VC" nodes | tr "\n" " ")
-as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 chmod 1777 "$T_WORK"
-fails() { ! "$@"; }
-b() { as_user "$BCAST" -j "$job" "$@" > "$T_WORK/b.out" 2>&1; local rc=$?; t_diag < "$T_WORK/b.out"; return $rc; }
 # on_nodes OUT CMD...: CMD as nobody once on each node (a step), into OUT
 on_nodes() {
     local out=$1; shift
@@ -53,9 +54,7 @@ every_node() {
     done
     return $bad
 }
-job=$(as_user sbatch --parsable -N "$N" -t 10 -o /dev/null --wrap "sleep 600")
-for _ in $(seq 100); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done
-t_check "a $N-node job of nobody runs ($job)" [ "$(squeue -h -j "$job" -o %T)" = RUNNING ]
+nobody_job "$N" 10
 SRC=$T_WORK/src
 as_user mkdir -p "$SRC"
 
@@ -112,12 +111,25 @@ t_check "  nothing on any node" every_node "ls -d /tmp/bad /tmp/bad_libs 2>/dev/
 
 # --- srun --bcast --send-libs: DEST_libs first in LD_LIBRARY_PATH ------------------
 cd "$T_WORK" || t_bail "cd $T_WORK"
-as_user env PYTHONHOME=/usr LD_LIBRARY_PATH=/nonexistent srun --jobid="$job" -N "$N" --ntasks-per-node=1 \
-    --bcast=/tmp/sp --send-libs --bcast-exclude=none "$PY" "$SRC/maps.py" /tmp/sp_libs > "$T_WORK/run2" 2>&1
+as_user env PYTHONHOME=/usr LD_LIBRARY_PATH=/nonexistent STORM_BCAST_LIBS_FROM="$SRC/dlopen.list" \
+    srun --jobid="$job" -N "$N" --ntasks-per-node=1 \
+    --bcast=/tmp/sp --send-libs --bcast-exclude=none "$PY" "$SRC/maps.py" /tmp/sp_libs dlopen > "$T_WORK/run2" 2>&1
 rc=$?
 t_diag < "$T_WORK/run2"
 t_check "srun --bcast=/tmp/sp --send-libs python3: every task ran /tmp/sp with its libraries from /tmp/sp_libs (rc $rc)" \
     [ "$(lines run2 "^vn[0-9]+ ran /tmp/sp with .*\b$Z_FILE\b.*others: \[\]$")" = "$N" ]
+t_check "  with STORM_BCAST_LIBS_FROM: bz2 and ctypes.CDLL(\"libbz2.so\") work, $BZ2_FILE from /tmp/sp_libs" \
+    [ "$(lines run2 "^vn[0-9]+ ran /tmp/sp with .* $BZ2_FILE .*others: \[\]$")" = "$N" ]
+t_check "  libbz2.so -> libbz2.so.1.0 -> $BZ2_FILE there" \
+    every_node "cd /tmp/sp_libs && echo \$(readlink libbz2.so) \$(readlink libbz2.so.1.0)" "libbz2.so.1.0 $BZ2_FILE"
+as_user env STORM_BCAST_LIBS_FROM="$SRC/bad.list" srun --jobid="$job" -N "$N" --ntasks-per-node=1 \
+    --bcast=/tmp/sp3 --send-libs --bcast-exclude=none "$PY" -c 'print("ran")' > "$T_WORK/run2b" 2>&1
+rc=$?
+t_diag < "$T_WORK/run2b"
+t_check "STORM_BCAST_LIBS_FROM with a relative path in it: srun fails (rc $rc), no task runs" \
+    bash -c "[ $rc != 0 ] && ! grep -q '^ran' '$T_WORK/run2b'"
+t_check "  naming the list's line" grep -q "bad.list: library list, line 2: \"libz.so.1\" is not an absolute path" "$T_WORK/run2b"
+t_check "  nothing sent" every_node "ls -d /tmp/sp3 /tmp/sp3_libs 2>/dev/null | wc -l" 0
 on_nodes run3 --bcast=/tmp/sp2 --send-libs --bcast-exclude=none /usr/bin/printenv LD_LIBRARY_PATH
 t_check "  LD_LIBRARY_PATH: /tmp/sp2_libs first" [ "$(lines run3 "^/tmp/sp2_libs(:|$)")" = "$N" ]
 t_check "  libz.so.1 -> $Z_FILE there" every_node "readlink /tmp/sp_libs/libz.so.1" "$Z_FILE"
@@ -166,6 +178,15 @@ t_check "  saying so, before sending anything" bash -c "grep -q 'has no bin/cond
 t_check "--unpack that fails on vn3: exit 1" fails b -f --unpack='[ "$SLURMD_NODENAME" != vn3 ] || exit 7' "$SRC/conda" /tmp/conda
 t_check "  naming vn3 and its status" \
     grep -q "is in place on every node, but its relocation step failed on 1 of $N nodes: vn3 (exit 7)" "$T_WORK/b.out"
+start=$(date +%s.%N)
+t_check "--unpack that hangs on vn2, --unpack-timeout=2: exit 1" \
+    fails b -f --unpack-timeout=2 --unpack='[ "$SLURMD_NODENAME" != vn2 ] || exec sleep 297' "$SRC/conda" /tmp/conda
+took=$(echo "$(date +%s.%N) - $start" | bc)
+t_check "  naming vn2 as still running and the timeout" \
+    grep -q "is in place on every node, but its relocation step did not end within 2 s (--unpack-timeout) and was cancelled: vn2 (still running)\$" "$T_WORK/b.out"
+t_check "  within 15 s (${took} s)" [ "$(echo "$took < 15" | bc)" = 1 ]
+for _ in $(seq 50); do pgrep -u nobody -fx "sleep 297" > /dev/null || break; sleep 0.1; done
+t_check "  the step was cancelled: its sleep is gone" fails pgrep -u nobody -fx "sleep 297"
 
 # --- srun --bcast of a directory ---------------------------------------------------
 as_user srun --jobid="$job" -N "$N" --bcast=/tmp/dirprog "$SRC/conda" > "$T_WORK/run5" 2>&1

@@ -33,6 +33,7 @@
 #include "launch_bcast/receiver.hpp"
 #include "launch_bcast/service.hpp"
 #include "lib/common/signals.hpp"
+#include "tests/unit/helpers.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
 namespace bcast_fixture {
@@ -70,11 +71,7 @@ inline std::string cred(unsigned n, uid_t uid = kUser)
     return "job=42 uid=" + std::to_string(uid) + " nodes=0-" + std::to_string(n - 1);
 }
 
-inline std::string slurp(const std::string &p)
-{
-    std::ifstream in(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using test_helpers::slurp;
 
 // Everything in a directory (names).
 inline std::vector<std::string> listing(const std::string &dir)
@@ -253,14 +250,9 @@ inline std::string open_to_all(const std::string &dir)
     return dir;
 }
 
-struct TempDir {
-    std::string path;
-    TempDir()
-    {
-        char t[] = "/tmp/storm-bcast-test.XXXXXX";
-        path = open_to_all(mkdtemp(t));
-    }
-    ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+// A temporary directory every user may write.
+struct TempDir : test_helpers::TempDir {
+    TempDir() : test_helpers::TempDir("storm-bcast-test") { open_to_all(path); }
 };
 
 inline std::string make_file(const std::string &path, size_t size, mode_t mode)

@@ -3,7 +3,8 @@
 // test's own: libcmocka.so.0 is a link to the file) with their links; a
 // listed library found through a chain of a relative and an absolute link
 // (libfoo.so -> libfoo.so.1 -> /abs/libfoo.so.1.2.3: the same two links,
-// targets by base name, and the file); exclusion; refusals.
+// targets by base name, and the file); exclusion; refusals; ldd of a name
+// a shell would read otherwise.
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -17,6 +18,7 @@
 using namespace storm::bcast;
 using test_helpers::contains;
 using test_helpers::error_of;
+using test_helpers::TempDir;
 
 namespace {
 
@@ -55,6 +57,19 @@ void test_list(void **)
     assert_true(contains(error_of<BcastError>([] { parse_library_list(std::string("/a\0b", 4)); }),
                          "line 1: a NUL byte"));
     assert_true(contains(error_of<BcastError>([] { parse_library_list(" /a.so"); }), "not an absolute path"));
+    // from a file (--libs-from, STORM_BCAST_LIBS_FROM): errors name it
+    TempDir tmp("storm-libs");
+    const std::string f = tmp.path + "/list";
+    assert_int_equal(system(("printf '# x\\n/a/libx.so\\n' > " + f).c_str()), 0);
+    auto r = read_library_list(f);
+    assert_int_equal(r.size(), 1);
+    assert_string_equal(r[0].c_str(), "/a/libx.so");
+    assert_int_equal(read_library_list("").size(), 0);
+    assert_true(contains(error_of<BcastError>([&] { read_library_list(f + ".none"); }),
+                         "cannot read " + f + ".none: No such file"));
+    assert_int_equal(system(("echo libz.so.1 >> " + f).c_str()), 0);
+    assert_true(contains(error_of<BcastError>([&] { read_library_list(f); }),
+                         f + ": library list, line 3: \"libz.so.1\" is not an absolute path"));
 }
 
 void test_program(void **)
@@ -101,9 +116,9 @@ void test_program(void **)
 
 void test_dlopen_chain(void **)
 {
-    char tmpl[] = "/tmp/storm-libs-XXXXXX";
-    assert_non_null(mkdtemp(tmpl));
-    const std::string d = tmpl;
+    TempDir tmp("storm-libs");
+    const std::string &d = tmp.path;
+    assert_false(d.empty());
     const std::string me = self();
     std::string cmocka;
     for (const auto &l : ldd(me, nullptr))
@@ -136,7 +151,13 @@ void test_dlopen_chain(void **)
                              scan_libraries(me, {d + "/libfoo.so", d + "/o/libfoo.so.1.2.3"}, "none");
                          }),
                          "two different libraries named libfoo.so.1.2.3"));
-    assert_int_equal(system(("rm -rf " + d).c_str()), 0);
+    // ldd gets the name as one argument, whatever it holds (no shell)
+    const std::string odd = d + "/it's a $(lib) `x`.so";
+    assert_int_equal(system(("cp '" + cmocka + "' \"" + d + "/it's a \\$(lib) \\`x\\`.so\"").c_str()), 0);
+    int odd_libc = 0;
+    for (const auto &l : ldd(odd, nullptr))
+        odd_libc += base(l) == "libc.so.6";
+    assert_int_equal(odd_libc, 1);
 }
 
 } // namespace

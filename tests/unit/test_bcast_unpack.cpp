@@ -4,10 +4,11 @@
 // srun's tasks have it: a node whose command fails is named with its
 // status, a node that never reports is named too, the command runs with
 // STORM_BCAST_DEST, and srun is asked for one task per node of the
-// broadcast's nodes, overlapping the job's other steps, in the directory.
+// broadcast's nodes, overlapping the job's other steps, in the directory;
+// a step past its timeout is cancelled, naming the nodes still running.
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,22 +19,27 @@
 
 using namespace storm::tools;
 using test_helpers::contains;
+using test_helpers::slurp;
+using test_helpers::TempDir;
 
 namespace {
 
+TempDir *g_tmp;
 std::string g_dir;
 
 int setup(void **)
 {
-    char tmpl[] = "/tmp/storm-unpack-XXXXXX";
-    if (!mkdtemp(tmpl))
+    g_tmp = new TempDir("storm-unpack");
+    g_dir = g_tmp->path;
+    if (g_dir.empty())
         return -1;
-    g_dir = tmpl;
     std::ofstream srun(g_dir + "/srun");
     srun << "#!/bin/sh\n"
             "printf '%s\\n' \"$@\" > \"$STORM_TEST_ARGS\"\n"
             "while [ \"$1\" != /bin/sh ]; do shift; done\n"
-            "for n in vn1 vn2; do SLURMD_NODENAME=$n \"$@\"; done\n"
+            // as srun: SIGTERM kills the tasks and ends it
+            "trap 'kill -KILL $task 2> /dev/null; exit 143' TERM\n"
+            "for n in vn1 vn2; do SLURMD_NODENAME=$n \"$@\" & task=$!; wait $task; done\n"
             "exit \"${STORM_TEST_RC:-0}\"\n";
     srun.close();
     chmod((g_dir + "/srun").c_str(), 0755);
@@ -43,14 +49,10 @@ int setup(void **)
     return 0;
 }
 
-int teardown(void **) { return system(("rm -rf " + g_dir).c_str()) == 0 ? 0 : -1; }
-
-std::string slurp(const std::string &p)
+int teardown(void **)
 {
-    std::ifstream f(p);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
+    delete g_tmp;
+    return 0;
 }
 
 void test_failed_and_silent_nodes(void **)
@@ -85,6 +87,27 @@ void test_all_well(void **)
     assert_int_equal(r.srun_status, 9);
 }
 
+// A step that outlives its timeout is cancelled (srun gets SIGTERM), and
+// the nodes that had not ended it are named as still running it.
+void test_timeout(void **)
+{
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = run_on_nodes(7, {"vn1", "vn2", "vn3"}, "vn[1-3]", "/tmp", "/tmp/env",
+                          "[ \"$SLURMD_NODENAME\" != vn2 ] || exec sleep 5", std::chrono::seconds(1));
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    assert_true(r.timed_out);
+    assert_int_equal(r.srun_status, 143);
+    assert_int_equal(r.failed.size(), 2);
+    assert_string_equal(r.failed[0].c_str(), "vn2 (still running)");
+    assert_string_equal(r.failed[1].c_str(), "vn3 (still running)");
+    assert_true(took >= 1 && took < 4);
+    // within the limit: as without one
+    r = run_on_nodes(7, {"vn1", "vn2"}, "vn[1-2]", "/tmp", "/tmp/env", "sleep 0.2", std::chrono::seconds(5));
+    assert_false(r.timed_out);
+    assert_int_equal(r.failed.size(), 0);
+    assert_int_equal(r.srun_status, 0);
+}
+
 void test_quoting(void **)
 {
     assert_string_equal(sh_quote("a'b c").c_str(), "'a'\\''b c'");
@@ -100,6 +123,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_and_silent_nodes),
         cmocka_unit_test(test_all_well),
+        cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_quoting),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

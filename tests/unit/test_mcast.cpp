@@ -22,6 +22,7 @@
 #include "lib/net/mcast.hpp"
 #include "lib/net/wire.hpp"
 #include "tests/unit/prim_fixture.hpp"
+#include "tests/unit/private_network.hpp"
 
 using namespace prim_fixture;
 
@@ -753,20 +754,7 @@ void test_datagrams(void **)
     assert_int_equal(net::local_address_towards(to).s_addr, lo.s_addr);
 }
 
-// A network namespace of our own, whose loopback carries multicast.
-bool private_network()
-{
-    if (unshare(CLONE_NEWNET) != 0)
-        return false;
-    int s = socket(AF_INET, SOCK_DGRAM, 0);
-    ifreq ifr{};
-    std::strcpy(ifr.ifr_name, "lo");
-    bool ok = ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
-    ifr.ifr_flags |= IFF_UP | IFF_MULTICAST;
-    ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
-    close(s);
-    return ok;
-}
+using test_helpers::private_network;
 
 } // namespace
 
