@@ -24,6 +24,8 @@
 // Threading: the agent's loop thread only.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +72,12 @@ public:
 private:
     struct Session;
     void open(net::Connection &c, std::string_view payload);
+    // Every node's "ready" is at least `value` (receiver.hpp): then(), else
+    // the session fails with `what` and the nodes that did.  `sent`: when
+    // the request whose answers just came (open, commit) left.
+    void ready(const std::shared_ptr<Session> &s, int64_t value, std::chrono::steady_clock::time_point sent,
+               const std::string &what, std::function<void()> then);
+    void opened(const std::shared_ptr<Session> &s); // every node staged
     void data(const std::shared_ptr<Session> &s, net::DataRef chunk);
     void close(const std::shared_ptr<Session> &s);
     void commit(const std::shared_ptr<Session> &s);
