@@ -9,8 +9,12 @@
 // every byte is there; on commit sets mode and times (the stock rules:
 // mode & 0777, times kept with --preserve) and swaps the files into place,
 // keeping what they replace under the temporary name; and on finish (every
-// node committed) removes what was replaced.  Abort, a stalled session (no
-// chunk for three timeouts) and recover() (at start, for sessions a killed
+// node committed) removes what was replaced.  The open and the commit are
+// answered once their work ended, or half a timeout after they came while
+// it progresses, and so is the head's "wait"; "bcast:<sid>:ready" says
+// which ended (protocol.hpp, "Between the head and the nodes").  Abort, a
+// stalled session (no word from the head, which says "alive" every
+// timeout, for three timeouts) and recover() (at start, for sessions a killed
 // slurmd left behind, listed in the journal) remove the temporaries, and
 // abort and a stall after the commit also put back what was replaced (or
 // remove the new files where there was nothing): no node keeps a partial

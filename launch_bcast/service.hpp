@@ -19,7 +19,9 @@
 // the hop timeout that it is still at work (Reply::working): the client's
 // silence deadline is then one on the head alone, and the head's own
 // per-hop deadlines, which grow with the levels of the tree, name the
-// nodes that failed a broadcast.
+// nodes that failed a broadcast.  It likewise tells every node it is
+// alive each timeout, and waits for the nodes' staging and commit as long
+// as each progresses (protocol.hpp, "Between the head and the nodes").
 //
 // Threading: the agent's loop thread only.
 #pragma once
