@@ -154,6 +154,35 @@ private:
     uint64_t offset_ = 0;
 };
 
+
+// Between the head and the nodes (events "bcast:<kind>:<sid>" of the
+// engine; receiver.hpp and service.hpp implement them), the timeouts all
+// derive from the request's `timeout_ms` (T):
+// - A hop waits T per level of the tree below it for its children's
+//   answers (lib/prim: 5 levels at 1000 nodes, fanout 8, so the head may
+//   wait 5 T on one operation).
+// - The open (which stages every entry) and the commit (which sets each
+//   entry's mode and times and swaps it into place) take a time that
+//   grows with the entries and the node's load, not with the tree: a node
+//   answers them once that work ended, or, while it progresses, T/2 after
+//   the request came.  The head then compares "bcast:<sid>:ready" on every
+//   node with COMPARE-AND-WRITE (kStaged, kPlaced in receiver.hpp); while
+//   some node is not ready it sends "wait", which each node answers the
+//   same way (at once if ready), and compares again.  A node's work fails
+//   if one step (an entry, a lookup, a rename) makes no progress for T:
+//   its answer then names the node and the step, within T of the stall.
+//   An answer within T/2 of the request implies that no node answered for
+//   progress alone: the head skips the comparison.
+// - "alive" (unanswered) goes from the head to every node each T while
+//   the broadcast lasts, whatever it waits for; a node gives up on a
+//   broadcast it heard nothing of for 3 T (30 s at least) with no answer
+//   of its own pending, and removes its part.  So no wait of the head,
+//   however many levels, outlasts the nodes' patience while the head lives.
+// - A retry to a destination whose earlier broadcast is still being
+//   removed on a node (a failed one) waits there for that removal, as the
+//   staging would (answers for progress meanwhile); it fails, saying to
+//   retry, only if that removal's file system stopped answering for T.
+//
 // The head's answers.  `working` says only that the head is alive and its
 // broadcast still going: the head sends it when it has said nothing else
 // for the broadcast's hop timeout, for a wait on the nodes may last the

@@ -156,6 +156,10 @@ struct Receiver::Session {
     std::map<uint64_t, Done> waiting; // chunks whose work is queued or running
     std::vector<Done> removed;        // answered once the removal ran
     bool overdue = false;             // its removal's deadline passed (logged)
+    // Answers (ids in `waiting`) due once the staging or the commit at work
+    // ended, or half a deadline after they came while the work progresses
+    // (Receiver::hold), with when they came.
+    std::vector<std::pair<std::chrono::steady_clock::time_point, uint64_t>> polls;
 
     // The worker's (the session's jobs, in order).
     std::vector<gid_t> groups;
@@ -681,6 +685,13 @@ void Receiver::on_chunk(const std::string &event, uint64_t sid, std::string_view
             return finish(sid, done);
         if (kind == "abort")
             return abort(sid, "aborted by the head of the broadcast", done);
+        if (kind == "wait")
+            return wait(sid, done);
+        if (kind == "alive") { // unanswered: the head is there
+            if (auto it = sessions_.find(sid); it != sessions_.end())
+                it->second->last = std::chrono::steady_clock::now();
+            return done("");
+        }
     } catch (const std::exception &e) {
         return done(e.what()); // a second answer does nothing (Engine::ChunkDone)
     }
@@ -723,11 +734,11 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
         return done(std::string("cannot start a worker thread: ") + e.what());
     }
     s->last = std::chrono::steady_clock::now();
-    uint64_t w = s->wait(std::move(done));
+    hold(s, std::move(done)); // answered once staged, or while the staging progresses
     sessions_.emplace(sid, s);
     bool top_dir = req->entries.front().dir();
     uint64_t need = req->total_bytes();
-    s->worker->submit("opening " + s->parent, [this, s, req, w, top_dir, need]() -> FsWorker::Done {
+    s->worker->submit("opening " + s->parent, [this, s, req, top_dir, need]() -> FsWorker::Done {
         std::string why;
         dev_t dev = 0;
         ino_t ino = 0;
@@ -739,41 +750,93 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
         } catch (const std::exception &e) {
             why = e.what();
         }
-        return [this, s, req, w, why, dev, ino] {
+        return [this, s, req, why, dev, ino] {
             if (s->state == Session::ended)
                 return; // aborted meanwhile: answered then
-            Done done = s->take(w);
-            auto forget = [&](const std::string &why) {
-                s->state = Session::ended;
-                sessions_.erase(s->sid);
-                s->worker.reset();
-                done(why);
-            };
             if (!why.empty())
-                return forget(why);
+                return fail_open(s, why);
             // One broadcast at a time per destination (the same name in the
             // same directory, however it is spelled): a later one would swap
             // files under the earlier, whose abort could then undo a
             // broadcast that reported success.  The later one fails, clearly.
-            for (auto *m : {&sessions_, &draining_})
-                for (const auto &[other, o] : *m)
-                    if (o != s && o->parent_dev == dev && o->parent_ino == ino &&
-                        o->dest_name == s->dest_name)
-                        return forget(s->dest + " is being " + (m == &draining_ ? "removed" : "written") +
-                                      " by broadcast " + session_hex(other) + " (job " +
-                                      std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
-                                      ": one broadcast at a time per destination");
+            for (const auto &[other, o] : sessions_)
+                if (o != s && o->parent_dev == dev && o->parent_ino == ino && o->dest_name == s->dest_name)
+                    return fail_open(s, s->dest + " is being written by broadcast " + session_hex(other) +
+                                            " (job " + std::to_string(o->grant.job_id) + ") on " +
+                                            cfg_.node_name + ": one broadcast at a time per destination");
             s->parent_dev = dev;
             s->parent_ino = ino;
-            stage(s, req, std::move(done));
+            after_removals(s, req);
         };
     });
 }
 
-void Receiver::stage(const Ptr &s, std::shared_ptr<OpenRequest> req, Done done)
+void Receiver::after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req)
 {
-    uint64_t w = s->wait(std::move(done));
-    s->worker->submit("staging " + s->temp, [this, s, req, w, jdir = cfg_.journal_dir]() -> FsWorker::Done {
+    if (s->state == Session::ended)
+        return;
+    // A broadcast to the same destination that failed here and whose
+    // removal still runs (a retry right after a failure): this one stages
+    // once that removal ended, its answers given meanwhile as the removal
+    // progresses; if the removal's file system stopped answering, this one
+    // fails, saying so.
+    for (const auto &[other, o] : draining_) {
+        if (o->parent_dev != s->parent_dev || o->parent_ino != s->parent_ino || o->dest_name != s->dest_name)
+            continue;
+        if (o->overdue)
+            return fail_open(s, s->dest + " is being removed by broadcast " + session_hex(other) + " (job " +
+                                    std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
+                                    ", whose file system at " + o->parent + " did not answer within " +
+                                    seconds(o->deadline) +
+                                    ": one broadcast at a time per destination; retry once it is removed "
+                                    "(when that file system answers, or slurmd starts again)");
+        log_.info("broadcast %s: %s waits for the removal of broadcast %s", session_hex(s->sid).c_str(),
+                  s->dest.c_str(), session_hex(other).c_str());
+        o->removed.push_back([this, s, req](const std::string &) { after_removals(s, req); });
+        return;
+    }
+    stage(s, req);
+}
+
+void Receiver::hold(const Ptr &s, Done done)
+{
+    s->polls.emplace_back(std::chrono::steady_clock::now(), s->wait(std::move(done)));
+}
+
+void Receiver::settled(const Ptr &s)
+{
+    auto polls = std::move(s->polls);
+    s->polls.clear();
+    for (auto &p : polls)
+        s->take(p.second)("");
+}
+
+void Receiver::fail_open(const Ptr &s, const std::string &why)
+{
+    s->state = Session::ended;
+    sessions_.erase(s->sid);
+    s->worker.reset();
+    failed(s->sid, why);
+    auto waiting = std::move(s->waiting);
+    s->waiting.clear();
+    s->polls.clear();
+    for (auto &w : waiting)
+        w.second(why);
+}
+
+void Receiver::failed(uint64_t sid, const std::string &why)
+{
+    if (failed_.emplace(sid, why).second)
+        failed_order_.push_back(sid);
+    while (failed_order_.size() > kMaxSessions) {
+        failed_.erase(failed_order_.front());
+        failed_order_.pop_front();
+    }
+}
+
+void Receiver::stage(const Ptr &s, std::shared_ptr<OpenRequest> req)
+{
+    s->worker->submit("staging " + s->temp, [this, s, req, jdir = cfg_.journal_dir]() -> FsWorker::Done {
         std::string why;
         size_t incomplete = 0;
         try {
@@ -796,28 +859,38 @@ void Receiver::stage(const Ptr &s, std::shared_ptr<OpenRequest> req, Done done)
         }
         if (!why.empty() && why.find(" may be left until slurmd starts again") == std::string::npos)
             journal_remove(jdir, s->sid);
-        return [this, s, req, w, why, incomplete] {
+        return [this, s, req, why, incomplete] {
             if (s->state == Session::ended)
                 return;
-            Done done = s->take(w);
-            if (!why.empty()) {
-                s->state = Session::ended;
-                sessions_.erase(s->sid);
-                s->worker.reset();
-                return done(why);
-            }
+            if (!why.empty())
+                return fail_open(s, why);
             s->state = Session::open;
             s->incomplete = incomplete;
             s->last = std::chrono::steady_clock::now();
             engine_.set_variable(var_prefix(s->sid) + "complete", incomplete == 0 ? 1 : 0);
+            engine_.set_variable(var_prefix(s->sid) + "ready", kStaged);
             log_.info("broadcast %s: receiving %s (%zu entries, %" PRIu64 " bytes) for job %u, uid %u",
                       session_hex(s->sid).c_str(), s->dest.c_str(), req->entries.size(), req->total_bytes(),
                       s->grant.job_id, static_cast<unsigned>(s->grant.uid));
             if (gate_)
                 gate_->opened(s->sid);
-            done("");
+            settled(s);
         };
     });
+}
+
+void Receiver::wait(uint64_t sid, Done done)
+{
+    std::string why;
+    Ptr s = session(sid, why);
+    if (!s)
+        return done(why);
+    s->last = std::chrono::steady_clock::now();
+    if (!s->error.empty())
+        return done(s->error);
+    if (s->state == Session::opening || s->state == Session::committing)
+        return hold(s, std::move(done));
+    done("");
 }
 
 void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done done)
@@ -880,7 +953,10 @@ Receiver::Ptr Receiver::session(uint64_t sid, std::string &why)
     auto it = sessions_.find(sid);
     if (it != sessions_.end())
         return it->second;
-    why = "no broadcast " + session_hex(sid) + " is open on this node";
+    auto f = failed_.find(sid);
+    why = f != failed_.end()
+              ? "broadcast " + session_hex(sid) + " failed on " + cfg_.node_name + ": " + f->second
+              : "no broadcast " + session_hex(sid) + " is open on this node";
     return nullptr;
 }
 
@@ -901,8 +977,8 @@ void Receiver::commit(uint64_t sid, Done done)
         return refuse(sid, "commit of " + s->dest + " before every node confirmed every byte", done);
     s->state = Session::committing;
     s->last = std::chrono::steady_clock::now();
-    uint64_t w = s->wait(std::move(done));
-    s->worker->submit("committing " + s->dest, [this, s, w]() -> FsWorker::Done {
+    hold(s, std::move(done)); // answered once in place, or while the commit progresses
+    s->worker->submit("committing " + s->dest, [this, s]() -> FsWorker::Done {
         std::string why;
         try {
             AsUser as(s->grant.uid, s->grant.gid, s->groups);
@@ -910,15 +986,15 @@ void Receiver::commit(uint64_t sid, Done done)
         } catch (const std::exception &e) {
             why = e.what();
         }
-        return [this, s, w, why] {
+        return [this, s, why] {
             if (s->state == Session::ended)
                 return;
-            Done done = s->take(w);
             if (!why.empty())
-                return refuse(s->sid, why, done);
+                return abort(s->sid, why); // answers the commit with why
             s->state = Session::committed;
             s->last = std::chrono::steady_clock::now();
-            done("");
+            engine_.set_variable(var_prefix(s->sid) + "ready", kPlaced);
+            settled(s);
         };
     });
 }
@@ -987,8 +1063,10 @@ void Receiver::abort(uint64_t sid, const std::string &why, Done removed)
     s->cancelled = true;
     if (s->error.empty())
         s->error = why;
+    failed(sid, why);
     auto waiting = std::move(s->waiting);
     s->waiting.clear();
+    s->polls.clear();
     for (auto &w : waiting)
         w.second(why);
     engine_.erase_variables(var_prefix(sid));
@@ -1042,6 +1120,21 @@ void Receiver::sweep()
         if (why.rfind("the file system", 0) == 0)
             log_.error("broadcast %s: %s", session_hex(sid).c_str(), why.c_str());
         abort(sid, why);
+    }
+    // The staging or commit at work progresses (its current step is under
+    // half its deadline): the answers that waited half a deadline say so,
+    // and the head asks again (protocol.hpp, "ready").  One that stopped
+    // progressing is answered by its deadline above, with the reason.
+    for (auto &[sid, s] : sessions_) {
+        if (s->polls.empty() || (s->worker && s->worker->busy_for() >= s->deadline / 2))
+            continue;
+        auto polls = std::move(s->polls);
+        s->polls.clear();
+        for (auto &p : polls)
+            if (now - p.first >= s->deadline / 2)
+                s->take(p.second)("");
+            else
+                s->polls.push_back(p);
     }
     // A removal stuck behind a step that never ended: the head hears the
     // abort was taken (the broadcast failed anyway); the removal runs if

@@ -9,8 +9,12 @@
 // every byte is there; on commit sets mode and times (the stock rules:
 // mode & 0777, times kept with --preserve) and swaps the files into place,
 // keeping what they replace under the temporary name; and on finish (every
-// node committed) removes what was replaced.  Abort, a stalled session (no
-// chunk for three timeouts) and recover() (at start, for sessions a killed
+// node committed) removes what was replaced.  The open and the commit are
+// answered once their work ended, or half a timeout after they came while
+// it progresses, and so is the head's "wait"; "bcast:<sid>:ready" says
+// which ended (protocol.hpp, "Between the head and the nodes").  Abort, a
+// stalled session (no word from the head, which says "alive" every
+// timeout, for three timeouts) and recover() (at start, for sessions a killed
 // slurmd left behind, listed in the journal) remove the temporaries, and
 // abort and a stall after the commit also put back what was replaced (or
 // remove the new files where there was nothing): no node keeps a partial
@@ -55,6 +59,7 @@
 #include <chrono>
 #include <functional>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,6 +94,11 @@ struct ReceiverConfig {
 constexpr uint64_t kMaxQueuedBytes = 64u << 20;     // per session
 constexpr uint64_t kMaxQueuedBytesAll = 256u << 20; // per node
 constexpr size_t kMaxSessions = 64;
+
+// "bcast:<sid>:ready" on a node: its staging ended (kStaged), then its
+// commit (kPlaced).  The head waits for every node's with
+// COMPARE-AND-WRITE (protocol.hpp, "The open and the commit").
+constexpr int64_t kStaged = 1, kPlaced = 2;
 
 class Receiver {
 public:
@@ -125,7 +135,20 @@ public:
 private:
     using Ptr = std::shared_ptr<Session>;
     void open(uint64_t sid, std::string_view payload, Done done);
-    void stage(const Ptr &s, std::shared_ptr<OpenRequest> req, Done done);
+    // Stages `s` once no removal of a broadcast to its destination runs here.
+    void after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req);
+    void stage(const Ptr &s, std::shared_ptr<OpenRequest> req);
+    // The head's "wait": answered as the open and the commit are (hold()).
+    void wait(uint64_t sid, Done done);
+    // `done` answers once the staging or the commit at work ended (with ""
+    // or why it failed), or, while it progresses, half a deadline later.
+    void hold(const Ptr &s, Done done);
+    void settled(const Ptr &s); // that work ended well: answers what held
+    // The open failed before anything was staged: forgets `s`, answers its
+    // waiting chunks with `why`.
+    void fail_open(const Ptr &s, const std::string &why);
+    // Keeps why `sid` failed here, for later events of it (bounded).
+    void failed(uint64_t sid, const std::string &why);
     void data(uint64_t sid, std::string_view payload, bool sealed, Done done);
     void commit(uint64_t sid, Done done);
     void finish(uint64_t sid, Done done);
@@ -147,6 +170,8 @@ private:
     std::shared_ptr<Inbox> inbox_;
     std::map<uint64_t, Ptr> sessions_;
     std::map<uint64_t, Ptr> draining_;
+    std::map<uint64_t, std::string> failed_; // the last kMaxSessions failures here, by session
+    std::deque<uint64_t> failed_order_;
     uint64_t queued_ = 0; // bytes of chunks waiting for workers, all sessions
     std::unique_ptr<FsWorker> recovery_;
     bool recovering_ = false;

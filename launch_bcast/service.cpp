@@ -38,6 +38,8 @@ struct Service::Session {
     std::chrono::steady_clock::time_point replied = start;
     bool final_sent = false;
     uint64_t answered = 0; // chunks confirmed by every node
+    // the last "alive" sent to the nodes (protocol.hpp)
+    std::chrono::steady_clock::time_point told = start;
 };
 
 Service::Service(event_base *base, prim::Engine &engine, Authorizer &auth, ServiceConfig cfg, Logger log)
@@ -68,6 +70,17 @@ void Service::keepalive()
         // client's deadline of max(3 timeouts, 1 s)
         if (!s->final_sent && now - s->replied >= std::max(s->timeout, milliseconds(500)))
             send_reply(s, Reply{Reply::working, s->answered, ""});
+        // Every timeout to every node, however long a wait on some of them
+        // lasts: a node gives up on a silent head after three (receiver.cpp).
+        if (s->state != Session::finished && now - s->told >= s->timeout) {
+            s->told = now;
+            try {
+                engine_.xfer_unacked(s->set, event_name("alive", s->sid), "");
+            } catch (const std::exception &e) {
+                log_.error("broadcast %016" PRIx64 ": cannot tell the nodes it is alive: %s", s->sid,
+                           e.what());
+            }
+        }
     }
 }
 
@@ -187,22 +200,67 @@ void Service::open(net::Connection &c, std::string_view payload)
               static_cast<unsigned>(s->grant.uid), s->set.size());
     std::weak_ptr<bool> alive = alive_;
     net::DataRef ref{c.current_payload(), payload.data(), payload.size()};
+    auto sent = std::chrono::steady_clock::now();
     engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("open", s->sid), s->sid, 0,
-                       payload.size(), ref, [this, s, alive](const prim::XferResult &r) {
+                       payload.size(), ref, [this, s, alive, sent](const prim::XferResult &r) {
                            if (alive.expired() || !*alive.lock() || s->state != Session::opening)
                                return;
                            if (!r.ok)
                                return fail_session(s, "cannot open " + s->dest + ": " + describe(r));
-                           s->state = Session::open;
-                           send_reply(s, Reply{Reply::opened, s->sid, ""});
-                           auto early = std::move(s->early);
-                           s->early.clear();
-                           for (auto &ref : early)
-                               if (s->state == Session::open) // not failed meanwhile
-                                   data(s, std::move(ref));
-                           if (s->close_asked && s->inflight == 0)
-                               commit(s);
+                           ready(s, kStaged, sent, "cannot open " + s->dest, [this, s] { opened(s); });
                        });
+}
+
+void Service::ready(const std::shared_ptr<Session> &s, int64_t value,
+                    std::chrono::steady_clock::time_point sent, const std::string &what,
+                    std::function<void()> then)
+{
+    // Answered within half a timeout of the request: no node answered for
+    // progress alone (it waits that long after the request reached it),
+    // so every node's work ended.
+    if (std::chrono::steady_clock::now() - sent < s->timeout / 2)
+        return then();
+    std::weak_ptr<bool> alive = alive_;
+    auto state = s->state;
+    engine_.compare_and_write(
+        s->set, var_prefix(s->sid) + "ready", prim::Relation::ge, value, std::nullopt,
+        [this, s, value, what, then, alive, state](const prim::CawResult &c) {
+            if (alive.expired() || !*alive.lock() || s->state != state)
+                return;
+            if (!c.ok) {
+                prim::XferResult r;
+                r.failed = c.failed;
+                return fail_session(s, what + ": " + describe(r));
+            }
+            if (c.holds)
+                return then();
+            // Some node still works: ask every node again, which answers at
+            // once if its work ended (or failed), else as it did.
+            auto again = std::chrono::steady_clock::now();
+            engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("wait", s->sid), s->sid, 0,
+                               0, {},
+                               [this, s, value, what, then, alive, state, again](const prim::XferResult &r) {
+                                   if (alive.expired() || !*alive.lock() || s->state != state)
+                                       return;
+                                   if (!r.ok)
+                                       return fail_session(s, what + ": " + describe(r));
+                                   ready(s, value, again, what, then);
+                               });
+        },
+        s->timeout);
+}
+
+void Service::opened(const std::shared_ptr<Session> &s)
+{
+    s->state = Session::open;
+    send_reply(s, Reply{Reply::opened, s->sid, ""});
+    auto early = std::move(s->early);
+    s->early.clear();
+    for (auto &ref : early)
+        if (s->state == Session::open) // not failed meanwhile
+            data(s, std::move(ref));
+    if (s->close_asked && s->inflight == 0)
+        commit(s);
 }
 
 void Service::data(const std::shared_ptr<Session> &s, net::DataRef ref)
@@ -265,14 +323,15 @@ void Service::commit(const std::shared_ptr<Session> &s)
                 return fail_session(s, c.ok ? "not every node holds every byte of " + s->dest
                                             : "cannot confirm " + s->dest + ": " + describe(r));
             }
+            auto sent = std::chrono::steady_clock::now();
             engine_.send_chunk(s->set, cfg_.control_fanout, s->timeout, event_name("commit", s->sid), s->sid,
-                               0, 0, {}, [this, s, alive](const prim::XferResult &r) {
+                               0, 0, {}, [this, s, alive, sent](const prim::XferResult &r) {
                                    if (alive.expired() || !*alive.lock() || s->state != Session::closing)
                                        return;
+                                   std::string what = "cannot put " + s->dest + " in place";
                                    if (!r.ok)
-                                       return fail_session(s, "cannot put " + s->dest +
-                                                                  " in place: " + describe(r));
-                                   finish(s);
+                                       return fail_session(s, what + ": " + describe(r));
+                                   ready(s, kPlaced, sent, what, [this, s] { finish(s); });
                                });
         },
         s->timeout);

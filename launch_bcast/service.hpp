@@ -19,11 +19,15 @@
 // the hop timeout that it is still at work (Reply::working): the client's
 // silence deadline is then one on the head alone, and the head's own
 // per-hop deadlines, which grow with the levels of the tree, name the
-// nodes that failed a broadcast.
+// nodes that failed a broadcast.  It likewise tells every node it is
+// alive each timeout, and waits for the nodes' staging and commit as long
+// as each progresses (protocol.hpp, "Between the head and the nodes").
 //
 // Threading: the agent's loop thread only.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +74,12 @@ public:
 private:
     struct Session;
     void open(net::Connection &c, std::string_view payload);
+    // Every node's "ready" is at least `value` (receiver.hpp): then(), else
+    // the session fails with `what` and the nodes that did.  `sent`: when
+    // the request whose answers just came (open, commit) left.
+    void ready(const std::shared_ptr<Session> &s, int64_t value, std::chrono::steady_clock::time_point sent,
+               const std::string &what, std::function<void()> then);
+    void opened(const std::shared_ptr<Session> &s); // every node staged
     void data(const std::shared_ptr<Session> &s, net::DataRef chunk);
     void close(const std::shared_ptr<Session> &s);
     void commit(const std::shared_ptr<Session> &s);

@@ -101,6 +101,9 @@ struct BcastCluster {
     // Loop thread: a non-empty answer fails node's event with it, unseen
     // by its receiver (a node that cannot do what the event asks).
     std::function<std::string(unsigned node, const std::string &event)> refuse;
+    // Called on node's worker before each job of its sessions, with what
+    // it does (ReceiverConfig::fs_hook); set before a broadcast starts.
+    std::function<void(unsigned node, const std::string &what)> fs_hook;
 
     BcastCluster(unsigned n, const std::string &root, unsigned control_fanout = 8)
         : cl(n, 8, 2000ms), dir(root)
@@ -109,6 +112,10 @@ struct BcastCluster {
             names.push_back("node" + std::to_string(i));
         for (unsigned i = 0; i < n; ++i) {
             ReceiverConfig rc{i, names[i], dir + "/journal" + std::to_string(i), gate(i), {geteuid()}, {}};
+            rc.fs_hook = [this, i](const std::string &what) {
+                if (fs_hook)
+                    fs_hook(i, what);
+            };
             receivers.push_back(std::make_unique<Receiver>(cl.base, *cl.agents[i], authz, rc,
                                                            Logger("node" + std::to_string(i))));
             receivers.back()->recover();

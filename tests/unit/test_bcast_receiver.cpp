@@ -826,8 +826,9 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     assert_int_equal(rx->draining(), 1);
     // The destination stays taken until the removal ran; the head's abort
     // is answered at once.
-    assert_true(contains(ask(*rx, cl.base, event_name("open", 53), 53, request("slow")),
-                         "is being removed by broadcast 0000000000000033"));
+    std::string taken = ask(*rx, cl.base, event_name("open", 53), 53, request("slow"));
+    assert_true(contains(taken, "is being removed by broadcast 0000000000000033"));
+    assert_true(contains(taken, "retry once it is removed"));
     auto aborted = std::make_shared<std::optional<std::string>>();
     rx->on_chunk(event_name("abort", 51), 51, "", false,
                  [aborted](const std::string &why) { *aborted = why; });
@@ -880,6 +881,154 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
         usleep(10000);
     assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000037").c_str(), &st), -1);
     event_free(tick);
+}
+
+// A file system that answers slowly but steadily: a job whose description
+// starts with `what` takes `steps` steps of `step` each, each reported as
+// progress (as each entry of a tree is), on the worker it runs on.
+void slowly(const std::string &job, const std::string &what, int steps, std::chrono::milliseconds step)
+{
+    if (job.rfind(what, 0) != 0)
+        return;
+    for (int i = 0; i < steps; ++i) {
+        std::this_thread::sleep_for(step);
+        FsWorker::progress();
+    }
+}
+
+// A tree of `files` files and as many symbolic links to them.
+std::string many_entries(const std::string &src, int files)
+{
+    mkdir(src.c_str(), 0755);
+    for (int i = 0; i < files; ++i) {
+        std::string name = "f" + std::to_string(i);
+        make_file(src + "/" + name, 100 + i, 0644);
+        symlink(name.c_str(), (src + "/l" + std::to_string(i)).c_str());
+    }
+    return src;
+}
+
+// Nodes that stage or commit for longer than the head's hop waits allow
+// (issue 42: a tree of 1,308 entries on 1000 starved nodes took longer
+// than the 20 s a leaf's parent waits) while they progress: node1 stages
+// for 5 s, node2 commits for 5 s, with a timeout of 2 s (the head waits
+// 4 s for a node of the 4).  Their answers come within half a timeout of
+// each request while the work progresses, the head waits until every node
+// is ready, and the copy arrives on every node (each under its per-node
+// name: the nodes share this file system).  A node whose file system
+// stops answering while it stages is named within its deadline, and no
+// node keeps anything.
+void test_slow_staging_waited_for_while_it_progresses(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/prog";
+    std::string data = make_file(src, 100000, 0644);
+    std::string out = open_to_all(t.path + "/out");
+    {
+        BcastCluster bc(4, t.path);
+        bc.fs_hook = [](unsigned node, const std::string &what) {
+            if (node == 1)
+                slowly(what, "staging ", 50, 100ms);
+            if (node == 2)
+                slowly(what, "committing ", 50, 100ms);
+        };
+        auto start = std::chrono::steady_clock::now();
+        std::string err = bc.send(scan(src), out + "/", cred(4));
+        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        fprintf(stderr, "# slow staging and commit (5 s each, timeout 2 s): %.2f s: %s\n", took, err.c_str());
+        assert_string_equal(err.c_str(), "");
+        assert_true(took >= 10.0 && took < 30.0);
+        for (unsigned i = 0; i < 4; ++i)
+            assert_true(slurp(out + "/slurm_bcast_42.0_node" + std::to_string(i)) == data);
+        assert_int_equal(listing(out).size(), 4); // nothing staged or replaced left
+        assert_int_equal(bc.sessions_left(), 0);
+    }
+    std::system(("rm -rf '" + out + "'/*").c_str());
+    {
+        BcastCluster bc(4, t.path);
+        Blocker gate;
+        auto hook = gate.hook();
+        bc.fs_hook = [&hook](unsigned node, const std::string &what) {
+            if (node == 3)
+                hook(what);
+        };
+        gate.close("staging ");
+        auto start = std::chrono::steady_clock::now();
+        std::string err = bc.send(scan(src), out + "/", cred(4));
+        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        fprintf(stderr, "# staging stopped on node3: failed in %.2f s: %s\n", took, err.c_str());
+        assert_true(
+            contains(err, "node3: the file system at " + out + " did not answer within 2 s on node3"));
+        assert_true(contains(err, "(while staging " + out + "/.slurm_bcast_42.0_node3.storm-"));
+        assert_true(took >= 2.0 && took < 10.0);
+        gate.open();
+        assert_int_equal(bc.sessions_left(5000ms), 0);
+        assert_true(listing(out).empty()); // no node keeps anything
+    }
+}
+
+// A retry right after a failed broadcast, while the failed one's removal
+// still runs on a node (issue 42: "being removed ... one broadcast at a
+// time per destination"): the new open waits for that removal, then
+// stages, and is not refused.  Its answer comes while the removal
+// progresses (half a deadline), and "ready" once it staged.
+void test_retry_waits_for_the_removal(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    std::atomic<bool> slow{true};
+    ReceiverConfig rc{0, "n0", t.path + "/journal", "", {}, {}};
+    rc.fs_hook = [&slow](const std::string &what) {
+        if (slow)
+            slowly(what, "removing ", 15, 100ms);
+    };
+    Receiver rx(cl.base, *cl.agents[0], authz, rc, Logger("n0"));
+    rx.recover();
+    std::string src = many_entries(t.path + "/tree", 5);
+    Source scanned = scan(src);
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = t.path + "/copy";
+    q.timeout_ms = 500;
+    q.entries = scanned.entries;
+    assert_string_equal(ask(rx, cl.base, event_name("open", 71), 71, q.encode()).c_str(), "");
+    auto removed = std::make_shared<std::optional<std::string>>();
+    rx.on_chunk(event_name("abort", 71), 71, "", false,
+                [removed](const std::string &why) { *removed = why; });
+    assert_int_equal(rx.draining(), 1);
+    // The retry, while the removal takes 1.5 s (0.1 s a step).
+    auto opened = std::make_shared<std::optional<std::string>>();
+    auto start = std::chrono::steady_clock::now();
+    rx.on_chunk(event_name("open", 72), 72, q.encode(), false,
+                [opened](const std::string &why) { *opened = why; });
+    auto end = start + 10s;
+    while (cl.agents[0]->variable(var_prefix(72) + "ready") != kStaged &&
+           std::chrono::steady_clock::now() < end)
+        event_base_loop(cl.base, EVLOOP_ONCE);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fprintf(stderr, "# the retry staged after %.2f s: %s\n", took, opened->value_or("(no answer)").c_str());
+    assert_true(opened->has_value());
+    assert_string_equal(opened->value().c_str(), "");
+    assert_int_equal(cl.agents[0]->variable(var_prefix(72) + "ready"), kStaged);
+    assert_true(removed->has_value()); // the first one was removed before
+    assert_true(took >= 1.0 && took < 10.0);
+    assert_int_equal(rx.draining(), 0);
+    struct stat st;
+    assert_int_equal(lstat((t.path + "/.copy.storm-0000000000000047").c_str(), &st), -1);
+    assert_int_equal(lstat((t.path + "/.copy.storm-0000000000000048").c_str(), &st), 0);
+    // The "wait" of the head: answered at once, it staged.
+    assert_string_equal(ask(rx, cl.base, event_name("wait", 72), 72, "").c_str(), "");
+    slow = false;
+    assert_string_equal(ask(rx, cl.base, event_name("abort", 72), 72, "").c_str(), "");
+    // Later events of a broadcast that failed here say why.
+    assert_true(contains(ask(rx, cl.base, event_name("wait", 72), 72, ""),
+                         "broadcast 0000000000000048 failed on n0: aborted by the head"));
+    assert_true(listing(t.path) == (std::vector<std::string>{"journal", "tree"}));
 }
 
 // CAP_SYS_RESOURCE in this thread's effective set (/proc/thread-self).
@@ -958,6 +1107,8 @@ int main()
         cmocka_unit_test(test_user_quota_holds),
         cmocka_unit_test(test_one_broadcast_per_destination),
         cmocka_unit_test(test_hung_file_system_does_not_stop_the_loop),
+        cmocka_unit_test(test_slow_staging_waited_for_while_it_progresses),
+        cmocka_unit_test(test_retry_waits_for_the_removal),
     };
     return cmocka_run_group_tests_name("bcast_receiver", tests, nullptr, nullptr);
 }
