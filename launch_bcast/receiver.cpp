@@ -160,6 +160,7 @@ struct Receiver::Session {
     // ended, or half a deadline after they came while the work progresses
     // (Receiver::hold), with when they came.
     std::vector<std::pair<std::chrono::steady_clock::time_point, uint64_t>> polls;
+    uint64_t blocker = 0; // the broadcast whose removal it waits for (after_removals)
 
     // The worker's (the session's jobs, in order).
     std::vector<gid_t> groups;
@@ -313,6 +314,8 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
     };
     for (size_t i = 0; i < req.entries.size(); ++i) {
         FsWorker::progress();
+        if (s.cancelled) // aborted while it staged: its removal comes next
+            return fail("aborted while staging " + s.dest);
         const Entry &e = req.entries[i];
         File f;
         f.rel = e.path;
@@ -775,15 +778,16 @@ void Receiver::after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req)
 {
     if (s->state == Session::ended)
         return;
+    s->blocker = 0;
     // A broadcast to the same destination that failed here and whose
     // removal still runs (a retry right after a failure): this one stages
     // once that removal ended, its answers given meanwhile as the removal
-    // progresses; if the removal's file system stopped answering, this one
-    // fails, saying so.
+    // progresses; if the removal's file system does not answer (its step
+    // at work is past its deadline), this one fails, saying so.
     for (const auto &[other, o] : draining_) {
         if (o->parent_dev != s->parent_dev || o->parent_ino != s->parent_ino || o->dest_name != s->dest_name)
             continue;
-        if (o->overdue)
+        if (o->worker && o->worker->busy_for() > o->deadline)
             return fail_open(s, s->dest + " is being removed by broadcast " + session_hex(other) + " (job " +
                                     std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
                                     ", whose file system at " + o->parent + " did not answer within " +
@@ -792,6 +796,7 @@ void Receiver::after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req)
                                     "(when that file system answers, or slurmd starts again)");
         log_.info("broadcast %s: %s waits for the removal of broadcast %s", session_hex(s->sid).c_str(),
                   s->dest.c_str(), session_hex(other).c_str());
+        s->blocker = other;
         o->removed.push_back([this, s, req](const std::string &) { after_removals(s, req); });
         return;
     }
@@ -1109,7 +1114,12 @@ void Receiver::sweep()
     std::vector<std::pair<uint64_t, std::string>> failing;
     for (auto &[sid, s] : sessions_) {
         std::string what;
-        if (s->worker && s->worker->busy_for(&what) > s->deadline)
+        auto b = s->blocker ? draining_.find(s->blocker) : draining_.end();
+        if (b != draining_.end() && b->second->worker && b->second->worker->busy_for() > b->second->deadline)
+            failing.emplace_back(sid, s->dest + " is being removed by broadcast " + session_hex(s->blocker) +
+                                          " on " + cfg_.node_name + ", whose file system at " + s->parent +
+                                          " stopped answering: retry once it is removed");
+        else if (s->worker && s->worker->busy_for(&what) > s->deadline)
             failing.emplace_back(sid, "the file system at " + s->parent + " did not answer within " +
                                           seconds(s->deadline) + " on " + cfg_.node_name + " (while " + what +
                                           ")");
