@@ -447,7 +447,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
             e = fd < 0 ? e : errno;
             if (fd >= 0)
                 ::close(fd);
-            return err("cannot create " + f.path, e);
+            return err("cannot create " + s.dest + "/" + f.rel + " (staged as " + f.path + ")", e);
         }
         f.lazy = false;
         f.dev = made.st_dev;
@@ -455,7 +455,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         f.fd = fd;
         ++s.fds;
         if (int r = reserve(fd, f.size))
-            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + f.path, r);
+            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest + "/" + f.rel, r);
     } else if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
         // its creation and now it may have been swapped for a FIFO (whose
