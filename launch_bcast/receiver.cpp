@@ -131,6 +131,10 @@ struct Receiver::File {
     // first record (write_piece), so that the creation of a tree's files
     // overlaps its transfer rather than coming before it.
     bool lazy = false;
+    // Its mode (and, with --preserve, times) set through its descriptor
+    // as its last byte was written: the commit only checks it is still
+    // the file made (see commit_entries).
+    bool settled = false;
     // The inode the exclusive create made: a path the user can change is
     // reopened only if it still names it (see Receiver::data).
     dev_t dev = 0;
@@ -175,6 +179,10 @@ struct Receiver::Session {
     int parent_fd = -1, root_fd = -1;
     std::vector<File> files;
     size_t fds = 0;     // of `files` open (kKeptDescriptors at most)
+    // The directory (O_PATH, beneath the staged top) the last file made by
+    // its first record went into, for the next ones there.
+    std::string made_in;
+    int made_in_fd = -1;
     std::string failed; // a chunk failed here: later ones are not written
     // In place here, the replaced one (kept_old) under `temp`, until the
     // head says every node committed (finish) or not (abort).
@@ -184,6 +192,8 @@ struct Receiver::Session {
 
     ~Session()
     {
+        if (made_in_fd >= 0)
+            ::close(made_in_fd);
         for (auto &f : files)
             if (f.fd >= 0)
                 ::close(f.fd);
@@ -435,13 +445,21 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
     if (f.lazy) {
         // Its first record (check_record: at offset 0): the exclusive
         // create, beneath the staging directory, in the directory staged
-        // for it (a link the user swapped in on the way fails).
-        std::string leaf;
-        int at = s.open_entry_parent(f, leaf);
+        // for it (a link the user swapped in on the way fails), opened
+        // once for the files that follow one another there.
+        size_t slash = f.rel.rfind('/');
+        std::string dir = slash == std::string::npos ? "" : f.rel.substr(0, slash);
+        std::string leaf = f.rel.substr(slash == std::string::npos ? 0 : slash + 1);
+        if (s.made_in_fd < 0 || s.made_in != dir) {
+            if (s.made_in_fd >= 0)
+                ::close(s.made_in_fd);
+            std::string ignored;
+            s.made_in_fd = s.open_entry_parent(f, ignored);
+            s.made_in = dir;
+        }
+        int at = s.made_in_fd;
         int fd = at < 0 ? -1 : openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         int e = errno;
-        if (at >= 0)
-            ::close(at);
         struct stat made;
         if (fd < 0 || fstat(fd, &made) != 0) {
             e = fd < 0 ? e : errno;
@@ -454,7 +472,9 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         f.ino = made.st_ino;
         f.fd = fd;
         ++s.fds;
-        if (int r = reserve(fd, f.size))
+        // Its blocks reserved, unless this record brings all of it (the
+        // write then fails as the reservation would).
+        if (int r = bytes.size() < f.size ? reserve(fd, f.size) : 0)
             return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest + "/" + f.rel, r);
     } else if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
@@ -480,10 +500,20 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return err("cannot write " + s.dest, n < 0 ? errno : EIO);
+            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), n < 0 ? errno : EIO);
         done += static_cast<size_t>(n);
     }
     f.received += bytes.size();
+    // Complete: its mode and times, through the descriptor (the commit
+    // then needs no descriptor of its own for it).
+    if (f.received == f.size) {
+        timespec ts[2] = {{static_cast<time_t>(f.atime), 0}, {static_cast<time_t>(f.mtime), 0}};
+        if (fchmod(f.fd, f.mode & 0777) != 0)
+            return err("cannot set the mode of " + f.path, errno);
+        if ((s.flags & kPreserve) && futimens(f.fd, ts) != 0)
+            return err("cannot set the times of " + f.path, errno);
+        f.settled = true;
+    }
     // Closed once complete, or at once past kKeptDescriptors open (records
     // that begin many files and end none).
     if (f.received == f.size || s.fds > kKeptDescriptors) {
@@ -491,7 +521,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         f.fd = -1;
         --s.fds;
         if (rc != 0)
-            return err("cannot write " + s.dest, errno);
+            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), errno);
         if (f.received == f.size)
             ++files_done;
     }
@@ -576,10 +606,42 @@ std::string commit_entries(Session &s)
     // Every staged entry must still be the one this broadcast made: the
     // user can rename, replace or swap anything in the staging area.
     // Each is opened beneath it (no link followed) and checked, then
-    // its mode and times set through the descriptor.  Contents first,
-    // so that directories' times stay as set.
+    // its mode and times set through the descriptor; a file settled as
+    // its last byte came is looked at (fstatat, no link followed) in its
+    // directory, opened beneath it once for its files that follow one
+    // another.  Contents first, so that directories' times stay as set.
+    struct Parent {
+        std::string rel;
+        int fd = -1;
+        ~Parent()
+        {
+            if (fd >= 0)
+                ::close(fd);
+        }
+    } parent;
     for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
         FsWorker::progress();
+        if (f->settled) {
+            std::string leaf = s.temp_name;
+            int at = s.parent_fd;
+            if (!f->rel.empty()) {
+                size_t slash = f->rel.rfind('/');
+                std::string dir = slash == std::string::npos ? "" : f->rel.substr(0, slash);
+                if (parent.fd < 0 || parent.rel != dir) {
+                    if (parent.fd >= 0)
+                        ::close(parent.fd);
+                    parent.fd = s.open_entry_parent(*f, leaf);
+                    parent.rel = dir;
+                }
+                leaf = f->rel.substr(slash == std::string::npos ? 0 : slash + 1);
+                at = parent.fd;
+            }
+            struct stat now;
+            if (at < 0 || fstatat(at, leaf.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || !s.made(*f, now))
+                why = f->path + " was replaced while it was being received (it is no longer the " +
+                      kind_name(f->kind) + " this broadcast created)";
+            continue;
+        }
         int fd = s.open_entry(*f, f->kind == Entry::directory ? O_RDONLY | O_DIRECTORY
                                   : f->kind == Entry::file    ? O_RDONLY | O_NONBLOCK | O_NOCTTY
                                                               : O_PATH);
@@ -625,6 +687,10 @@ std::vector<std::string> discard(Session &s)
             f.fd = -1;
         }
     s.fds = 0;
+    if (s.made_in_fd >= 0) {
+        ::close(s.made_in_fd);
+        s.made_in_fd = -1;
+    }
     if (s.parent_fd < 0)
         return out;
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
