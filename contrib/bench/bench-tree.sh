@@ -21,7 +21,9 @@
 # (the median of REPS runs): "storm" (storm-bcast of the tree), "st+tar"
 # (storm-bcast of the tarball, then srun tar -x on every node) and "stock"
 # (sbcast of the tarball, then srun tar -x), with stock/storm and
-# storm over the higher of the link limit and the floor.  Every copy made
+# storm over the higher of the link limit and the floor; before each row, a
+# "#" line a run gives the times of each method, and when storm-bcast's
+# phases ended (storm-bcast -v: opened, sent, committed).  Every copy made
 # by either Storm method is checked (a manifest of names, kinds, sizes,
 # link targets and bytes) on the first and last node.
 set -u
@@ -124,8 +126,15 @@ for n in $nodes; do
         # the floor: N untars, two at once, in the nodes' file system
         floor=$(untar_floor "$n" "$W/$t.tar" "$FS/floor")
         for r in $regimes; do
-            # shellcheck disable=SC2015 # (unshaped also where shaping fails)
-            [ "$r" = shaped ] && "$VC" shape 100mbit > /dev/null || "$VC" shape off > /dev/null
+            if [ "$r" = shaped ]; then
+                "$VC" shape 100mbit > "$W/shape.out" 2>&1 || {
+                    echo "bench-tree: cannot shape the links, no shaped row:" >&2
+                    cat "$W/shape.out" >&2
+                    continue
+                }
+            else
+                "$VC" shape off > /dev/null
+            fi
             link=-
             [ "$r" = shaped ] && link=$(echo "scale=2; $bytes * 8 / 100000000" | bc)
             : > "$W/s" && : > "$W/p" && : > "$W/k"
