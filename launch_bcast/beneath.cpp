@@ -117,18 +117,27 @@ int remove_tree(int dir, const std::string &name)
         ::close(fd);
         return e;
     }
-    std::vector<std::string> names;
-    while (dirent *e = readdir(d))
-        if (std::string n = e->d_name; n != "." && n != "..")
-            names.push_back(std::move(n));
+    // Entries made while it ran (the user's, in a directory they can
+    // write) are found by another pass, three at most.
     int rc = 0;
-    for (const auto &n : names)
-        if (int e = remove_tree(dirfd(d), n); e && !rc)
-            rc = e;
+    for (int pass = 0; pass < 3; ++pass) {
+        std::vector<std::string> names;
+        rewinddir(d);
+        while (dirent *e = readdir(d))
+            if (std::string n = e->d_name; n != "." && n != "..")
+                names.push_back(std::move(n));
+        rc = 0;
+        for (const auto &n : names)
+            if (int e = remove_tree(dirfd(d), n); e && !rc)
+                rc = e;
+        if (rc)
+            break;
+        rc = unlinkat(dir, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
+        if (rc != ENOTEMPTY)
+            break;
+    }
     closedir(d);
-    if (rc)
-        return rc;
-    return unlinkat(dir, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
+    return rc;
 }
 
 } // namespace storm::bcast::beneath

@@ -32,8 +32,9 @@ int open_parent(int root, const std::string &rel, std::string &name);
 
 // Removes `name` in the directory `dir`, and everything under it if it is
 // a directory (never following a symbolic link; a directory the caller
-// owns but cannot write or search is made so first).  0 or the errno; a
-// missing `name` is no error.
+// owns but cannot write or search is made so first; entries made in a
+// directory while it is removed are found by another pass, three at
+// most).  0 or the errno; a missing `name` is no error.
 int remove_tree(int dir, const std::string &name);
 
 // Tests only: resolve by the walk even where openat2(2) exists.

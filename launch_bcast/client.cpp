@@ -495,6 +495,8 @@ struct Run {
             if (!c) {
                 if (reader->end() && inflight.empty() && !close_sent) {
                     close_sent = true;
+                    if (o.phase)
+                        o.phase("sent");
                     conn->send(kCloseFrame, 0, std::string_view());
                 }
                 return;
@@ -517,6 +519,8 @@ struct Run {
                 throw net::FrameError("a second open answer");
             opened = true;
             sid = r.value;
+            if (o.phase)
+                o.phase("opened");
             if (pause_at_open)
                 event_base_loopbreak(base);
             else
@@ -532,6 +536,8 @@ struct Run {
             pump();
             break;
         case Reply::committed:
+            if (o.phase)
+                o.phase("committed");
             stop();
             break;
         case Reply::failed:

@@ -66,6 +66,10 @@ struct ClientOptions {
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
     bool compress = false;                    // zlib each chunk (level 1) where it shrinks
     std::function<void(uint64_t done, uint64_t total)> progress;
+    // Called as the broadcast passes each phase: "opened" (every node
+    // staged the destination), "sent" (every chunk confirmed by every
+    // node), "committed" (in place everywhere).
+    std::function<void(const char *phase)> phase;
 };
 
 void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);

@@ -113,8 +113,9 @@ std::string event_name(const char *kind, uint64_t sid)
 }
 std::string var_prefix(uint64_t sid) { return "bcast:" + session_hex(sid) + ":"; }
 
-// Files of one broadcast whose descriptors stay open from their creation
-// to their last byte (the others are reopened, checked, for their data).
+// Descriptors of one broadcast's files kept open from their creation to
+// their last byte, at most (the others are reopened, checked, for each
+// piece of their data).
 constexpr size_t kKeptDescriptors = 64;
 
 struct Receiver::File {
@@ -126,6 +127,14 @@ struct Receiver::File {
     uint64_t size = 0, received = 0;
     int64_t atime = 0, mtime = 0;
     int fd = -1;
+    // Not made yet: a file of a tree with bytes to come is created by its
+    // first record (write_piece), so that the creation of a tree's files
+    // overlaps its transfer rather than coming before it.
+    bool lazy = false;
+    // Its mode (and, with --preserve, times) set through its descriptor
+    // as its last byte was written: the commit only checks it is still
+    // the file made (see commit_entries).
+    bool settled = false;
     // The inode the exclusive create made: a path the user can change is
     // reopened only if it still names it (see Receiver::data).
     dev_t dev = 0;
@@ -169,6 +178,11 @@ struct Receiver::Session {
     // broadcast), never through a path the user may change meanwhile.
     int parent_fd = -1, root_fd = -1;
     std::vector<File> files;
+    size_t fds = 0;     // of `files` open (kKeptDescriptors at most)
+    // The directory (O_PATH, beneath the staged top) the last file made by
+    // its first record went into, for the next ones there.
+    std::string made_in;
+    int made_in_fd = -1;
     std::string failed; // a chunk failed here: later ones are not written
     // In place here, the replaced one (kept_old) under `temp`, until the
     // head says every node committed (finish) or not (abort).
@@ -178,6 +192,8 @@ struct Receiver::Session {
 
     ~Session()
     {
+        if (made_in_fd >= 0)
+            ::close(made_in_fd);
         for (auto &f : files)
             if (f.fd >= 0)
                 ::close(f.fd);
@@ -302,16 +318,23 @@ std::string look_up(Session &s, bool top_dir, uint64_t need, dev_t &dev, ino_t &
 // `incomplete`: the files that wait for bytes.
 std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete)
 {
-    size_t kept = 0;
     auto fail = [&](const std::string &why) {
         for (auto &made_file : s.files)
             if (made_file.fd >= 0) {
                 ::close(made_file.fd);
                 made_file.fd = -1;
             }
+        s.fds = 0;
         beneath::remove_tree(s.parent_fd, s.temp_name);
         return why;
     };
+    // A tree's files with bytes are made by their first record, but for
+    // those a hard link of the tree names (made here, as their links are).
+    const bool tree = req.entries.size() > 1;
+    std::vector<bool> linked(req.entries.size());
+    for (const auto &e : req.entries)
+        if (e.kind == Entry::hardlink && e.link < linked.size())
+            linked[e.link] = true;
     for (size_t i = 0; i < req.entries.size(); ++i) {
         FsWorker::progress();
         if (s.cancelled) // aborted while it staged: its removal comes next
@@ -376,6 +399,11 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
             if (fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(made.st_mode) ||
                 made.st_dev != to.dev || made.st_ino != to.ino)
                 return fail(name + ": the file it links to was replaced while it was being received");
+        } else if (tree && e.size > 0 && !linked[i]) {
+            f.lazy = true;
+            incomplete++;
+            s.files.push_back(std::move(f));
+            continue;
         } else {
             int fd = openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
             if (fd < 0)
@@ -389,9 +417,9 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
             // The first files keep the descriptor of their exclusive
             // create: their data never goes through a path the user can
             // change.  A bounded number, for trees of any size.
-            if (reserved == 0 && e.size > 0 && kept < kKeptDescriptors) {
+            if (reserved == 0 && e.size > 0 && s.fds < kKeptDescriptors) {
                 f.fd = fd;
-                ++kept;
+                ++s.fds;
             } else {
                 ::close(fd);
             }
@@ -414,7 +442,41 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
 // counts the files now complete.
 std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view bytes, size_t &files_done)
 {
-    if (f.fd < 0) {
+    if (f.lazy) {
+        // Its first record (check_record: at offset 0): the exclusive
+        // create, beneath the staging directory, in the directory staged
+        // for it (a link the user swapped in on the way fails), opened
+        // once for the files that follow one another there.
+        size_t slash = f.rel.rfind('/');
+        std::string dir = slash == std::string::npos ? "" : f.rel.substr(0, slash);
+        std::string leaf = f.rel.substr(slash == std::string::npos ? 0 : slash + 1);
+        if (s.made_in_fd < 0 || s.made_in != dir) {
+            if (s.made_in_fd >= 0)
+                ::close(s.made_in_fd);
+            std::string ignored;
+            s.made_in_fd = s.open_entry_parent(f, ignored);
+            s.made_in = dir;
+        }
+        int at = s.made_in_fd;
+        int fd = at < 0 ? -1 : openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        int e = errno;
+        struct stat made;
+        if (fd < 0 || fstat(fd, &made) != 0) {
+            e = fd < 0 ? e : errno;
+            if (fd >= 0)
+                ::close(fd);
+            return err("cannot create " + s.dest + "/" + f.rel + " (staged as " + f.path + ")", e);
+        }
+        f.lazy = false;
+        f.dev = made.st_dev;
+        f.ino = made.st_ino;
+        f.fd = fd;
+        ++s.fds;
+        // Its blocks reserved, unless this record brings all of it (the
+        // write then fails as the reservation would).
+        if (int r = bytes.size() < f.size ? reserve(fd, f.size) : 0)
+            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest + "/" + f.rel, r);
+    } else if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
         // its creation and now it may have been swapped for a FIFO (whose
         // open would block until a reader came), a device or another file.
@@ -430,6 +492,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
                    "this broadcast created)";
         }
         f.fd = fd;
+        ++s.fds;
     }
     size_t done = 0;
     while (done < bytes.size()) {
@@ -437,16 +500,30 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return err("cannot write " + s.dest, n < 0 ? errno : EIO);
+            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), n < 0 ? errno : EIO);
         done += static_cast<size_t>(n);
     }
     f.received += bytes.size();
+    // Complete: its mode and times, through the descriptor (the commit
+    // then needs no descriptor of its own for it).
     if (f.received == f.size) {
+        timespec ts[2] = {{static_cast<time_t>(f.atime), 0}, {static_cast<time_t>(f.mtime), 0}};
+        if (fchmod(f.fd, f.mode & 0777) != 0)
+            return err("cannot set the mode of " + f.path, errno);
+        if ((s.flags & kPreserve) && futimens(f.fd, ts) != 0)
+            return err("cannot set the times of " + f.path, errno);
+        f.settled = true;
+    }
+    // Closed once complete, or at once past kKeptDescriptors open (records
+    // that begin many files and end none).
+    if (f.received == f.size || s.fds > kKeptDescriptors) {
         int rc = ::close(f.fd);
         f.fd = -1;
+        --s.fds;
         if (rc != 0)
-            return err("cannot write " + s.dest, errno);
-        ++files_done;
+            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), errno);
+        if (f.received == f.size)
+            ++files_done;
     }
     return "";
 }
@@ -529,10 +606,42 @@ std::string commit_entries(Session &s)
     // Every staged entry must still be the one this broadcast made: the
     // user can rename, replace or swap anything in the staging area.
     // Each is opened beneath it (no link followed) and checked, then
-    // its mode and times set through the descriptor.  Contents first,
-    // so that directories' times stay as set.
+    // its mode and times set through the descriptor; a file settled as
+    // its last byte came is looked at (fstatat, no link followed) in its
+    // directory, opened beneath it once for its files that follow one
+    // another.  Contents first, so that directories' times stay as set.
+    struct Parent {
+        std::string rel;
+        int fd = -1;
+        ~Parent()
+        {
+            if (fd >= 0)
+                ::close(fd);
+        }
+    } parent;
     for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
         FsWorker::progress();
+        if (f->settled) {
+            std::string leaf = s.temp_name;
+            int at = s.parent_fd;
+            if (!f->rel.empty()) {
+                size_t slash = f->rel.rfind('/');
+                std::string dir = slash == std::string::npos ? "" : f->rel.substr(0, slash);
+                if (parent.fd < 0 || parent.rel != dir) {
+                    if (parent.fd >= 0)
+                        ::close(parent.fd);
+                    parent.fd = s.open_entry_parent(*f, leaf);
+                    parent.rel = dir;
+                }
+                leaf = f->rel.substr(slash == std::string::npos ? 0 : slash + 1);
+                at = parent.fd;
+            }
+            struct stat now;
+            if (at < 0 || fstatat(at, leaf.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || !s.made(*f, now))
+                why = f->path + " was replaced while it was being received (it is no longer the " +
+                      kind_name(f->kind) + " this broadcast created)";
+            continue;
+        }
         int fd = s.open_entry(*f, f->kind == Entry::directory ? O_RDONLY | O_DIRECTORY
                                   : f->kind == Entry::file    ? O_RDONLY | O_NONBLOCK | O_NOCTTY
                                                               : O_PATH);
@@ -577,6 +686,11 @@ std::vector<std::string> discard(Session &s)
             ::close(f.fd);
             f.fd = -1;
         }
+    s.fds = 0;
+    if (s.made_in_fd >= 0) {
+        ::close(s.made_in_fd);
+        s.made_in_fd = -1;
+    }
     if (s.parent_fd < 0)
         return out;
     AsUser as(s.grant.uid, s.grant.gid, s.groups);

@@ -4,7 +4,9 @@
 // never trusts the head's word that a user may write here), then, acting
 // as the job's user (AsUser), stages the files next to the destination
 // under a temporary name (".NAME.storm-<sid>"), once it checked the file
-// system has room (a full disk fails the open, not the transfer); writes
+// system has room (a full disk fails the open, not the transfer; a tree's
+// files with bytes are created by their first record, their creation
+// overlapping the transfer, and a disk filling meanwhile fails there); writes
 // each chunk after checking its CRC; sets "bcast:<sid>:complete" to 1 when
 // every byte is there; on commit sets mode and times (the stock rules:
 // mode & 0777, times kept with --preserve) and swaps the files into place,

@@ -218,6 +218,14 @@ int main(int argc, char **argv)
             Progress p(progress == 1, what, s);
             o.progress = [&p](uint64_t d, uint64_t t) { p(d, t); };
             auto t0 = std::chrono::steady_clock::now();
+            std::string phases;
+            if (verbose)
+                o.phase = [&phases, t0](const char *phase) {
+                    char b[64];
+                    std::snprintf(b, sizeof b, "%s%s at %.3f s", phases.empty() ? "" : ", ", phase,
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                    phases += b;
+                };
             try {
                 bcast::broadcast(*auth, o, s);
             } catch (...) {
@@ -226,10 +234,11 @@ int main(int argc, char **argv)
             }
             p.end(true);
             if (verbose)
-                std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB in %.3f s\n",
+                std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB in %.3f s (%s)\n",
                              what.c_str(), to.c_str(), target.nodes, target.node_list.c_str(),
                              target.head.c_str(), s.total_bytes() / 1e6,
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                             phases.c_str());
         };
         send(src, dest, source);
         if (send_libs) {

@@ -21,7 +21,9 @@
 # (the median of REPS runs): "storm" (storm-bcast of the tree), "st+tar"
 # (storm-bcast of the tarball, then srun tar -x on every node) and "stock"
 # (sbcast of the tarball, then srun tar -x), with stock/storm and
-# storm over the higher of the link limit and the floor.  Every copy made
+# storm over the higher of the link limit and the floor; before each row, a
+# "#" line a run gives the times of each method, and when storm-bcast's
+# phases ended (storm-bcast -v: opened, sent, committed).  Every copy made
 # by either Storm method is checked (a manifest of names, kinds, sizes,
 # link targets and bytes) on the first and last node.
 set -u
@@ -41,10 +43,34 @@ done
 check_reps bench-tree "$reps"
 [ "$(id -u)" = 0 ] || { echo "bench-tree: needs root (virtual clusters)" >&2; exit 2; }
 W=$top/test-work/bench-tree # visible on every node (not /tmp)
-STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster} # the nodes' /tmp: $STATE/nodes/NODE/tmp
+# The nodes' file system: an ext4 of its own, with a journal, as a node's
+# local disk has; the cluster's state (the nodes' /tmp is
+# $STATE/nodes/NODE/tmp) and the floor's copies live in it.  This
+# machine's root is an ext4 without a journal, whose inode allocator skips
+# every inode freed in the last 60 s (recently_deleted(), for journal-less
+# file systems only): right after the copies of a run were removed, each
+# new file there cost about 250 us of CPU against 25 us, and the runs
+# measured the removal before them (pystdlib on 32 nodes: the floor 1.2 s
+# to 8.7 s, storm-bcast's staging 0.8 s to 18 s).
+FS=$top/test-work/bench-tree-fs
+IMG=$FS.img
+STATE=$FS/state
+teardown() {
+    STORM_VC_STATE=$STATE "$VC" down > /dev/null 2>&1
+    if mountpoint -q "$FS"; then umount "$FS" || umount -l "$FS"; fi
+    rm -f "$IMG"
+}
 # shellcheck disable=SC2034 # read by common.sh (vc_up, untar_floor)
 work=$W
+"$VC" down > /dev/null 2>&1 # a cluster of the default state, left by another run
+teardown                        # and one of a run of this benchmark that crashed
+trap teardown EXIT
+trap 'exit 1' INT TERM HUP
 rm -rf "$W" && mkdir -p "$W" && chmod 1777 "$W"
+# 4 KiB an inode: three copies of the 50,000-file tree on 64 nodes
+mkdir -p "$FS" && truncate -s 64G "$IMG" && mkfs.ext4 -q -F -i 4096 "$IMG" && mount -o loop "$IMG" "$FS" ||
+    { echo "bench-tree: cannot make the nodes' file system in $IMG" >&2; exit 1; }
+export STORM_VC_STATE=$STATE
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 # the system's Python (root's PATH may lead to a private one that nobody
 # cannot read); PYSTDLIB=DIR chooses another
@@ -97,11 +123,18 @@ for n in $nodes; do
         tar -C "$(dirname "$src")" -cf "$W/$t.tar" "$(basename "$src")"
         chmod 644 "$W/$t.tar"
         ref=$(tree_manifest "$src")
-        # the floor: N untars, two at once, on this machine's disk
-        floor=$(untar_floor "$n" "$W/$t.tar" "$W/floor")
+        # the floor: N untars, two at once, in the nodes' file system
+        floor=$(untar_floor "$n" "$W/$t.tar" "$FS/floor")
         for r in $regimes; do
-            # shellcheck disable=SC2015 # (unshaped also where shaping fails)
-            [ "$r" = shaped ] && "$VC" shape 100mbit > /dev/null || "$VC" shape off > /dev/null
+            if [ "$r" = shaped ]; then
+                "$VC" shape 100mbit > "$W/shape.out" 2>&1 || {
+                    echo "bench-tree: cannot shape the links, no shaped row:" >&2
+                    cat "$W/shape.out" >&2
+                    continue
+                }
+            else
+                "$VC" shape off > /dev/null
+            fi
             link=-
             [ "$r" = shaped ] && link=$(echo "scale=2; $bytes * 8 / 100000000" | bc)
             : > "$W/s" && : > "$W/p" && : > "$W/k"
@@ -112,13 +145,17 @@ for n in $nodes; do
                     rm -rf "$STATE/nodes/$x/tmp/tree-storm" "$STATE/nodes/$x/tmp/tree-tar" "$STATE/nodes/$x/tmp/tree-stock" \
                         "$STATE/nodes/$x/tmp/t.tar" "$STATE/nodes/$x/tmp/s.tar"
                 done
+                # Each method starts with the disk written back (sync), as
+                # the floor does: what the one before wrote does not slow it.
+                sync
                 t0=$(now)
-                if as_user "$BCAST" -j "$job" "$src" /tmp/tree-storm > "$W/b.out" 2>&1; then
+                if as_user "$BCAST" -v -j "$job" "$src" /tmp/tree-storm > "$W/b.out" 2>&1; then
                     echo "$(secs "$t0" "$(now)")" >> "$W/s"
                 else
                     cat "$W/b.out" >&2
                     echo failed >> "$W/s"
                 fi
+                sync
                 t0=$(now)
                 if as_user "$BCAST" -j "$job" "$W/$t.tar" /tmp/s.tar > "$W/p.out" 2>&1 &&
                     as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/s.tar --transform s,^[^/]*,tree-tar,S >> "$W/p.out" 2>&1; then
@@ -133,6 +170,7 @@ for n in $nodes; do
                     [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-tar")" = "$ref" ] ||
                         echo "bench-tree: $x: the untarred copy of $t differs" >&2
                 done
+                sync
                 t0=$(now)
                 if as_user sbcast -j "$job" "$W/$t.tar" /tmp/t.tar > "$W/k.out" 2>&1 &&
                     as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/t.tar --transform s,^[^/]*,tree-stock,S >> "$W/k.out" 2>&1; then
@@ -141,7 +179,7 @@ for n in $nodes; do
                     cat "$W/k.out" >&2
                     echo failed >> "$W/k"
                 fi
-                echo "# $n $r $t storm $(tail -1 "$W/s") st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")" >&2
+                echo "# $n $r $t storm $(tail -1 "$W/s") ($(sed -n 's/.* s (\(opened.*\))$/\1/p' "$W/b.out")) st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")" >&2
             done
             mapfile -t vs < "$W/s" && mapfile -t vp < "$W/p" && mapfile -t vk < "$W/k"
             s=$(median "${vs[@]}") p=$(median "${vp[@]}") k=$(median "${vk[@]}")

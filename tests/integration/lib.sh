@@ -199,5 +199,11 @@ no_trace() {
     out=$(for n in $("$VC" nodes); do
         "$VC" exec "$n" sh -c "ls -d $1 /tmp/.*.storm-* /scratch/.*.storm-* 2>/dev/null" | sed "s/^/$n: /"
     done)
-    [ -z "$out" ] || { echo "$out" | t_diag; return 1; }
+    [ -z "$out" ] || {
+        echo "$out" | t_diag
+        for n in $(echo "$out" | cut -d: -f1 | sort -u); do
+            "$VC" exec "$n" sh -c "ls -laR /tmp/.*.storm-* /scratch/.*.storm-* 2>/dev/null | head -40" | t_diag
+        done
+        return 1
+    }
 }

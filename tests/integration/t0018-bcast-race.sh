@@ -2,10 +2,10 @@
 # t0018: a symbolic link race against a tree's broadcast (issue 40), on 4
 # real slurmd with links shaped to 40 Mbit/s, as the unprivileged user
 # nobody.  The tree holds a 16 MB file first, then 70 small files and
-# sub/ with 10 more (past the descriptors the agent keeps from their
-# creation: their data goes by path, beneath the staging directory).
-# While the big file is still on its way, nobody swaps the staged
-# directory sub (in /tmp/.tree.storm-ID) for a symbolic link: on vn2 to
+# sub/ with 10 more (each made by its first bytes, beneath the staging
+# directory, once the big file's are written).  While the big file is
+# still on its way, nobody swaps the staged directory sub (in
+# /tmp/.tree.storm-ID) for a symbolic link: on vn2 to
 # /tmp/locked (root's, which nobody cannot write), on vn3 to /tmp/open
 # (nobody's own, which a write through the link would reach).
 #  - nothing is written outside the destination: both directories and
@@ -53,14 +53,14 @@ snapshot vn3 /tmp/open > "$T_WORK/open.before"
 t_diag < "$T_WORK/open.before"
 
 # --- the race ----------------------------------------------------------------------
-# swap NODE TARGET: as nobody on NODE, waits for the staged sub/ and its last
-# file, then renames sub away and puts a symbolic link to TARGET in its place;
-# prints the staging directory.
+# swap NODE TARGET: as nobody on NODE, waits for the staged sub/ and the
+# big file's first bytes, then renames sub away and puts a symbolic link to
+# TARGET in its place; prints the staging directory.
 swap() {
     "$VC" exec "$1" setpriv --reuid=nobody --regid=nogroup --clear-groups sh -c "
         for i in \$(seq 400); do
             t=\$(ls -d /tmp/.tree.storm-* 2> /dev/null | head -1)
-            [ -n \"\$t\" ] && [ -f \"\$t/sub/f9\" ] && break
+            [ -n \"\$t\" ] && [ -d \"\$t/sub\" ] && [ -f \"\$t/a.big\" ] && break
             sleep 0.025
         done
         [ -n \"\$t\" ] && mv \"\$t/sub\" \"\$t/moved\" && ln -s '$2' \"\$t/sub\" && echo \"\$t\""

@@ -681,6 +681,75 @@ void test_packed_chunks(void **)
     assert_int_equal(rx.sessions(), 0);
 }
 
+size_t open_descriptors()
+{
+    return listing("/proc/self/fd").size();
+}
+
+// A tree's files with bytes are made by their first record, not at the
+// open (their creation overlaps the transfer): staged, the tree holds its
+// directories, links and empty files only; each file appears with its
+// first bytes, as the user's.  Records that begin 200 files and end none
+// keep at most kKeptDescriptors (64) of them open (and their directory's);
+// every file is whole at the commit.
+void test_files_made_by_their_first_record(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Cluster cl(1, 8);
+    FakeAuthorizer authz;
+    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
+                Logger("n0"));
+    rx.recover();
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = t.path + "/tree";
+    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    q.entries.push_back(Entry{"d", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    for (uint32_t i = 0; i < 200; ++i)
+        q.entries.push_back(Entry{"d/f" + std::to_string(i), Entry::file, 0644, 2, 0, 0, {}, 0}); // 2..201
+    q.entries.push_back(Entry{"empty", Entry::file, 0644, 0, 0, 0, {}, 0});                       // 202
+    q.entries.push_back(Entry{"l", Entry::symlink, 0, 0, 0, 0, "d/f0", 0});                        // 203
+    const uint64_t sid = 70;
+    assert_string_equal(ask(rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+    const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
+    assert_int_equal(listing(temp + "/d").size(), 0);
+    struct stat st;
+    assert_int_equal(lstat((temp + "/empty").c_str(), &st), 0);
+    assert_int_equal(lstat((temp + "/l").c_str(), &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+
+    const size_t fds = open_descriptors();
+    std::vector<Rec> firsts;
+    for (uint32_t i = 0; i < 200; ++i)
+        firsts.push_back(Rec{2 + i, 0, "a"});
+    assert_string_equal(ask(rx, cl.base, event_name("data", sid), sid, pack_chunk(firsts)).c_str(), "");
+    assert_int_equal(listing(temp + "/d").size(), 200);
+    assert_int_equal(lstat((temp + "/d/f7").c_str(), &st), 0);
+    assert_int_equal(st.st_uid, kUser);
+    assert_int_equal(st.st_size, 2); // reserved, as a staged file is
+    const size_t during = open_descriptors(); // 64 files and their directory
+    if (during > fds + 65)
+        fprintf(stderr, "%zu descriptors open, %zu before\n", during, fds);
+    assert_true(during <= fds + 65);
+    assert_true(during >= fds + 60); // the first ones kept
+
+    std::vector<Rec> seconds;
+    for (uint32_t i = 0; i < 200; ++i)
+        seconds.push_back(Rec{2 + i, 1, "b"});
+    assert_string_equal(ask(rx, cl.base, event_name("data", sid), sid, pack_chunk(seconds)).c_str(), "");
+    assert_int_equal(cl.agents[0]->variable(var_prefix(sid) + "complete"), 1);
+    assert_true(open_descriptors() <= fds + 1); // the last directory a file was made in
+    cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
+    assert_string_equal(ask(rx, cl.base, event_name("commit", sid), sid, "").c_str(), "");
+    assert_string_equal(ask(rx, cl.base, event_name("finish", sid), sid, "").c_str(), "");
+    assert_true(slurp(q.dest + "/d/f0") == "ab");
+    assert_true(slurp(q.dest + "/d/f199") == "ab");
+    assert_true(slurp(q.dest + "/l") == "ab");
+    assert_int_equal(rx.sessions(), 0);
+}
+
 // Two --force broadcasts of one user to one destination (issue 39, hole
 // 8): the later is refused while the earlier is open, naming it, also
 // under another spelling of the path; the earlier completes, and its file
@@ -1099,6 +1168,7 @@ int main()
         cmocka_unit_test(test_directory_and_preserve),
         cmocka_unit_test(test_tree_arrives_exact),
         cmocka_unit_test(test_packed_chunks),
+        cmocka_unit_test(test_files_made_by_their_first_record),
         cmocka_unit_test(test_symlink_race_writes_nothing_outside),
         cmocka_unit_test(test_nothing_resolves_through_a_link),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
