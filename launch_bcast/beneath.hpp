@@ -30,6 +30,29 @@ int open(int root, const std::string &rel, int flags, mode_t mode = 0);
 // itself is duplicated for a single component.
 int open_parent(int root, const std::string &rel, std::string &name);
 
+// open_parent() for entries that come directory by directory (a tree's
+// files, in order): the directory it opened last is kept, and serves
+// again while the entries asked for lie in it.  Its descriptor is closed
+// by the next open, reset() or the destructor.
+class ParentCache {
+public:
+    ParentCache() = default;
+    ParentCache(const ParentCache &) = delete;
+    ParentCache &operator=(const ParentCache &) = delete;
+    ~ParentCache() { reset(); }
+
+    // As open_parent(root, rel, name), `root` the same at every call until
+    // reset(); the descriptor stays the cache's (not to be closed), valid
+    // until the next call.  A failure is not kept: the next call for that
+    // directory tries again.
+    int at(int root, const std::string &rel, std::string &name);
+    void reset();
+
+private:
+    std::string dir_; // rel's directory part, "" for the root itself
+    int fd_ = -1;
+};
+
 // Removes `name` in the directory `dir`, and everything under it if it is
 // a directory (never following a symbolic link; a directory the caller
 // owns but cannot write or search is made so first; entries made in a

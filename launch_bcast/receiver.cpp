@@ -181,8 +181,7 @@ struct Receiver::Session {
     size_t fds = 0;     // of `files` open (kKeptDescriptors at most)
     // The directory (O_PATH, beneath the staged top) the last file made by
     // its first record went into, for the next ones there.
-    std::string made_in;
-    int made_in_fd = -1;
+    beneath::ParentCache made_in;
     std::string failed; // a chunk failed here: later ones are not written
     // In place here, the replaced one (kept_old) under `temp`, until the
     // head says every node committed (finish) or not (abort).
@@ -192,8 +191,6 @@ struct Receiver::Session {
 
     ~Session()
     {
-        if (made_in_fd >= 0)
-            ::close(made_in_fd);
         for (auto &f : files)
             if (f.fd >= 0)
                 ::close(f.fd);
@@ -447,17 +444,8 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         // create, beneath the staging directory, in the directory staged
         // for it (a link the user swapped in on the way fails), opened
         // once for the files that follow one another there.
-        size_t slash = f.rel.rfind('/');
-        std::string dir = slash == std::string::npos ? "" : f.rel.substr(0, slash);
-        std::string leaf = f.rel.substr(slash == std::string::npos ? 0 : slash + 1);
-        if (s.made_in_fd < 0 || s.made_in != dir) {
-            if (s.made_in_fd >= 0)
-                ::close(s.made_in_fd);
-            std::string ignored;
-            s.made_in_fd = s.open_entry_parent(f, ignored);
-            s.made_in = dir;
-        }
-        int at = s.made_in_fd;
+        std::string leaf;
+        int at = s.made_in.at(s.root_fd, f.rel, leaf);
         int fd = at < 0 ? -1 : openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         int e = errno;
         struct stat made;
@@ -610,32 +598,14 @@ std::string commit_entries(Session &s)
     // its last byte came is looked at (fstatat, no link followed) in its
     // directory, opened beneath it once for its files that follow one
     // another.  Contents first, so that directories' times stay as set.
-    struct Parent {
-        std::string rel;
-        int fd = -1;
-        ~Parent()
-        {
-            if (fd >= 0)
-                ::close(fd);
-        }
-    } parent;
+    beneath::ParentCache parent;
     for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
         FsWorker::progress();
         if (f->settled) {
             std::string leaf = s.temp_name;
             int at = s.parent_fd;
-            if (!f->rel.empty()) {
-                size_t slash = f->rel.rfind('/');
-                std::string dir = slash == std::string::npos ? "" : f->rel.substr(0, slash);
-                if (parent.fd < 0 || parent.rel != dir) {
-                    if (parent.fd >= 0)
-                        ::close(parent.fd);
-                    parent.fd = s.open_entry_parent(*f, leaf);
-                    parent.rel = dir;
-                }
-                leaf = f->rel.substr(slash == std::string::npos ? 0 : slash + 1);
-                at = parent.fd;
-            }
+            if (!f->rel.empty())
+                at = parent.at(s.root_fd, f->rel, leaf);
             struct stat now;
             if (at < 0 || fstatat(at, leaf.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || !s.made(*f, now))
                 why = f->path + " was replaced while it was being received (it is no longer the " +
@@ -687,10 +657,7 @@ std::vector<std::string> discard(Session &s)
             f.fd = -1;
         }
     s.fds = 0;
-    if (s.made_in_fd >= 0) {
-        ::close(s.made_in_fd);
-        s.made_in_fd = -1;
-    }
+    s.made_in.reset();
     if (s.parent_fd < 0)
         return out;
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
