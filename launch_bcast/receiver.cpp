@@ -231,6 +231,10 @@ struct Receiver::Session {
         }
         return beneath::open_parent(root_fd, f.rel, name);
     }
+    // Whether the step at work on its worker has gone without progress
+    // for longer than its deadline (its file system stopped answering);
+    // `what`, if given, says what that step is.  The loop's.
+    bool stuck(std::string *what = nullptr) const { return worker && worker->busy_for(what) > deadline; }
     // Whether `st` is what the broadcast made for entry `f`.
     bool made(const File &f, const struct stat &st) const
     {
@@ -868,7 +872,7 @@ void Receiver::after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req)
     for (const auto &[other, o] : draining_) {
         if (o->parent_dev != s->parent_dev || o->parent_ino != s->parent_ino || o->dest_name != s->dest_name)
             continue;
-        if (o->worker && o->worker->busy_for() > o->deadline)
+        if (o->stuck())
             return fail_open(s, s->dest + " is being removed by broadcast " + session_hex(other) + " (job " +
                                     std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
                                     ", whose file system at " + o->parent + " did not answer within " +
@@ -1196,11 +1200,11 @@ void Receiver::sweep()
     for (auto &[sid, s] : sessions_) {
         std::string what;
         auto b = s->blocker ? draining_.find(s->blocker) : draining_.end();
-        if (b != draining_.end() && b->second->worker && b->second->worker->busy_for() > b->second->deadline)
+        if (b != draining_.end() && b->second->stuck())
             failing.emplace_back(sid, s->dest + " is being removed by broadcast " + session_hex(s->blocker) +
                                           " on " + cfg_.node_name + ", whose file system at " + s->parent +
                                           " stopped answering: retry once it is removed");
-        else if (s->worker && s->worker->busy_for(&what) > s->deadline)
+        else if (s->stuck(&what))
             failing.emplace_back(sid, "the file system at " + s->parent + " did not answer within " +
                                           seconds(s->deadline) + " on " + cfg_.node_name + " (while " + what +
                                           ")");
@@ -1232,7 +1236,7 @@ void Receiver::sweep()
     // the file system answers, else at the next start (the journal).
     for (auto &[sid, s] : draining_) {
         std::string what;
-        if (!s->overdue && s->worker->busy_for(&what) > s->deadline) {
+        if (!s->overdue && s->stuck(&what)) {
             s->overdue = true;
             log_.error("broadcast %s: %s is not removed yet: the file system at %s did not answer within %s "
                        "(while %s); it is removed once it answers, or when slurmd starts again",
