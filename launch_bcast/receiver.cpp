@@ -235,6 +235,9 @@ struct Receiver::Session {
     // for longer than its deadline (its file system stopped answering);
     // `what`, if given, says what that step is.  The loop's.
     bool stuck(std::string *what = nullptr) const { return worker && worker->busy_for(what) > deadline; }
+    // Where entry `rel` ("" for the top) lands, for messages: its path
+    // under the destination.
+    std::string dest_path(const std::string &rel) const { return rel.empty() ? dest : dest + "/" + rel; }
     // Whether `st` is what the broadcast made for entry `f`.
     bool made(const File &f, const struct stat &st) const
     {
@@ -350,7 +353,7 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
         f.size = e.size;
         f.atime = e.atime;
         f.mtime = e.mtime;
-        const std::string name = i == 0 ? s.dest : s.dest + "/" + e.path; // in messages
+        const std::string name = s.dest_path(e.path); // in messages
         // The directory to create the entry in, beneath the staging
         // directory: a symbolic link on the way (the user's) fails.
         std::string leaf = s.temp_name;
@@ -457,7 +460,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
             e = fd < 0 ? e : errno;
             if (fd >= 0)
                 ::close(fd);
-            return err("cannot create " + s.dest + "/" + f.rel + " (staged as " + f.path + ")", e);
+            return err("cannot create " + s.dest_path(f.rel) + " (staged as " + f.path + ")", e);
         }
         f.lazy = false;
         f.dev = made.st_dev;
@@ -467,7 +470,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         // Its blocks reserved, unless this record brings all of it (the
         // write then fails as the reservation would).
         if (int r = bytes.size() < f.size ? reserve(fd, f.size) : 0)
-            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest + "/" + f.rel, r);
+            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest_path(f.rel), r);
     } else if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
         // its creation and now it may have been swapped for a FIFO (whose
@@ -492,7 +495,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), n < 0 ? errno : EIO);
+            return err("cannot write " + s.dest_path(f.rel), n < 0 ? errno : EIO);
         done += static_cast<size_t>(n);
     }
     f.received += bytes.size();
@@ -513,7 +516,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         f.fd = -1;
         --s.fds;
         if (rc != 0)
-            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), errno);
+            return err("cannot write " + s.dest_path(f.rel), errno);
         if (f.received == f.size)
             ++files_done;
     }
