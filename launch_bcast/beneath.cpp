@@ -17,6 +17,7 @@ namespace storm::bcast::beneath {
 namespace {
 
 std::atomic<bool> g_openat2{true};
+std::atomic<void (*)(int, int)> g_removal_pass{nullptr};
 
 // openat2(2), or -1 with ENOSYS where the kernel (or the test) says no.
 int openat2_beneath(int root, const std::string &rel, int flags, mode_t mode)
@@ -84,6 +85,8 @@ int open_dir(int root, const std::string &dir)
 } // namespace
 
 void use_openat2(bool on) { g_openat2.store(on); }
+
+void on_removal_pass(void (*hook)(int dir, int pass)) { g_removal_pass.store(hook); }
 
 int open(int root, const std::string &rel, int flags, mode_t mode)
 {
@@ -164,6 +167,8 @@ int remove_tree(int dir, const std::string &name)
                 rc = e;
         if (rc)
             break;
+        if (auto hook = g_removal_pass.load(std::memory_order_relaxed))
+            hook(dirfd(d), pass);
         rc = unlinkat(dir, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
         if (rc != ENOTEMPTY)
             break;

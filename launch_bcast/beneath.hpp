@@ -57,10 +57,18 @@ private:
 // a directory (never following a symbolic link; a directory the caller
 // owns but cannot write or search is made so first; entries made in a
 // directory while it is removed are found by another pass, three at
-// most).  0 or the errno; a missing `name` is no error.
+// most: one that still has entries after the third is ENOTEMPTY).  0 or
+// the errno; a missing `name` is no error.
 int remove_tree(int dir, const std::string &name);
 
 // Tests only: resolve by the walk even where openat2(2) exists.
 void use_openat2(bool on);
+
+// Tests only: `hook` (nullptr: none) runs in remove_tree() as each pass
+// over a directory removed the entries it listed, just before the
+// directory itself is removed, with the directory's descriptor and the
+// pass (0 to 2): an entry it makes there is one a user's process made
+// meanwhile.
+void on_removal_pass(void (*hook)(int dir, int pass));
 
 } // namespace storm::bcast::beneath

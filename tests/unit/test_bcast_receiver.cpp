@@ -12,7 +12,8 @@
 // one chunk's records fill many files of a tree (past the first 64, whose
 // descriptors were kept, too), the session is complete once every byte
 // came, and a malformed pack fails its session with its reason, writing
-// nothing of it.
+// nothing of it.  Removing a staged tree passes again over entries made
+// in it meanwhile, three passes at most.
 
 #include <csignal>
 #include <cstring>
@@ -467,6 +468,62 @@ void test_nothing_resolves_through_a_link(void **)
     assert_true(slurp(outside + "/keep").size() == 5);
     assert_int_equal(bcast::beneath::remove_tree(top, "root"), 0); // gone: no error
     close(rfd);
+    close(top);
+}
+
+// Entries made in a directory while remove_tree() empties it (a user's
+// process writing there) are found by another pass: made once, in a
+// subdirectory during its first pass, the whole tree still goes.  A
+// directory that refills at every pass stops the removal after three,
+// with ENOTEMPTY, holding only what came last.
+int g_passes = 0;
+
+// Makes `name` in the directory `dir`.
+void add_entry(int dir, const std::string &name)
+{
+    int fd = openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+void test_removal_passes_again_over_new_entries(void **)
+{
+    TempDir t;
+    std::string tree = t.path + "/tree";
+    mkdir(tree.c_str(), 0700);
+    mkdir((tree + "/sub").c_str(), 0700);
+    make_file(tree + "/a", 5, 0600);
+    make_file(tree + "/sub/b", 5, 0600);
+    int top = open(t.path.c_str(), O_PATH | O_DIRECTORY);
+    assert_true(top >= 0);
+
+    g_passes = 0;
+    bcast::beneath::on_removal_pass([](int dir, int pass) {
+        if (g_passes++ == 0) { // tree/sub, its first pass
+            assert_int_equal(pass, 0);
+            add_entry(dir, "late");
+        }
+    });
+    int rc = bcast::beneath::remove_tree(top, "tree");
+    bcast::beneath::on_removal_pass(nullptr);
+    assert_int_equal(rc, 0);
+    assert_int_equal(g_passes, 3); // sub twice, then tree once
+    struct stat st;
+    assert_int_equal(lstat(tree.c_str(), &st), -1);
+
+    mkdir(tree.c_str(), 0700);
+    make_file(tree + "/a", 5, 0600);
+    g_passes = 0;
+    bcast::beneath::on_removal_pass([](int dir, int pass) {
+        add_entry(dir, "late" + std::to_string(g_passes++) + std::to_string(pass));
+    });
+    rc = bcast::beneath::remove_tree(top, "tree");
+    bcast::beneath::on_removal_pass(nullptr);
+    assert_int_equal(rc, ENOTEMPTY);
+    assert_int_equal(g_passes, 3);
+    assert_true(listing(tree) == std::vector<std::string>{"late22"});
+    assert_int_equal(bcast::beneath::remove_tree(top, "tree"), 0);
+    assert_int_equal(lstat(tree.c_str(), &st), -1);
     close(top);
 }
 
@@ -1171,6 +1228,7 @@ int main()
         cmocka_unit_test(test_files_made_by_their_first_record),
         cmocka_unit_test(test_symlink_race_writes_nothing_outside),
         cmocka_unit_test(test_nothing_resolves_through_a_link),
+        cmocka_unit_test(test_removal_passes_again_over_new_entries),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
         cmocka_unit_test(test_receiver_rejects_and_recovers),
         cmocka_unit_test(test_swapped_staging_file_refused),
