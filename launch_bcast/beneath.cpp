@@ -17,6 +17,7 @@ namespace storm::bcast::beneath {
 namespace {
 
 std::atomic<bool> g_openat2{true};
+std::atomic<void (*)(int, int)> g_removal_pass{nullptr};
 
 // openat2(2), or -1 with ENOSYS where the kernel (or the test) says no.
 int openat2_beneath(int root, const std::string &rel, int flags, mode_t mode)
@@ -64,9 +65,28 @@ int walk(int root, const std::string &rel, int flags, mode_t mode)
     }
 }
 
+// Splits `rel` at its last '/': the directory part ("" for a single
+// component) and the last component.
+void split(const std::string &rel, std::string &dir, std::string &name)
+{
+    size_t slash = rel.rfind('/');
+    dir = slash == std::string::npos ? "" : rel.substr(0, slash);
+    name = rel.substr(slash == std::string::npos ? 0 : slash + 1);
+}
+
+// The directory `dir` beneath `root` (O_PATH), a duplicate of `root` for "".
+int open_dir(int root, const std::string &dir)
+{
+    if (dir.empty())
+        return fcntl(root, F_DUPFD_CLOEXEC, 0);
+    return open(root, dir, O_PATH | O_DIRECTORY);
+}
+
 } // namespace
 
 void use_openat2(bool on) { g_openat2.store(on); }
+
+void on_removal_pass(void (*hook)(int dir, int pass)) { g_removal_pass.store(hook); }
 
 int open(int root, const std::string &rel, int flags, mode_t mode)
 {
@@ -83,13 +103,28 @@ int open(int root, const std::string &rel, int flags, mode_t mode)
 
 int open_parent(int root, const std::string &rel, std::string &name)
 {
-    size_t slash = rel.rfind('/');
-    if (slash == std::string::npos) {
-        name = rel;
-        return fcntl(root, F_DUPFD_CLOEXEC, 0);
-    }
-    name = rel.substr(slash + 1);
-    return open(root, rel.substr(0, slash), O_PATH | O_DIRECTORY);
+    std::string dir;
+    split(rel, dir, name);
+    return open_dir(root, dir);
+}
+
+int ParentCache::at(int root, const std::string &rel, std::string &name)
+{
+    std::string dir;
+    split(rel, dir, name);
+    if (fd_ >= 0 && dir == dir_)
+        return fd_;
+    reset();
+    dir_ = std::move(dir);
+    fd_ = open_dir(root, dir_);
+    return fd_;
+}
+
+void ParentCache::reset()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+    fd_ = -1;
 }
 
 int remove_tree(int dir, const std::string &name)
@@ -132,6 +167,8 @@ int remove_tree(int dir, const std::string &name)
                 rc = e;
         if (rc)
             break;
+        if (auto hook = g_removal_pass.load(std::memory_order_relaxed))
+            hook(dirfd(d), pass);
         rc = unlinkat(dir, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
         if (rc != ENOTEMPTY)
             break;

@@ -30,14 +30,45 @@ int open(int root, const std::string &rel, int flags, mode_t mode = 0);
 // itself is duplicated for a single component.
 int open_parent(int root, const std::string &rel, std::string &name);
 
+// open_parent() for entries that come directory by directory (a tree's
+// files, in order): the directory it opened last is kept, and serves
+// again while the entries asked for lie in it.  Its descriptor is closed
+// by the next open, reset() or the destructor.
+class ParentCache {
+public:
+    ParentCache() = default;
+    ParentCache(const ParentCache &) = delete;
+    ParentCache &operator=(const ParentCache &) = delete;
+    ~ParentCache() { reset(); }
+
+    // As open_parent(root, rel, name), `root` the same at every call until
+    // reset(); the descriptor stays the cache's (not to be closed), valid
+    // until the next call.  A failure is not kept: the next call for that
+    // directory tries again.
+    int at(int root, const std::string &rel, std::string &name);
+    void reset();
+
+private:
+    std::string dir_; // rel's directory part, "" for the root itself
+    int fd_ = -1;
+};
+
 // Removes `name` in the directory `dir`, and everything under it if it is
 // a directory (never following a symbolic link; a directory the caller
 // owns but cannot write or search is made so first; entries made in a
 // directory while it is removed are found by another pass, three at
-// most).  0 or the errno; a missing `name` is no error.
+// most: one that still has entries after the third is ENOTEMPTY).  0 or
+// the errno; a missing `name` is no error.
 int remove_tree(int dir, const std::string &name);
 
 // Tests only: resolve by the walk even where openat2(2) exists.
 void use_openat2(bool on);
+
+// Tests only: `hook` (nullptr: none) runs in remove_tree() as each pass
+// over a directory removed the entries it listed, just before the
+// directory itself is removed, with the directory's descriptor and the
+// pass (0 to 2): an entry it makes there is one a user's process made
+// meanwhile.
+void on_removal_pass(void (*hook)(int dir, int pass));
 
 } // namespace storm::bcast::beneath

@@ -181,8 +181,7 @@ struct Receiver::Session {
     size_t fds = 0;     // of `files` open (kKeptDescriptors at most)
     // The directory (O_PATH, beneath the staged top) the last file made by
     // its first record went into, for the next ones there.
-    std::string made_in;
-    int made_in_fd = -1;
+    beneath::ParentCache made_in;
     std::string failed; // a chunk failed here: later ones are not written
     // In place here, the replaced one (kept_old) under `temp`, until the
     // head says every node committed (finish) or not (abort).
@@ -192,8 +191,6 @@ struct Receiver::Session {
 
     ~Session()
     {
-        if (made_in_fd >= 0)
-            ::close(made_in_fd);
         for (auto &f : files)
             if (f.fd >= 0)
                 ::close(f.fd);
@@ -234,6 +231,13 @@ struct Receiver::Session {
         }
         return beneath::open_parent(root_fd, f.rel, name);
     }
+    // Whether the step at work on its worker has gone without progress
+    // for longer than its deadline (its file system stopped answering);
+    // `what`, if given, says what that step is.  The loop's.
+    bool stuck(std::string *what = nullptr) const { return worker && worker->busy_for(what) > deadline; }
+    // Where entry `rel` ("" for the top) lands, for messages: its path
+    // under the destination.
+    std::string dest_path(const std::string &rel) const { return rel.empty() ? dest : dest + "/" + rel; }
     // Whether `st` is what the broadcast made for entry `f`.
     bool made(const File &f, const struct stat &st) const
     {
@@ -349,7 +353,7 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
         f.size = e.size;
         f.atime = e.atime;
         f.mtime = e.mtime;
-        const std::string name = i == 0 ? s.dest : s.dest + "/" + e.path; // in messages
+        const std::string name = s.dest_path(e.path); // in messages
         // The directory to create the entry in, beneath the staging
         // directory: a symbolic link on the way (the user's) fails.
         std::string leaf = s.temp_name;
@@ -447,17 +451,8 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         // create, beneath the staging directory, in the directory staged
         // for it (a link the user swapped in on the way fails), opened
         // once for the files that follow one another there.
-        size_t slash = f.rel.rfind('/');
-        std::string dir = slash == std::string::npos ? "" : f.rel.substr(0, slash);
-        std::string leaf = f.rel.substr(slash == std::string::npos ? 0 : slash + 1);
-        if (s.made_in_fd < 0 || s.made_in != dir) {
-            if (s.made_in_fd >= 0)
-                ::close(s.made_in_fd);
-            std::string ignored;
-            s.made_in_fd = s.open_entry_parent(f, ignored);
-            s.made_in = dir;
-        }
-        int at = s.made_in_fd;
+        std::string leaf;
+        int at = s.made_in.at(s.root_fd, f.rel, leaf);
         int fd = at < 0 ? -1 : openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         int e = errno;
         struct stat made;
@@ -465,7 +460,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
             e = fd < 0 ? e : errno;
             if (fd >= 0)
                 ::close(fd);
-            return err("cannot create " + s.dest + "/" + f.rel + " (staged as " + f.path + ")", e);
+            return err("cannot create " + s.dest_path(f.rel) + " (staged as " + f.path + ")", e);
         }
         f.lazy = false;
         f.dev = made.st_dev;
@@ -475,7 +470,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         // Its blocks reserved, unless this record brings all of it (the
         // write then fails as the reservation would).
         if (int r = bytes.size() < f.size ? reserve(fd, f.size) : 0)
-            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest + "/" + f.rel, r);
+            return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest_path(f.rel), r);
     } else if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
         // its creation and now it may have been swapped for a FIFO (whose
@@ -500,7 +495,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), n < 0 ? errno : EIO);
+            return err("cannot write " + s.dest_path(f.rel), n < 0 ? errno : EIO);
         done += static_cast<size_t>(n);
     }
     f.received += bytes.size();
@@ -521,7 +516,7 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         f.fd = -1;
         --s.fds;
         if (rc != 0)
-            return err("cannot write " + s.dest + (f.rel.empty() ? "" : "/" + f.rel), errno);
+            return err("cannot write " + s.dest_path(f.rel), errno);
         if (f.received == f.size)
             ++files_done;
     }
@@ -610,32 +605,14 @@ std::string commit_entries(Session &s)
     // its last byte came is looked at (fstatat, no link followed) in its
     // directory, opened beneath it once for its files that follow one
     // another.  Contents first, so that directories' times stay as set.
-    struct Parent {
-        std::string rel;
-        int fd = -1;
-        ~Parent()
-        {
-            if (fd >= 0)
-                ::close(fd);
-        }
-    } parent;
+    beneath::ParentCache parent;
     for (auto f = s.files.rbegin(); f != s.files.rend() && why.empty(); ++f) {
         FsWorker::progress();
         if (f->settled) {
             std::string leaf = s.temp_name;
             int at = s.parent_fd;
-            if (!f->rel.empty()) {
-                size_t slash = f->rel.rfind('/');
-                std::string dir = slash == std::string::npos ? "" : f->rel.substr(0, slash);
-                if (parent.fd < 0 || parent.rel != dir) {
-                    if (parent.fd >= 0)
-                        ::close(parent.fd);
-                    parent.fd = s.open_entry_parent(*f, leaf);
-                    parent.rel = dir;
-                }
-                leaf = f->rel.substr(slash == std::string::npos ? 0 : slash + 1);
-                at = parent.fd;
-            }
+            if (!f->rel.empty())
+                at = parent.at(s.root_fd, f->rel, leaf);
             struct stat now;
             if (at < 0 || fstatat(at, leaf.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || !s.made(*f, now))
                 why = f->path + " was replaced while it was being received (it is no longer the " +
@@ -687,10 +664,7 @@ std::vector<std::string> discard(Session &s)
             f.fd = -1;
         }
     s.fds = 0;
-    if (s.made_in_fd >= 0) {
-        ::close(s.made_in_fd);
-        s.made_in_fd = -1;
-    }
+    s.made_in.reset();
     if (s.parent_fd < 0)
         return out;
     AsUser as(s.grant.uid, s.grant.gid, s.groups);
@@ -901,7 +875,7 @@ void Receiver::after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req)
     for (const auto &[other, o] : draining_) {
         if (o->parent_dev != s->parent_dev || o->parent_ino != s->parent_ino || o->dest_name != s->dest_name)
             continue;
-        if (o->worker && o->worker->busy_for() > o->deadline)
+        if (o->stuck())
             return fail_open(s, s->dest + " is being removed by broadcast " + session_hex(other) + " (job " +
                                     std::to_string(o->grant.job_id) + ") on " + cfg_.node_name +
                                     ", whose file system at " + o->parent + " did not answer within " +
@@ -1229,11 +1203,11 @@ void Receiver::sweep()
     for (auto &[sid, s] : sessions_) {
         std::string what;
         auto b = s->blocker ? draining_.find(s->blocker) : draining_.end();
-        if (b != draining_.end() && b->second->worker && b->second->worker->busy_for() > b->second->deadline)
+        if (b != draining_.end() && b->second->stuck())
             failing.emplace_back(sid, s->dest + " is being removed by broadcast " + session_hex(s->blocker) +
                                           " on " + cfg_.node_name + ", whose file system at " + s->parent +
                                           " stopped answering: retry once it is removed");
-        else if (s->worker && s->worker->busy_for(&what) > s->deadline)
+        else if (s->stuck(&what))
             failing.emplace_back(sid, "the file system at " + s->parent + " did not answer within " +
                                           seconds(s->deadline) + " on " + cfg_.node_name + " (while " + what +
                                           ")");
@@ -1265,7 +1239,7 @@ void Receiver::sweep()
     // the file system answers, else at the next start (the journal).
     for (auto &[sid, s] : draining_) {
         std::string what;
-        if (!s->overdue && s->worker->busy_for(&what) > s->deadline) {
+        if (!s->overdue && s->stuck(&what)) {
             s->overdue = true;
             log_.error("broadcast %s: %s is not removed yet: the file system at %s did not answer within %s "
                        "(while %s); it is removed once it answers, or when slurmd starts again",

@@ -207,3 +207,35 @@ no_trace() {
         return 1
     }
 }
+
+# --- a node whose file system stops answering (t0019, t0020) -------------------
+# own_fs_require: skips the script where fsfreeze or mkfs.ext4 is missing
+# (before a cluster starts).
+own_fs_require() {
+    if ! command -v fsfreeze > /dev/null || ! command -v mkfs.ext4 > /dev/null; then
+        t_skip "fsfreeze or mkfs.ext4 missing"
+    fi
+}
+# own_fs NODE DIR: DIR on every node, which every user may write (1777); on
+# NODE it is an ext4 file system of its own (64 MiB on a loop device,
+# mounted in NODE's mount namespace), which `"$VC" exec NODE fsfreeze -f
+# DIR` freezes: every create or write in it then blocks in the kernel until
+# it is thawed (-u), as on an NFS mount whose server hung.  Thawed and
+# unmounted on every way out of the script.  Checks that NODE has it.
+own_fs() {
+    local node=$1 dir=$2 n
+    T_OWN_FS="$node $dir"
+    trap 'rc=$?; own_fs_remove; (exit $rc); t_cleanup' EXIT
+    truncate -s 64M "$T_WORK/fs.img"
+    mkfs.ext4 -q -F "$T_WORK/fs.img"
+    for n in $("$VC" nodes); do
+        [ "$n" = "$node" ] || "$VC" exec "$n" sh -c "mkdir -p $dir && chmod 1777 $dir"
+    done
+    "$VC" exec "$node" sh -c "mkdir -p $dir && mount -o loop '$T_WORK/fs.img' $dir && chmod 1777 $dir"
+    t_check "$node's destination is a file system of its own" "$VC" exec "$node" mountpoint -q "$dir"
+}
+# Never leaves a frozen file system behind (own_fs's exit trap).
+own_fs_remove() {
+    local node=${T_OWN_FS%% *} dir=${T_OWN_FS#* }
+    "$VC" exec "$node" sh -c "fsfreeze -u $dir 2> /dev/null; umount $dir 2> /dev/null" > /dev/null 2>&1 || :
+}

@@ -14,7 +14,7 @@
 . "$(dirname "$0")/lib.sh"
 t_require_root
 t_require_installed
-command -v fsfreeze > /dev/null && command -v mkfs.ext4 > /dev/null || t_skip "fsfreeze or mkfs.ext4 missing"
+own_fs_require
 N=4
 vc_up "$N"
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
@@ -25,16 +25,7 @@ PRIM="$STORM_BUILDDIR/tools/storm-prim"
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
 chmod 1777 "$T_WORK"
 D=/tmp/t0019
-
-# Never leave a frozen file system behind: thaw and unmount on the way out.
-thaw() { VCX vn3 sh -c "fsfreeze -u $D 2> /dev/null; umount $D 2> /dev/null" > /dev/null 2>&1 || :; }
-trap 'rc=$?; thaw; (exit $rc); t_cleanup' EXIT
-
-truncate -s 64M "$T_WORK/fs.img"
-mkfs.ext4 -q -F "$T_WORK/fs.img"
-for n in vn1 vn2 vn4; do VCX "$n" sh -c "mkdir -p $D && chmod 1777 $D"; done
-VCX vn3 sh -c "mkdir -p $D && mount -o loop '$T_WORK/fs.img' $D && chmod 1777 $D"
-t_check "vn3's destination is a file system of its own" VCX vn3 mountpoint -q "$D"
+own_fs vn3 "$D"
 
 job=$(as_user sbatch --parsable -N "$N" -t 5 -o /dev/null --wrap "sleep 600")
 for _ in $(seq 100); do [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && break; sleep 0.1; done

@@ -5,7 +5,9 @@
 // client as the job's user (nobody); temporary directories every user may
 // write, files of chosen size and mode, and slurmstepd's side of every
 // node's launch gate on threads.  A test builds one BcastCluster and
-// touches the agents only from the loop thread (on_loop()).
+// touches the agents only from the loop thread (on_loop()).  A test of one
+// node's receiver alone builds a OneReceiver instead, and plays the head
+// itself, event by event, on its own thread.
 #pragma once
 
 #include <algorithm>
@@ -18,8 +20,10 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -248,6 +252,94 @@ struct BcastCluster {
         return "";
     }
 };
+
+// One node's receiver (node 0 of one, "n0", its journal in DIR/journal,
+// no launch gate), driven by the test's thread: no loop thread runs, ask()
+// runs the loop until the receiver answers.
+struct OneReceiver {
+    Cluster cl{1, 8};
+    FakeAuthorizer authz;
+    ReceiverConfig config;
+    std::unique_ptr<Receiver> rx;
+
+    // `fs_hook`: ReceiverConfig's.
+    explicit OneReceiver(const std::string &dir, std::function<void(const std::string &)> fs_hook = {})
+        : config{0, "n0", dir + "/journal", "", {}, {}}
+    {
+        config.fs_hook = std::move(fs_hook);
+        start();
+    }
+    // A new receiver in place of the one running (destroyed, as slurmd
+    // stopping; released first, as slurmd killed), once it recovered what
+    // its journal names.
+    void start()
+    {
+        rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, config, Logger("n0"));
+        rx->recover();
+        settle();
+    }
+    // Runs the loop until the receiver's work settled: no removal waiting
+    // for a worker, recover() done (bounded: a test that hangs fails
+    // instead).
+    void settle()
+    {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while ((rx->draining() != 0 || rx->recovering()) && std::chrono::steady_clock::now() < end)
+            event_base_loop(cl.base, EVLOOP_ONCE);
+    }
+    // The receiver's answer to event "bcast:<kind>:<sid>" (the loop run
+    // until it came), once what it queued settled.
+    std::string ask(const std::string &kind, uint64_t sid, std::string_view data = {}, bool sealed = false)
+    {
+        auto got = std::make_shared<std::optional<std::string>>();
+        rx->on_chunk(event_name(kind.c_str(), sid), sid, data, sealed, [got](const std::string &why) {
+            if (!*got)
+                *got = why;
+        });
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!*got && std::chrono::steady_clock::now() < end)
+            event_base_loop(cl.base, EVLOOP_ONCE);
+        settle();
+        return *got ? **got : std::string("no answer within 20 s");
+    }
+    // The commit of `sid`, once every node confirmed every byte (as the
+    // head's COMPARE-AND-WRITE sets it): the receiver's answer.
+    std::string commit(uint64_t sid)
+    {
+        cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
+        return ask("commit", sid);
+    }
+};
+
+// The open of a single file, `dest`, of `size` bytes (mode 0644), for the
+// job's user on one node.
+inline OpenRequest file_request(const std::string &dest, uint64_t size = 10)
+{
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = dest;
+    q.entries.push_back(Entry{"", Entry::file, 0644, size, 0, 0, {}, 0});
+    return q;
+}
+
+// The open of a tree at `dest`, for the job's user on one node: its top
+// directory (mode 0755), the entries under it for the test to add.
+inline OpenRequest tree_request(const std::string &dest)
+{
+    OpenRequest q;
+    q.cred = cred(1);
+    q.dest = dest;
+    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    return q;
+}
+
+// A chunk of `bytes` at the start of entry `entry`, not compressed.
+inline std::string data_chunk(uint32_t entry, const std::string &bytes)
+{
+    net::Writer w;
+    ChunkHeader{entry, 0, static_cast<uint32_t>(bytes.size()), crc32(bytes), false}.encode(w);
+    return w.take() + bytes;
+}
 
 // A directory every user may create files in (like /tmp).
 inline std::string open_to_all(const std::string &dir)

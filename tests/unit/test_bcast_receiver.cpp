@@ -12,7 +12,8 @@
 // one chunk's records fill many files of a tree (past the first 64, whose
 // descriptors were kept, too), the session is complete once every byte
 // came, and a malformed pack fails its session with its reason, writing
-// nothing of it.
+// nothing of it.  Removing a staged tree passes again over entries made
+// in it meanwhile, three passes at most.
 
 #include <csignal>
 #include <cstring>
@@ -37,32 +38,6 @@ using namespace bcast_fixture;
 using test_helpers::contains;
 
 namespace {
-
-// Runs the loop until the receiver's work settled: no removal waiting for
-// a worker, recover() done (bounded: a test that hangs fails instead).
-void settle(Receiver &rx, event_base *base)
-{
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while ((rx.draining() != 0 || rx.recovering()) && std::chrono::steady_clock::now() < end)
-        event_base_loop(base, EVLOOP_ONCE);
-}
-
-// The receiver's answer to one event (the loop run until it came), once
-// what it queued settled.
-std::string ask(Receiver &rx, event_base *base, const std::string &event, uint64_t sid, std::string_view data,
-                bool sealed = false)
-{
-    auto got = std::make_shared<std::optional<std::string>>();
-    rx.on_chunk(event, sid, data, sealed, [got](const std::string &why) {
-        if (!*got)
-            *got = why;
-    });
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!*got && std::chrono::steady_clock::now() < end)
-        event_base_loop(base, EVLOOP_ONCE);
-    settle(rx, base);
-    return *got ? **got : std::string("no answer within 20 s");
-}
 
 void test_file_reaches_every_node(void **)
 {
@@ -194,29 +169,17 @@ void test_receiver_rejects_and_recovers(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
-    std::string journal = t.path + "/journal";
-    auto start = [&] {
-        auto r = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz,
-                                            ReceiverConfig{0, "n0", journal, "", {}, {}}, Logger("n0"));
-        r->recover();
-        settle(*r, cl.base);
-        return r;
-    };
-    auto rx = start();
+    OneReceiver n(t.path);
+    const std::string journal = n.config.journal_dir;
     // What a killed slurmd does: no destructor runs (the receiver is leaked
     // on purpose), and a new agent recovers.
     auto kill_and_restart = [&] {
-        rx.release();
-        rx = start();
+        n.rx.release();
+        n.start();
     };
-    OpenRequest q;
-    q.cred = cred(1);
-    q.dest = t.path + "/file";
-    q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
+    OpenRequest q = file_request(t.path + "/file");
     const uint64_t sid = 7;
-    assert_string_equal(ask(*rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+    assert_string_equal(n.ask("open", sid, q.encode()).c_str(), "");
     std::string temp = t.path + "/.file.storm-0000000000000007";
     struct stat st;
     assert_int_equal(stat(temp.c_str(), &st), 0);
@@ -226,26 +189,24 @@ void test_receiver_rejects_and_recovers(void **)
     ChunkHeader h{0, 0, 10, crc32("0123456789") ^ 1, false};
     h.encode(w);
     std::string bad = w.take() + "0123456789";
-    assert_true(contains(ask(*rx, cl.base, event_name("data", sid), sid, bad), "fails its CRC check"));
+    assert_true(contains(n.ask("data", sid, bad), "fails its CRC check"));
     // Commit without every byte: refused, and the temporary goes.
-    assert_true(
-        contains(ask(*rx, cl.base, event_name("commit", sid), sid, ""), "before every node confirmed"));
+    assert_true(contains(n.ask("commit", sid), "before every node confirmed"));
     assert_int_equal(stat(temp.c_str(), &st), -1);
     // The same chunk sealed (by multicast, under the seal of the node that
     // sent it, whose own check of the CRC came first): not checked again.
     const uint64_t sealed_sid = 9;
-    assert_string_equal(ask(*rx, cl.base, event_name("open", sealed_sid), sealed_sid, q.encode()).c_str(),
-                        "");
-    assert_string_equal(ask(*rx, cl.base, event_name("data", sealed_sid), sealed_sid, bad, true).c_str(), "");
-    assert_string_equal(ask(*rx, cl.base, event_name("abort", sealed_sid), sealed_sid, "").c_str(), "");
+    assert_string_equal(n.ask("open", sealed_sid, q.encode()).c_str(), "");
+    assert_string_equal(n.ask("data", sealed_sid, bad, true).c_str(), "");
+    assert_string_equal(n.ask("abort", sealed_sid).c_str(), "");
     assert_int_equal(stat((t.path + "/.file.storm-0000000000000009").c_str(), &st), -1);
     // A malformed open.
-    std::string junk = ask(*rx, cl.base, event_name("open", 8), 8, "junk");
+    std::string junk = n.ask("open", 8, "junk");
     assert_true(contains(junk, "another version"));
-    junk = ask(*rx, cl.base, event_name("open", 8), 8, q.encode().substr(0, 20));
+    junk = n.ask("open", 8, q.encode().substr(0, 20));
     assert_true(contains(junk, "truncated") || contains(junk, "exceeds its limit"));
     // What a killed slurmd leaves: the temporary and its journal entry.
-    assert_string_equal(ask(*rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+    assert_string_equal(n.ask("open", sid, q.encode()).c_str(), "");
     assert_int_equal(stat(temp.c_str(), &st), 0);
     std::string entry = slurp(journal + "/0000000000000007");
     kill_and_restart();
@@ -262,13 +223,9 @@ void test_receiver_rejects_and_recovers(void **)
     q.flags = kForce;
     // Session `id` writes "0123456789" and commits here.
     auto commit_here = [&](uint64_t id) {
-        assert_string_equal(ask(*rx, cl.base, event_name("open", id), id, q.encode()).c_str(), "");
-        net::Writer wd;
-        ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(wd);
-        assert_string_equal(ask(*rx, cl.base, event_name("data", id), id, wd.take() + "0123456789").c_str(),
-                            "");
-        cl.agents[0]->set_variable(var_prefix(id) + "commit", 1); // as the head's COMPARE-AND-WRITE does
-        assert_string_equal(ask(*rx, cl.base, event_name("commit", id), id, "").c_str(), "");
+        assert_string_equal(n.ask("open", id, q.encode()).c_str(), "");
+        assert_string_equal(n.ask("data", id, data_chunk(0, "0123456789")).c_str(), "");
+        assert_string_equal(n.commit(id).c_str(), "");
     };
     std::string temp2 = t.path + "/.file.storm-0000000000000009";
     commit_here(9);
@@ -298,18 +255,9 @@ void test_swapped_staging_file_refused(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
-                Logger("n0"));
-    rx.recover(); // makes the journal's directory
-    OpenRequest q;
-    q.cred = cred(1);
-    q.dest = t.path + "/file";
-    q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
-    net::Writer w;
-    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
-    const std::string chunk = w.take() + "0123456789";
+    OneReceiver n(t.path);
+    const OpenRequest q = file_request(t.path + "/file");
+    const std::string chunk = data_chunk(0, "0123456789");
     // A deadline instead of a hang if the open blocks.
     signal(SIGALRM, SIG_DFL);
     alarm(20);
@@ -319,7 +267,7 @@ void test_swapped_staging_file_refused(void **)
     };
     struct stat st;
     for (Swap sw : {Swap{"fifo", 21}, Swap{"file", 22}}) {
-        assert_string_equal(ask(rx, cl.base, event_name("open", sw.sid), sw.sid, q.encode()).c_str(), "");
+        assert_string_equal(n.ask("open", sw.sid, q.encode()).c_str(), "");
         char hex[17];
         snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(sw.sid));
         const std::string temp = t.path + "/.file.storm-" + hex;
@@ -331,17 +279,15 @@ void test_swapped_staging_file_refused(void **)
         assert_int_equal(chown(temp.c_str(), kUser, kGroup), 0);
         // The data goes to the file the broadcast created (its descriptor
         // was kept), or is refused; the commit then finds the swap.
-        std::string why = ask(rx, cl.base, event_name("data", sw.sid), sw.sid, chunk);
-        if (why.empty()) {
-            cl.agents[0]->set_variable(var_prefix(sw.sid) + "commit", 1);
-            why = ask(rx, cl.base, event_name("commit", sw.sid), sw.sid, "");
-        }
+        std::string why = n.ask("data", sw.sid, chunk);
+        if (why.empty())
+            why = n.commit(sw.sid);
         if (!contains(why, temp) || !contains(why, "was replaced while it was being received"))
             fprintf(stderr, "%s: %s\n", sw.what, why.c_str());
         assert_true(contains(why, temp));
         assert_true(contains(why, "was replaced while it was being received"));
         assert_int_equal(lstat(temp.c_str(), &st), -1); // the staging name cleaned, as the user
-        assert_string_equal(ask(rx, cl.base, event_name("abort", sw.sid), sw.sid, "").c_str(), "");
+        assert_string_equal(n.ask("abort", sw.sid).c_str(), "");
     }
     alarm(0);
     assert_int_equal(stat(q.dest.c_str(), &st), -1); // nothing committed
@@ -470,6 +416,62 @@ void test_nothing_resolves_through_a_link(void **)
     close(top);
 }
 
+// Entries made in a directory while remove_tree() empties it (a user's
+// process writing there) are found by another pass: made once, in a
+// subdirectory during its first pass, the whole tree still goes.  A
+// directory that refills at every pass stops the removal after three,
+// with ENOTEMPTY, holding only what came last.
+int g_passes = 0;
+
+// Makes `name` in the directory `dir`.
+void add_entry(int dir, const std::string &name)
+{
+    int fd = openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+void test_removal_passes_again_over_new_entries(void **)
+{
+    TempDir t;
+    std::string tree = t.path + "/tree";
+    mkdir(tree.c_str(), 0700);
+    mkdir((tree + "/sub").c_str(), 0700);
+    make_file(tree + "/a", 5, 0600);
+    make_file(tree + "/sub/b", 5, 0600);
+    int top = open(t.path.c_str(), O_PATH | O_DIRECTORY);
+    assert_true(top >= 0);
+
+    g_passes = 0;
+    bcast::beneath::on_removal_pass([](int dir, int pass) {
+        if (g_passes++ == 0) { // tree/sub, its first pass
+            assert_int_equal(pass, 0);
+            add_entry(dir, "late");
+        }
+    });
+    int rc = bcast::beneath::remove_tree(top, "tree");
+    bcast::beneath::on_removal_pass(nullptr);
+    assert_int_equal(rc, 0);
+    assert_int_equal(g_passes, 3); // sub twice, then tree once
+    struct stat st;
+    assert_int_equal(lstat(tree.c_str(), &st), -1);
+
+    mkdir(tree.c_str(), 0700);
+    make_file(tree + "/a", 5, 0600);
+    g_passes = 0;
+    bcast::beneath::on_removal_pass([](int dir, int pass) {
+        add_entry(dir, "late" + std::to_string(g_passes++) + std::to_string(pass));
+    });
+    rc = bcast::beneath::remove_tree(top, "tree");
+    bcast::beneath::on_removal_pass(nullptr);
+    assert_int_equal(rc, ENOTEMPTY);
+    assert_int_equal(g_passes, 3);
+    assert_true(listing(tree) == std::vector<std::string>{"late22"});
+    assert_int_equal(bcast::beneath::remove_tree(top, "tree"), 0);
+    assert_int_equal(lstat(tree.c_str(), &st), -1);
+    close(top);
+}
+
 // The user swaps a staged directory for a symbolic link to a directory
 // outside the destination -- one they cannot write, and one they can --
 // before its file's data comes (the file is past the descriptors kept
@@ -482,32 +484,20 @@ void test_symlink_race_writes_nothing_outside(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
-                Logger("n0"));
-    rx.recover();
+    OneReceiver n(t.path);
     std::string locked = t.path + "/locked", open = t.path + "/open";
     mkdir(locked.c_str(), 0755);
     mkdir(open.c_str(), 0777);
     chmod(open.c_str(), 0777);
-    OpenRequest q;
-    q.cred = cred(1);
-    q.dest = t.path + "/tree";
-    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    OpenRequest q = tree_request(t.path + "/tree");
     for (int i = 0; i < 70; ++i) {
-        char n[8];
-        snprintf(n, sizeof n, "a%02d", i);
-        q.entries.push_back(Entry{n, Entry::file, 0644, 1, 0, 0, {}, 0});
+        char name[8];
+        snprintf(name, sizeof name, "a%02d", i);
+        q.entries.push_back(Entry{name, Entry::file, 0644, 1, 0, 0, {}, 0});
     }
     q.entries.push_back(Entry{"sub", Entry::directory, 0700, 0, 0, 0, {}, 0});
     q.entries.push_back(Entry{"sub/f", Entry::file, 0666, 10, 0, 0, {}, 0});
     const uint32_t f_entry = 72;
-    auto chunk = [](uint32_t entry, const std::string &bytes) {
-        net::Writer w;
-        ChunkHeader{entry, 0, static_cast<uint32_t>(bytes.size()), crc32(bytes), false}.encode(w);
-        return w.take() + bytes;
-    };
     struct stat before;
     assert_int_equal(stat(open.c_str(), &before), 0);
     uint64_t sid = 40;
@@ -516,11 +506,10 @@ void test_symlink_race_writes_nothing_outside(void **)
         for (const std::string &outside : {locked, open}) {
             for (bool before_commit : {false, true}) {
                 ++sid;
-                assert_string_equal(ask(rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+                assert_string_equal(n.ask("open", sid, q.encode()).c_str(), "");
                 const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
                 for (uint32_t i = 1; i <= 70; ++i)
-                    assert_string_equal(ask(rx, cl.base, event_name("data", sid), sid, chunk(i, "x")).c_str(),
-                                        "");
+                    assert_string_equal(n.ask("data", sid, data_chunk(i, "x")).c_str(), "");
                 auto swap = [&] {
                     assert_int_equal(rename((temp + "/sub").c_str(), (temp + "/moved").c_str()), 0);
                     assert_int_equal(symlink(outside.c_str(), (temp + "/sub").c_str()), 0);
@@ -529,21 +518,18 @@ void test_symlink_race_writes_nothing_outside(void **)
                 std::string why;
                 if (!before_commit) {
                     swap();
-                    why = ask(rx, cl.base, event_name("data", sid), sid, chunk(f_entry, "0123456789"));
+                    why = n.ask("data", sid, data_chunk(f_entry, "0123456789"));
                 } else {
-                    assert_string_equal(
-                        ask(rx, cl.base, event_name("data", sid), sid, chunk(f_entry, "0123456789")).c_str(),
-                        "");
+                    assert_string_equal(n.ask("data", sid, data_chunk(f_entry, "0123456789")).c_str(), "");
                     swap();
-                    cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
-                    why = ask(rx, cl.base, event_name("commit", sid), sid, "");
+                    why = n.commit(sid);
                 }
                 if (why.empty() || !contains(why, temp))
                     fprintf(stderr, "openat2 %d, %s, before commit %d: \"%s\"\n", openat2, outside.c_str(),
                             before_commit, why.c_str());
                 assert_false(why.empty());
                 assert_true(contains(why, temp));
-                ask(rx, cl.base, event_name("abort", sid), sid, "");
+                n.ask("abort", sid);
                 assert_true(listing(outside).empty());
                 struct stat st;
                 assert_int_equal(stat(outside.c_str(), &st), 0);
@@ -559,7 +545,7 @@ void test_symlink_race_writes_nothing_outside(void **)
     assert_int_equal(stat(open.c_str(), &after), 0);
     assert_true(after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
                 after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
-    assert_int_equal(rx.sessions(), 0);
+    assert_int_equal(n.rx->sessions(), 0);
 }
 
 // A packed chunk of `records` (entry, offset, bytes).
@@ -590,21 +576,14 @@ void test_packed_chunks(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
-                Logger("n0"));
-    rx.recover();
-    OpenRequest q;
-    q.cred = cred(1);
-    q.dest = t.path + "/tree";
-    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    OneReceiver n(t.path);
+    OpenRequest q = tree_request(t.path + "/tree");
     std::vector<Rec> small; // entries 1-70: 3 bytes each
     for (uint32_t i = 1; i <= 70; ++i) {
-        char n[8];
-        snprintf(n, sizeof n, "f%02u", i);
-        q.entries.push_back(Entry{n, Entry::file, 0644, 3, 0, 0, {}, 0});
-        small.push_back(Rec{i, 0, std::string(n).substr(1) + "."});
+        char name[8];
+        snprintf(name, sizeof name, "f%02u", i);
+        q.entries.push_back(Entry{name, Entry::file, 0644, 3, 0, 0, {}, 0});
+        small.push_back(Rec{i, 0, std::string(name).substr(1) + "."});
     }
     q.entries.push_back(Entry{"d", Entry::directory, 0755, 0, 0, 0, {}, 0}); // 71
     q.entries.push_back(Entry{"big", Entry::file, 0644, 5, 0, 0, {}, 0});    // 72
@@ -615,11 +594,9 @@ void test_packed_chunks(void **)
     uint64_t sid = 60;
     auto open = [&] {
         ++sid;
-        assert_string_equal(ask(rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+        assert_string_equal(n.ask("open", sid, q.encode()).c_str(), "");
     };
-    auto data = [&](const std::string &chunk) {
-        return ask(rx, cl.base, event_name("data", sid), sid, chunk);
-    };
+    auto data = [&](const std::string &chunk) { return n.ask("data", sid, chunk); };
 
     // Every small file and the start of a large one in one chunk, the
     // rest of the large one in the next: complete only then.
@@ -627,12 +604,11 @@ void test_packed_chunks(void **)
     std::vector<Rec> first = small;
     first.push_back(Rec{72, 0, "12"});
     assert_string_equal(data(pack_chunk(first)).c_str(), "");
-    assert_int_equal(cl.agents[0]->variable(var_prefix(sid) + complete), 0);
+    assert_int_equal(n.cl.agents[0]->variable(var_prefix(sid) + complete), 0);
     assert_string_equal(data(pack_chunk({{72, 2, "345"}})).c_str(), "");
-    assert_int_equal(cl.agents[0]->variable(var_prefix(sid) + complete), 1);
-    cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
-    assert_string_equal(ask(rx, cl.base, event_name("commit", sid), sid, "").c_str(), "");
-    assert_string_equal(ask(rx, cl.base, event_name("finish", sid), sid, "").c_str(), "");
+    assert_int_equal(n.cl.agents[0]->variable(var_prefix(sid) + complete), 1);
+    assert_string_equal(n.commit(sid).c_str(), "");
+    assert_string_equal(n.ask("finish", sid).c_str(), "");
     assert_true(slurp(q.dest + "/f01") == "01.");
     assert_true(slurp(q.dest + "/f70") == "70.");
     assert_true(slurp(q.dest + "/big") == "12345");
@@ -674,11 +650,11 @@ void test_packed_chunks(void **)
         assert_false(slurp(temp + "/f01") == "01."); // nothing of the pack written
         // Later chunks fail too, and so does the commit.
         assert_false(data(pack_chunk({{3, 0, "03."}})).empty());
-        ask(rx, cl.base, event_name("abort", sid), sid, "");
+        n.ask("abort", sid);
         assert_int_equal(lstat(temp.c_str(), &st), -1);
         assert_int_equal(lstat(q.dest.c_str(), &st), -1);
     }
-    assert_int_equal(rx.sessions(), 0);
+    assert_int_equal(n.rx->sessions(), 0);
 }
 
 size_t open_descriptors()
@@ -697,22 +673,15 @@ void test_files_made_by_their_first_record(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
-                Logger("n0"));
-    rx.recover();
-    OpenRequest q;
-    q.cred = cred(1);
-    q.dest = t.path + "/tree";
-    q.entries.push_back(Entry{"", Entry::directory, 0755, 0, 0, 0, {}, 0});
+    OneReceiver n(t.path);
+    OpenRequest q = tree_request(t.path + "/tree");
     q.entries.push_back(Entry{"d", Entry::directory, 0755, 0, 0, 0, {}, 0});
     for (uint32_t i = 0; i < 200; ++i)
         q.entries.push_back(Entry{"d/f" + std::to_string(i), Entry::file, 0644, 2, 0, 0, {}, 0}); // 2..201
     q.entries.push_back(Entry{"empty", Entry::file, 0644, 0, 0, 0, {}, 0});                       // 202
     q.entries.push_back(Entry{"l", Entry::symlink, 0, 0, 0, 0, "d/f0", 0});                        // 203
     const uint64_t sid = 70;
-    assert_string_equal(ask(rx, cl.base, event_name("open", sid), sid, q.encode()).c_str(), "");
+    assert_string_equal(n.ask("open", sid, q.encode()).c_str(), "");
     const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
     assert_int_equal(listing(temp + "/d").size(), 0);
     struct stat st;
@@ -724,7 +693,7 @@ void test_files_made_by_their_first_record(void **)
     std::vector<Rec> firsts;
     for (uint32_t i = 0; i < 200; ++i)
         firsts.push_back(Rec{2 + i, 0, "a"});
-    assert_string_equal(ask(rx, cl.base, event_name("data", sid), sid, pack_chunk(firsts)).c_str(), "");
+    assert_string_equal(n.ask("data", sid, pack_chunk(firsts)).c_str(), "");
     assert_int_equal(listing(temp + "/d").size(), 200);
     assert_int_equal(lstat((temp + "/d/f7").c_str(), &st), 0);
     assert_int_equal(st.st_uid, kUser);
@@ -738,16 +707,15 @@ void test_files_made_by_their_first_record(void **)
     std::vector<Rec> seconds;
     for (uint32_t i = 0; i < 200; ++i)
         seconds.push_back(Rec{2 + i, 1, "b"});
-    assert_string_equal(ask(rx, cl.base, event_name("data", sid), sid, pack_chunk(seconds)).c_str(), "");
-    assert_int_equal(cl.agents[0]->variable(var_prefix(sid) + "complete"), 1);
+    assert_string_equal(n.ask("data", sid, pack_chunk(seconds)).c_str(), "");
+    assert_int_equal(n.cl.agents[0]->variable(var_prefix(sid) + "complete"), 1);
     assert_true(open_descriptors() <= fds + 1); // the last directory a file was made in
-    cl.agents[0]->set_variable(var_prefix(sid) + "commit", 1);
-    assert_string_equal(ask(rx, cl.base, event_name("commit", sid), sid, "").c_str(), "");
-    assert_string_equal(ask(rx, cl.base, event_name("finish", sid), sid, "").c_str(), "");
+    assert_string_equal(n.commit(sid).c_str(), "");
+    assert_string_equal(n.ask("finish", sid).c_str(), "");
     assert_true(slurp(q.dest + "/d/f0") == "ab");
     assert_true(slurp(q.dest + "/d/f199") == "ab");
     assert_true(slurp(q.dest + "/l") == "ab");
-    assert_int_equal(rx.sessions(), 0);
+    assert_int_equal(n.rx->sessions(), 0);
 }
 
 // Two --force broadcasts of one user to one destination (issue 39, hole
@@ -759,35 +727,25 @@ void test_one_broadcast_per_destination(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
-    Receiver rx(cl.base, *cl.agents[0], authz, ReceiverConfig{0, "n0", t.path + "/journal", "", {}, {}},
-                Logger("n0"));
-    rx.recover();
+    OneReceiver n(t.path);
     const std::string dest = t.path + "/file";
     std::ofstream(dest) << "the old one";
     assert_int_equal(chown(dest.c_str(), kUser, kGroup), 0);
-    OpenRequest q;
-    q.cred = cred(1);
-    q.dest = dest;
+    OpenRequest q = file_request(dest);
     q.flags = kForce;
-    q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
-    assert_string_equal(ask(rx, cl.base, event_name("open", 31), 31, q.encode()).c_str(), "");
-    std::string why = ask(rx, cl.base, event_name("open", 32), 32, q.encode());
+    assert_string_equal(n.ask("open", 31, q.encode()).c_str(), "");
+    std::string why = n.ask("open", 32, q.encode());
     assert_true(contains(why, "is being written by broadcast 000000000000001f"));
     OpenRequest q2 = q;
     q2.dest = t.path + "//./file"; // the same file, spelt otherwise
-    why = ask(rx, cl.base, event_name("open", 33), 33, q2.encode());
+    why = n.ask("open", 33, q2.encode());
     assert_true(contains(why, "one broadcast at a time per destination"));
-    net::Writer w;
-    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
-    assert_string_equal(ask(rx, cl.base, event_name("data", 31), 31, w.take() + "0123456789").c_str(), "");
-    cl.agents[0]->set_variable(var_prefix(31) + "commit", 1);
-    assert_string_equal(ask(rx, cl.base, event_name("commit", 31), 31, "").c_str(), "");
-    assert_string_equal(ask(rx, cl.base, event_name("finish", 31), 31, "").c_str(), "");
+    assert_string_equal(n.ask("data", 31, data_chunk(0, "0123456789")).c_str(), "");
+    assert_string_equal(n.commit(31).c_str(), "");
+    assert_string_equal(n.ask("finish", 31).c_str(), "");
     assert_true(slurp(dest) == "0123456789");
-    assert_string_equal(ask(rx, cl.base, event_name("open", 34), 34, q.encode()).c_str(), "");
-    assert_string_equal(ask(rx, cl.base, event_name("abort", 34), 34, "").c_str(), "");
+    assert_string_equal(n.ask("open", 34, q.encode()).c_str(), "");
+    assert_string_equal(n.ask("abort", 34).c_str(), "");
     assert_true(slurp(dest) == "0123456789"); // the finished one stays
 }
 
@@ -840,48 +798,37 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
     Blocker gate;
-    ReceiverConfig rc{0, "n0", t.path + "/journal", "", {}, {}};
-    rc.fs_hook = gate.hook();
-    auto rx = std::make_unique<Receiver>(cl.base, *cl.agents[0], authz, rc, Logger("n0"));
-    rx->recover();
+    OneReceiver n(t.path, gate.hook());
     auto request = [&](const std::string &name) {
-        OpenRequest q;
-        q.cred = cred(1);
-        q.dest = t.path + "/" + name;
+        OpenRequest q = file_request(t.path + "/" + name);
         q.timeout_ms = 500;
-        q.entries.push_back(Entry{"", Entry::file, 0644, 10, 0, 0, {}, 0});
         return q.encode();
     };
-    net::Writer w;
-    ChunkHeader{0, 0, 10, crc32("0123456789"), false}.encode(w);
-    const std::string chunk = w.take() + "0123456789";
+    const std::string chunk = data_chunk(0, "0123456789");
 
-    assert_string_equal(ask(*rx, cl.base, event_name("open", 51), 51, request("slow")).c_str(), "");
+    assert_string_equal(n.ask("open", 51, request("slow")).c_str(), "");
     gate.close("/.slow.storm-");
     auto answer = std::make_shared<std::optional<std::string>>();
     auto start = std::chrono::steady_clock::now();
-    rx->on_chunk(event_name("data", 51), 51, chunk, false,
-                 [answer](const std::string &why) { *answer = why; });
+    n.rx->on_chunk(event_name("data", 51), 51, chunk, false,
+                   [answer](const std::string &why) { *answer = why; });
     // The loop serves a timer and another broadcast meanwhile.
     unsigned ticks = 0;
     event *tick = event_new(
-        cl.base, -1, EV_PERSIST, [](evutil_socket_t, short, void *n) { ++*static_cast<unsigned *>(n); },
-        &ticks);
+        n.cl.base, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void *count) { ++*static_cast<unsigned *>(count); }, &ticks);
     timeval every{0, 50000};
     evtimer_add(tick, &every);
-    assert_string_equal(ask(*rx, cl.base, event_name("open", 52), 52, request("fast")).c_str(), "");
-    assert_string_equal(ask(*rx, cl.base, event_name("data", 52), 52, chunk).c_str(), "");
-    cl.agents[0]->set_variable(var_prefix(52) + "commit", 1);
-    assert_string_equal(ask(*rx, cl.base, event_name("commit", 52), 52, "").c_str(), "");
-    assert_string_equal(ask(*rx, cl.base, event_name("finish", 52), 52, "").c_str(), "");
+    assert_string_equal(n.ask("open", 52, request("fast")).c_str(), "");
+    assert_string_equal(n.ask("data", 52, chunk).c_str(), "");
+    assert_string_equal(n.commit(52).c_str(), "");
+    assert_string_equal(n.ask("finish", 52).c_str(), "");
     assert_true(slurp(t.path + "/fast") == "0123456789");
     assert_false(answer->has_value()); // the slow one still waits
     auto end = start + std::chrono::seconds(10);
     while (!*answer && std::chrono::steady_clock::now() < end)
-        event_base_loop(cl.base, EVLOOP_ONCE);
+        event_base_loop(n.cl.base, EVLOOP_ONCE);
     double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     assert_true(answer->has_value());
     fprintf(stderr, "# blocked write answered in %.2f s, %u timer ticks meanwhile: %s\n", took, ticks,
@@ -891,36 +838,36 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     assert_true(took >= 0.5 && took < 5.0); // the deadline, checked 4 times a second (a loaded machine: more)
     assert_true(ticks >= 5);                // every 50 ms for at least 0.5 s, on a loaded machine too
     assert_int_equal(gate.blocked, 1);
-    assert_int_equal(rx->sessions(), 0);
-    assert_int_equal(rx->draining(), 1);
+    assert_int_equal(n.rx->sessions(), 0);
+    assert_int_equal(n.rx->draining(), 1);
     // The destination stays taken until the removal ran; the head's abort
     // is answered at once.
-    std::string taken = ask(*rx, cl.base, event_name("open", 53), 53, request("slow"));
+    std::string taken = n.ask("open", 53, request("slow"));
     assert_true(contains(taken, "is being removed by broadcast 0000000000000033"));
     assert_true(contains(taken, "retry once it is removed"));
     auto aborted = std::make_shared<std::optional<std::string>>();
-    rx->on_chunk(event_name("abort", 51), 51, "", false,
-                 [aborted](const std::string &why) { *aborted = why; });
+    n.rx->on_chunk(event_name("abort", 51), 51, "", false,
+                   [aborted](const std::string &why) { *aborted = why; });
     assert_true(aborted->has_value());
     struct stat st;
     const std::string slow_temp = t.path + "/.slow.storm-0000000000000033";
     assert_int_equal(lstat(slow_temp.c_str(), &st), 0);
     gate.open();
-    settle(*rx, cl.base);
-    assert_int_equal(rx->draining(), 0);
+    n.settle();
+    assert_int_equal(n.rx->draining(), 0);
     assert_int_equal(lstat(slow_temp.c_str(), &st), -1);
     assert_int_equal(lstat((t.path + "/slow").c_str(), &st), -1);
     assert_true(listing(t.path + "/journal").empty());
 
     // Chunks pile up behind a blocked write: bounded.
-    assert_string_equal(ask(*rx, cl.base, event_name("open", 54), 54, request("slow")).c_str(), "");
+    assert_string_equal(n.ask("open", 54, request("slow")).c_str(), "");
     gate.close("/.slow.storm-");
     const std::string big(4u << 20, 'x');
     std::vector<std::shared_ptr<std::optional<std::string>>> answers;
     std::string refused;
     for (int i = 0; i < 20 && refused.empty(); ++i) {
         auto a = std::make_shared<std::optional<std::string>>();
-        rx->on_chunk(event_name("data", 54), 54, big, false, [a](const std::string &why) { *a = why; });
+        n.rx->on_chunk(event_name("data", 54), 54, big, false, [a](const std::string &why) { *a = why; });
         if (a->has_value())
             refused = **a;
         answers.push_back(a);
@@ -931,17 +878,17 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     for (auto &a : answers)
         assert_true(a->has_value()); // those queued were answered with the abort
     gate.open();
-    settle(*rx, cl.base);
+    n.settle();
     assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000036").c_str(), &st), -1);
 
     // Stopping while a worker is stuck: bounded.
-    assert_string_equal(ask(*rx, cl.base, event_name("open", 55), 55, request("slow")).c_str(), "");
+    assert_string_equal(n.ask("open", 55, request("slow")).c_str(), "");
     gate.close("/.slow.storm-");
-    rx->on_chunk(event_name("data", 55), 55, chunk, false, [](const std::string &) {});
+    n.rx->on_chunk(event_name("data", 55), 55, chunk, false, [](const std::string &) {});
     while (gate.blocked < 3)
-        event_base_loop(cl.base, EVLOOP_NONBLOCK);
+        event_base_loop(n.cl.base, EVLOOP_NONBLOCK);
     start = std::chrono::steady_clock::now();
-    rx.reset();
+    n.rx.reset();
     took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fprintf(stderr, "# destroyed with a stuck worker in %.2f s\n", took);
     assert_true(took >= 1.9 && took < 5.0); // 2 s for the workers in all
@@ -1048,16 +995,11 @@ void test_retry_waits_for_the_removal(void **)
     if (geteuid() != 0)
         skip();
     TempDir t;
-    Cluster cl(1, 8);
-    FakeAuthorizer authz;
     std::atomic<bool> slow{true};
-    ReceiverConfig rc{0, "n0", t.path + "/journal", "", {}, {}};
-    rc.fs_hook = [&slow](const std::string &what) {
+    OneReceiver n(t.path, [&slow](const std::string &what) {
         if (slow)
             slowly(what, "removing ", 15, 100ms);
-    };
-    Receiver rx(cl.base, *cl.agents[0], authz, rc, Logger("n0"));
-    rx.recover();
+    });
     std::string src = many_entries(t.path + "/tree", 5);
     Source scanned = scan(src);
     OpenRequest q;
@@ -1065,38 +1007,37 @@ void test_retry_waits_for_the_removal(void **)
     q.dest = t.path + "/copy";
     q.timeout_ms = 500;
     q.entries = scanned.entries;
-    assert_string_equal(ask(rx, cl.base, event_name("open", 71), 71, q.encode()).c_str(), "");
+    assert_string_equal(n.ask("open", 71, q.encode()).c_str(), "");
     auto removed = std::make_shared<std::optional<std::string>>();
-    rx.on_chunk(event_name("abort", 71), 71, "", false,
-                [removed](const std::string &why) { *removed = why; });
-    assert_int_equal(rx.draining(), 1);
+    n.rx->on_chunk(event_name("abort", 71), 71, "", false,
+                   [removed](const std::string &why) { *removed = why; });
+    assert_int_equal(n.rx->draining(), 1);
     // The retry, while the removal takes 1.5 s (0.1 s a step).
     auto opened = std::make_shared<std::optional<std::string>>();
     auto start = std::chrono::steady_clock::now();
-    rx.on_chunk(event_name("open", 72), 72, q.encode(), false,
-                [opened](const std::string &why) { *opened = why; });
+    n.rx->on_chunk(event_name("open", 72), 72, q.encode(), false,
+                   [opened](const std::string &why) { *opened = why; });
     auto end = start + 10s;
-    while (cl.agents[0]->variable(var_prefix(72) + "ready") != kStaged &&
+    while (n.cl.agents[0]->variable(var_prefix(72) + "ready") != kStaged &&
            std::chrono::steady_clock::now() < end)
-        event_base_loop(cl.base, EVLOOP_ONCE);
+        event_base_loop(n.cl.base, EVLOOP_ONCE);
     double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fprintf(stderr, "# the retry staged after %.2f s: %s\n", took, opened->value_or("(no answer)").c_str());
     assert_true(opened->has_value());
     assert_string_equal(opened->value().c_str(), "");
-    assert_int_equal(cl.agents[0]->variable(var_prefix(72) + "ready"), kStaged);
+    assert_int_equal(n.cl.agents[0]->variable(var_prefix(72) + "ready"), kStaged);
     assert_true(removed->has_value()); // the first one was removed before
     assert_true(took >= 1.0 && took < 10.0);
-    assert_int_equal(rx.draining(), 0);
+    assert_int_equal(n.rx->draining(), 0);
     struct stat st;
     assert_int_equal(lstat((t.path + "/.copy.storm-0000000000000047").c_str(), &st), -1);
     assert_int_equal(lstat((t.path + "/.copy.storm-0000000000000048").c_str(), &st), 0);
     // The "wait" of the head: answered at once, it staged.
-    assert_string_equal(ask(rx, cl.base, event_name("wait", 72), 72, "").c_str(), "");
+    assert_string_equal(n.ask("wait", 72).c_str(), "");
     slow = false;
-    assert_string_equal(ask(rx, cl.base, event_name("abort", 72), 72, "").c_str(), "");
+    assert_string_equal(n.ask("abort", 72).c_str(), "");
     // Later events of a broadcast that failed here say why.
-    assert_true(contains(ask(rx, cl.base, event_name("wait", 72), 72, ""),
-                         "broadcast 0000000000000048 failed on n0: aborted by the head"));
+    assert_true(contains(n.ask("wait", 72), "broadcast 0000000000000048 failed on n0: aborted by the head"));
     assert_true(listing(t.path) == (std::vector<std::string>{"journal", "tree"}));
 }
 
@@ -1171,6 +1112,7 @@ int main()
         cmocka_unit_test(test_files_made_by_their_first_record),
         cmocka_unit_test(test_symlink_race_writes_nothing_outside),
         cmocka_unit_test(test_nothing_resolves_through_a_link),
+        cmocka_unit_test(test_removal_passes_again_over_new_entries),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
         cmocka_unit_test(test_receiver_rejects_and_recovers),
         cmocka_unit_test(test_swapped_staging_file_refused),
