@@ -1,6 +1,7 @@
 // The node agent's settings, read from slurm.conf's SwitchParameters.
 //
 //   SwitchParameters=storm_agent_port=6830,storm_fanout=8,storm_rt_priority=10
+//   SwitchParameters=...,storm_agent_nice=-10
 //   SwitchParameters=...,storm_mcast=239.255.77.1:6831,storm_mcast_mtu=1500
 //   SwitchParameters=...,storm_gang_stop=freeze|signal,storm_gang_lend=yes|no
 //
@@ -27,6 +28,13 @@ struct AgentConfig {
     // agent, machine manager) while jobs are gang-scheduled; 0 = never RT.
     static constexpr unsigned default_rt_priority = 10;
     unsigned rt_priority = default_rt_priority;
+    // The nice value of the agent's loop thread (-20 to 19; slurmd's other
+    // threads keep theirs).  Above the node's other work by default, so
+    // that heartbeats, strobes and a broadcast's control messages are
+    // answered in time on a node busy launching or running jobs (the
+    // threads that write a user's files run at slurmd's own).
+    static constexpr int default_nice = -10;
+    int nice = default_nice;
     // How the gang switcher stops and continues jobs: the cgroup v2 freezer
     // where it can be used, with signals as the fallback (freeze, the
     // default), or signals only (sched_gang/freezer.hpp).
@@ -52,6 +60,7 @@ struct AgentConfig {
         c.port = static_cast<uint16_t>(p.take_uint("storm_agent_port", 1, 65535, default_port));
         c.fanout = static_cast<unsigned>(p.take_uint("storm_fanout", 2, 64, default_fanout));
         c.rt_priority = static_cast<unsigned>(p.take_uint("storm_rt_priority", 0, 99, default_rt_priority));
+        c.nice = static_cast<int>(p.take_int("storm_agent_nice", -20, 19, default_nice));
         c.pool.take(p);
         c.cosched.take(p);
         std::string group =

@@ -12,6 +12,7 @@
 #include "lib/common/procs.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/thread_name.hpp"
+#include "lib/common/thread_nice.hpp"
 
 namespace storm::agent {
 
@@ -48,9 +49,11 @@ void NodeAgent::start()
     }
     std::promise<void> started;
     auto ready = started.get_future();
+    std::string nice_failed;
     try {
-        thread_ = std::thread([this, &started] {
+        thread_ = std::thread([this, &started, &nice_failed] {
             name_thread("storm-agent");
+            nice_failed = set_thread_nice(config_.nice);
             running_ = true;
             started.set_value();
             run();
@@ -60,6 +63,9 @@ void NodeAgent::start()
         throw;
     }
     ready.wait();
+    if (!nice_failed.empty())
+        log_.warning("the node agent runs at slurmd's priority, not at nice %d: %s", config_.nice,
+                     nice_failed.c_str());
     if (network_)
         log_.info("node agent started (port %u, fanout %u, node %u of %zu, libevent %s backend %s)",
                   config_.port, config_.fanout, network_->self, network_->nodes.size(), event_get_version(),

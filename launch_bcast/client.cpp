@@ -91,11 +91,9 @@ void Walk::add(const std::string &rel, const std::string &p, const struct stat &
             throw BcastError(p + " changed while being read");
         target.resize(static_cast<size_t>(n));
         e.target = std::move(target);
-        src.entries.push_back(std::move(e));
-        src.paths.emplace_back();
+        src.add_other(std::move(e));
     } else if (S_ISDIR(st.st_mode)) {
-        src.entries.push_back(entry_of(rel, st));
-        src.paths.emplace_back();
+        src.add_other(entry_of(rel, st));
         dir(rel);
     } else if (S_ISREG(st.st_mode)) {
         if (st.st_nlink > 1) {
@@ -106,14 +104,12 @@ void Walk::add(const std::string &rel, const std::string &p, const struct stat &
                 e.path = rel;
                 e.kind = Entry::hardlink;
                 e.link = it->second;
-                src.entries.push_back(std::move(e));
-                src.paths.emplace_back();
+                src.add_other(std::move(e));
                 return;
             }
         }
         check_readable(p);
-        src.entries.push_back(entry_of(rel, st));
-        src.paths.push_back(p);
+        src.add_file(entry_of(rel, st), p, st);
     } else {
         refused.push_back(p + " (" + special_kind(st.st_mode) + ")");
     }
@@ -173,6 +169,20 @@ private:
 
 } // namespace
 
+void Source::add_file(Entry e, std::string path, const struct stat &st)
+{
+    stamps.resize(entries.size());
+    stamps.push_back(FileStamp::of(st));
+    entries.push_back(std::move(e));
+    paths.push_back(std::move(path));
+}
+
+void Source::add_other(Entry e)
+{
+    entries.push_back(std::move(e));
+    paths.emplace_back();
+}
+
 Source scan(const std::string &path)
 {
     struct stat st;
@@ -181,11 +191,9 @@ Source scan(const std::string &path)
     Source src;
     if (S_ISREG(st.st_mode)) {
         check_readable(path);
-        src.entries.push_back(entry_of("", st));
-        src.paths.push_back(path);
+        src.add_file(entry_of("", st), path, st);
     } else if (S_ISDIR(st.st_mode)) {
-        src.entries.push_back(entry_of("", st));
-        src.paths.emplace_back();
+        src.add_other(entry_of("", st));
         Walk w{path, src, {}, {}};
         w.dir("");
         if (!w.refused.empty()) {
@@ -286,7 +294,7 @@ private:
             if (src_.entries.front().dir()) {
                 read_packs();
             } else if (src_.entries.front().size > 0) {
-                read_file(src_.paths.front(), src_.entries.front().size);
+                read_file(0);
             }
             finish("");
         } catch (const BcastError &e) {
@@ -315,13 +323,54 @@ private:
             got += static_cast<size_t>(n);
         }
     }
-    static int open_source(const std::string &path)
+    // The listed stamp of entry i, or nullptr where none is known.
+    const FileStamp *stamp_of(uint32_t i) const
     {
+        return i < src_.stamps.size() && src_.stamps[i].known ? &src_.stamps[i] : nullptr;
+    }
+    static bool same_time(const timespec &a, const timespec &b)
+    {
+        return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+    }
+    // Opens entry i's file, which must be the file listed, as listed.
+    int open_source(uint32_t i) const
+    {
+        const std::string &path = src_.paths[i];
         int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             throw BcastError(sys("cannot read " + path, errno));
+        std::unique_ptr<int, void (*)(int *)> closer(&fd, [](int *f) { ::close(*f); });
+        if (const FileStamp *listed = stamp_of(i)) {
+            struct stat st;
+            if (fstat(fd, &st) != 0)
+                throw BcastError(sys("cannot read " + path, errno));
+            if (st.st_dev != listed->dev || st.st_ino != listed->ino)
+                throw BcastError(path + " was replaced by another file after it was listed");
+            if (st.st_size != listed->size || !same_time(st.st_mtim, listed->mtime))
+                throw BcastError(path + " changed after it was listed" + sizes(listed->size, st.st_size));
+        }
+        closer.release();
         posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         return fd;
+    }
+    // Entry i's bytes have all been read from fd: the file must not have
+    // changed since it was listed.
+    void check_sent(uint32_t i, int fd) const
+    {
+        const FileStamp *listed = stamp_of(i);
+        if (!listed)
+            return;
+        struct stat st;
+        if (fstat(fd, &st) != 0)
+            throw BcastError(sys("cannot read " + src_.paths[i], errno));
+        if (st.st_size != listed->size || !same_time(st.st_mtim, listed->mtime))
+            throw BcastError(src_.paths[i] + " changed while being sent" + sizes(listed->size, st.st_size));
+    }
+    static std::string sizes(off_t listed, off_t now)
+    {
+        if (listed == now)
+            return " (it was modified)";
+        return " (" + std::to_string(listed) + " bytes when listed, " + std::to_string(now) + " now)";
     }
     // Checksums and compresses `raw`, and queues the chunk; `bytes` of
     // the files it carries (the progress it makes).
@@ -348,10 +397,12 @@ private:
         frame->append(body.data(), body.size());
         push(Chunk{std::move(frame), bytes});
     }
-    // A file broadcast: the file in chunks of its own.
-    void read_file(const std::string &path, uint64_t size)
+    // A file broadcast: the file (entry i) in chunks of its own.
+    void read_file(uint32_t i)
     {
-        int fd = open_source(path);
+        const std::string &path = src_.paths[i];
+        const uint64_t size = src_.entries[i].size;
+        int fd = open_source(i);
         std::unique_ptr<int, void (*)(int *)> closer(&fd, [](int *f) { ::close(*f); });
         std::string raw;
         for (uint64_t offset = 0; offset < size && !stopping();) {
@@ -360,8 +411,10 @@ private:
             read_exactly(fd, path, offset, raw.data(), len);
             ChunkHeader h;
             h.offset = offset;
-            emit(h, raw, static_cast<uint32_t>(len));
             offset += len;
+            if (offset == size)
+                check_sent(i, fd);
+            emit(h, raw, static_cast<uint32_t>(len));
         }
     }
     // A directory broadcast: every file's bytes as records packed into
@@ -386,13 +439,15 @@ private:
                     if (fd >= 0)
                         ::close(fd);
                     fd = -1;
-                    fd = open_source(path);
+                    fd = open_source(p.entry);
                     open_entry = p.entry;
                 }
                 encode_record_header(raw, p.entry, p.offset, p.len);
                 size_t at = raw.size();
                 raw.resize(at + p.len);
                 read_exactly(fd, path, p.offset, raw.data() + at, p.len);
+                if (p.offset + p.len == src_.entries[p.entry].size)
+                    check_sent(p.entry, fd);
                 bytes += p.len;
             }
             ChunkHeader h;

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "launch_bcast/protocol.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/net/mcast.hpp"
@@ -34,11 +36,34 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// A file as it was listed: the reader checks that it opens that file, and
+// that it is still the same when its last byte has been read.
+struct FileStamp {
+    bool known = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    timespec mtime{};
+    static FileStamp of(const struct stat &st) { return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+};
+
 // What to send: the entries of the open request and where each file is read.
 struct Source {
     std::vector<Entry> entries;
     std::vector<std::string> paths; // by entry; "" but for files
+    // By entry, as listed.  A file whose stamp is known fails the broadcast,
+    // naming it, if what the reader opens is another file or another size
+    // or modification time ("changed after it was listed"), and if the
+    // file's size or modification time differs once its bytes have been
+    // read ("changed while being sent"): a copy is then not the file, and
+    // nothing is committed.  A change that keeps the size and falls within
+    // the file system's timestamp granularity goes unseen.
+    std::vector<FileStamp> stamps;
     uint64_t total_bytes() const { return bcast::total_bytes(entries); }
+    // Appends a file's entry, where it is read and its stamp.
+    void add_file(Entry e, std::string path, const struct stat &st);
+    // Appends an entry with no bytes (a directory or a link).
+    void add_other(Entry e);
 };
 
 // A file, or a directory with its whole tree, as it is: symbolic links

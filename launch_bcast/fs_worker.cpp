@@ -10,6 +10,7 @@
 
 #include "lib/common/signals.hpp"
 #include "lib/common/thread_name.hpp"
+#include "lib/common/thread_nice.hpp"
 
 namespace storm::bcast {
 
@@ -137,6 +138,9 @@ FsWorker::FsWorker(std::shared_ptr<Inbox> inbox, std::function<void(const std::s
     thread_ = std::thread([st] {
         block_all_signals();
         name_thread("storm-bcastfs");
+        // A user's work: not at the raised priority of the agent that
+        // started it (a failure leaves it there, which only favours it).
+        (void)reset_thread_nice();
         st->run();
     });
 }

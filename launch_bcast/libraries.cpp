@@ -101,8 +101,7 @@ struct Gather {
         e.atime = st.st_atime;
         e.mtime = st.st_mtime;
         names.emplace(name, src.entries.size());
-        src.entries.push_back(std::move(e));
-        src.paths.emplace_back();
+        src.add_other(std::move(e));
     }
 
     void file(const std::string &name, const std::string &path, const struct stat &st)
@@ -126,8 +125,7 @@ struct Gather {
         e.atime = st.st_atime;
         e.mtime = st.st_mtime;
         names.emplace(name, src.entries.size());
-        src.entries.push_back(std::move(e));
-        src.paths.push_back(path);
+        src.add_file(std::move(e), path, st);
     }
 
     // `path` and the links it is found through, down to the file.
@@ -259,8 +257,7 @@ Source scan_libraries(const std::string &program, const std::vector<std::string>
     top.kind = Entry::directory;
     top.mode = 0755;
     top.atime = top.mtime = time(nullptr);
-    g.src.entries.push_back(top);
-    g.src.paths.emplace_back();
+    g.src.add_other(top);
     const auto excl = excluded_dirs(exclude);
     auto excluded = [&](const std::string &p) {
         for (const auto &x : excl)

@@ -90,6 +90,23 @@ uint64_t ParamList::take_uint(const std::string &key, uint64_t min, uint64_t max
     return v;
 }
 
+int64_t ParamList::take_int(const std::string &key, int64_t min, int64_t max, int64_t def)
+{
+    Item *it = find(key);
+    if (!it)
+        return def;
+    std::string allowed = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    uint64_t magnitude = 0;
+    bool negative = it->has_value && !it->value.empty() && it->value[0] == '-';
+    if (!it->has_value || !parse_u64(negative ? it->value.substr(1) : it->value, magnitude) ||
+        magnitude > static_cast<uint64_t>(INT64_MAX))
+        bad_value(key, *it, allowed);
+    int64_t v = negative ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
+    if (v < min || v > max)
+        bad_value(key, *it, allowed);
+    return v;
+}
+
 uint64_t ParamList::take_duration_us(const std::string &key, uint64_t min_us, uint64_t max_us,
                                      uint64_t def_us)
 {

@@ -37,6 +37,9 @@ public:
     // Unsigned integer in [min, max]; `def` when the key is absent.
     uint64_t take_uint(const std::string &key, uint64_t min, uint64_t max, uint64_t def);
 
+    // Integer, perhaps negative, in [min, max]; `def` when the key is absent.
+    int64_t take_int(const std::string &key, int64_t min, int64_t max, int64_t def);
+
     // Duration with a unit suffix: us, ms, s or min ("2ms", "30s"; a zero
     // needs none).  Returns
     // microseconds in [min_us, max_us]; `def_us` when absent.

@@ -3,10 +3,14 @@
 // the CPU, a broadcast cancelled from another thread while it streams,
 // and a tree's files packed into chunks by the client's reader (a file
 // exactly filling a chunk, empty files, a large file between small ones,
-// links carrying no bytes) arriving exact in as many chunks as planned.
+// links carrying no bytes) arriving exact in as many chunks as planned,
+// and a source that changes after it was listed or while it is sent
+// failing the broadcast, named, with nothing kept anywhere.
 
 #include <atomic>
 #include <chrono>
+#include <fcntl.h>
+#include <fstream>
 #include <string>
 #include <sys/resource.h>
 #include <thread>
@@ -179,6 +183,70 @@ void test_tree_in_packs(void **)
     assert_int_equal(planned, 17);
 }
 
+
+// Appends `bytes` to the file at `path`.
+void append(const std::string &path, const std::string &bytes)
+{
+    std::ofstream(path, std::ios::binary | std::ios::app).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A file that changes between its listing and its reading, or while it
+// is read, fails the broadcast with a message naming it; no node keeps a
+// copy, and no session stays open.  In a tree, a file rewritten in place
+// (same size, a later modification time) fails it too.
+void test_source_changed(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    std::string src = t.path + "/f";
+    make_file(src, 2 << 20, 0644); // 128 chunks of 16 KiB
+    std::string out = open_to_all(t.path + "/out");
+    {
+        Source listed = scan(src);
+        append(src, "more");
+        BcastCluster bc(2, t.path);
+        std::string err = bc.send(listed, out + "/", cred(2));
+        assert_string_equal(err.c_str(), (src + " changed after it was listed (2097152 bytes when listed, "
+                                                 "2097156 now)").c_str());
+        assert_int_equal(bc.sessions_left(), 0);
+        assert_true(listing(out).empty());
+    }
+    {
+        Source listed = scan(src);
+        BcastCluster bc(2, t.path);
+        // The window (8 chunks) and the reader's 4 ready keep the reader
+        // far from the file's end when the first node has 2 chunks.
+        bc.on_data = [&](unsigned node, unsigned chunks) {
+            if (node == 0 && chunks == 2)
+                append(src, "x");
+        };
+        std::string err = bc.send(listed, out + "/", cred(2));
+        assert_string_equal(err.c_str(), (src + " changed while being sent (2097156 bytes when listed, "
+                                                 "2097157 now)").c_str());
+        assert_int_equal(bc.sessions_left(), 0);
+        assert_true(listing(out).empty());
+    }
+    {
+        std::string tree = t.path + "/tree";
+        mkdir(tree.c_str(), 0755);
+        make_file(tree + "/a", 100, 0644);
+        make_file(tree + "/b", 100, 0644);
+        Source listed = scan(tree);
+        std::ofstream(tree + "/b", std::ios::binary | std::ios::in).write("rewritten", 9);
+        struct stat st;
+        assert_int_equal(stat((tree + "/b").c_str(), &st), 0);
+        timespec later[2] = {st.st_atim, st.st_mtim};
+        later[1].tv_sec = listed.stamps.at(2).mtime.tv_sec + 1; // entries: the top, a, b
+        assert_int_equal(utimensat(AT_FDCWD, (tree + "/b").c_str(), later, 0), 0);
+        BcastCluster bc(2, t.path);
+        std::string err = bc.send(listed, out + "/copy", cred(2));
+        assert_string_equal(err.c_str(), (tree + "/b changed after it was listed (it was modified)").c_str());
+        assert_int_equal(bc.sessions_left(), 0);
+        assert_true(listing(out).empty());
+    }
+}
+
 } // namespace
 
 int main()
@@ -189,6 +257,7 @@ int main()
         cmocka_unit_test(test_full_window_waits_idle),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_tree_in_packs),
+        cmocka_unit_test(test_source_changed),
     };
     return cmocka_run_group_tests_name("bcast_client", tests, nullptr, nullptr);
 }

@@ -3,11 +3,19 @@
 // any order and any number of times; with storm_cosched_partitions it
 // serves coscheduling's request socket, where a job may register only while
 // slurmstepd has a coscheduled context of it open on the agent's pool.
+// The loop thread runs at its own nice value (storm_agent_nice), and the
+// file workers it starts at the process's.
+#include <fstream>
+
 #include "tests/unit/cmocka.hpp"
 
 #include <chrono>
 #include <cstring>
 #include <dirent.h>
+#include <atomic>
+#include <event2/event.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <poll.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -18,6 +26,8 @@
 
 #include "lib/node/cosched_protocol.h"
 #include "agent/node_agent.hpp"
+#include "launch_bcast/fs_worker.hpp"
+#include "lib/common/thread_nice.hpp"
 #include "switch_rdma/control.hpp"
 #include "tests/unit/prim_fixture.hpp"
 
@@ -29,17 +39,20 @@ namespace {
 std::vector<std::string> g_lines;
 void capture_sink(storm::LogLevel, const char *line) { g_lines.emplace_back(line); }
 
-int count_threads()
+// The thread ids of this process.
+std::vector<std::string> tasks()
 {
-    int n = 0;
+    std::vector<std::string> ids;
     if (DIR *d = opendir("/proc/self/task")) {
         while (dirent *e = readdir(d))
             if (e->d_name[0] != '.')
-                ++n;
+                ids.emplace_back(e->d_name);
         closedir(d);
     }
-    return n;
+    return ids;
 }
+
+int count_threads() { return static_cast<int>(tasks().size()); }
 
 bool wait_for_wakeups(const NodeAgent &a, uint64_t n)
 {
@@ -67,7 +80,10 @@ void test_start_ping_stop(void **)
 {
     g_lines.clear();
     int before = count_threads();
-    NodeAgent a(AgentConfig{}, storm::Logger("switch/rdma"));
+    AgentConfig config;
+    if (geteuid() != 0)
+        config.nice = 0; // raising it needs CAP_SYS_NICE: a warning line
+    NodeAgent a(config, storm::Logger("switch/rdma"));
     assert_false(a.running());
     assert_false(a.ping());
     a.start();
@@ -84,6 +100,71 @@ void test_start_ping_stop(void **)
     assert_int_equal(g_lines.size(), 2);
     assert_true(g_lines[0].rfind("switch/rdma: node agent started (port 6830, fanout 8", 0) == 0);
     assert_string_equal(g_lines[1].c_str(), "switch/rdma: node agent stopped");
+}
+
+// The agent's loop thread runs at the configured nice value, the rest of
+// the process at its own; where the value cannot be set, a warning says so
+// and the agent runs all the same.
+void test_agent_thread_nice(void **)
+{
+    g_lines.clear();
+    errno = 0;
+    int process_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(getpid()));
+    assert_int_equal(errno, 0);
+    AgentConfig config;
+    config.nice = geteuid() == 0 ? -7 : process_nice - 1; // lower than the process's: EACCES unless root
+    NodeAgent a(config, storm::Logger("switch/rdma"));
+    a.start();
+    int agent_nice = 99;
+    for (const auto &t : tasks()) {
+        std::ifstream comm("/proc/self/task/" + t + "/comm");
+        std::string name;
+        std::getline(comm, name);
+        if (name == "storm-agent")
+            agent_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(std::stoi(t)));
+    }
+    a.stop();
+    assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(getpid())), process_nice);
+    if (geteuid() == 0) {
+        assert_int_equal(agent_nice, -7);
+        assert_int_equal(g_lines.size(), 2);
+    } else {
+        assert_int_equal(agent_nice, process_nice);
+        assert_int_equal(g_lines.size(), 3);
+        assert_true(g_lines[0].find("the node agent runs at slurmd's priority, not at nice " +
+                                    std::to_string(process_nice - 1) + ": Permission denied") != std::string::npos);
+    }
+}
+
+// A thread the raised agent starts for a user's work (a broadcast's file
+// worker) runs at the process's nice value, not at the agent's.
+void test_worker_at_process_nice(void **)
+{
+    if (geteuid() != 0)
+        skip(); // raising a thread needs CAP_SYS_NICE
+    int process_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(getpid()));
+    std::atomic<int> raised{99}, worker{99};
+    std::thread agent([&] { // not the process's first thread, whose value is the process's
+        assert_string_equal(storm::set_thread_nice(process_nice - 5).c_str(), "");
+        raised = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+        event_base *base = event_base_new();
+        {
+            storm::bcast::FsWorker w(std::make_shared<storm::bcast::Inbox>(base));
+            std::atomic<bool> done{false};
+            w.submit("its nice value", [&] {
+                worker = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+                done = true;
+                return storm::bcast::FsWorker::Done();
+            });
+            while (!done)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            assert_true(w.stop(std::chrono::milliseconds(2000)));
+        }
+        event_base_free(base);
+    });
+    agent.join();
+    assert_int_equal(raised.load(), process_nice - 5);
+    assert_int_equal(worker.load(), process_nice);
 }
 
 void test_stop_is_idempotent_and_destructor_joins(void **)
@@ -305,6 +386,8 @@ int main(int argc, char **argv)
     storm::set_log_sink(capture_sink);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_start_ping_stop),
+        cmocka_unit_test(test_agent_thread_nice),
+        cmocka_unit_test(test_worker_at_process_nice),
         cmocka_unit_test(test_stop_is_idempotent_and_destructor_joins),
         cmocka_unit_test(test_double_start_refused),
         cmocka_unit_test(test_many_cycles),

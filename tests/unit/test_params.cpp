@@ -146,6 +146,15 @@ void test_agent_config(void **)
                  "storm_agent_port"));
     assert_true(contains(error_of([] { storm::agent::AgentConfig::from_switch_parameters("mtu=9000"); }),
                          "unknown key mtu"));
+    // The agent's nice value: -10 unless given, -20 to 19.
+    assert_int_equal(d.nice, -10);
+    assert_int_equal(storm::agent::AgentConfig::from_switch_parameters("storm_agent_nice=-20").nice, -20);
+    assert_int_equal(storm::agent::AgentConfig::from_switch_parameters("storm_agent_nice=5").nice, 5);
+    assert_int_equal(storm::agent::AgentConfig::from_switch_parameters("storm_agent_nice=0").nice, 0);
+    for (const char *bad : {"storm_agent_nice=-21", "storm_agent_nice=20", "storm_agent_nice=--1",
+                            "storm_agent_nice=-", "storm_agent_nice=1x", "storm_agent_nice"})
+        assert_true(contains(error_of([bad] { storm::agent::AgentConfig::from_switch_parameters(bad); }),
+                             "for storm_agent_nice (allowed: an integer from -20 to 19)"));
     // Multicast: off by default; a group and port, an MTU, a wait.
     assert_false(d.mcast.enabled());
     auto m = storm::agent::AgentConfig::from_switch_parameters(
