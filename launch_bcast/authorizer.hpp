@@ -6,7 +6,9 @@
 //
 // Contract: authorize() returns the grant the credential carries only if it
 // is genuine and unexpired, and throws net::AuthError saying why not.  It
-// may block briefly (munge) and runs once per broadcast per node.
+// blocks while munged answers (as long as its patience allows) and runs
+// once per broadcast per node: on the node's worker of the broadcast, and
+// on the head's event loop for the sender's request.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +35,10 @@ struct Grant {
 class Authorizer {
 public:
     virtual ~Authorizer() = default;
-    virtual Grant authorize(std::string_view cred) = 0;
+    // `patience`: how long a busy munged is waited for (munge_auth.hpp):
+    // Patience::loop on an event loop, Patience::worker on a thread of its
+    // own.  Safe to call from several threads at once.
+    virtual Grant authorize(std::string_view cred, net::Patience patience) = 0;
 };
 
 } // namespace storm::bcast

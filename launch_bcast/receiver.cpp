@@ -794,31 +794,15 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
     if (sessions_.count(sid) || draining_.count(sid))
         return done("broadcast " + session_hex(sid) + " is already open");
     auto req = std::make_shared<OpenRequest>(OpenRequest::decode(payload));
-    auto s = std::make_shared<Session>();
-    s->sid = sid;
-    try {
-        s->grant = auth_.authorize(req->cred);
-    } catch (const std::exception &e) {
-        log_.error("broadcast %s: credential refused: %s", session_hex(sid).c_str(), e.what());
-        return done(std::string("credential refused: ") + e.what());
-    }
-    if (!s->grant.nodes.contains(cfg_.self))
-        return done("not a node of job " + std::to_string(s->grant.job_id));
     if (sessions_.size() + draining_.size() >= kMaxSessions)
         return done(cfg_.node_name + " has " + std::to_string(sessions_.size() + draining_.size()) +
                     " broadcasts open or waiting for their file systems: no more until some end");
+    auto s = std::make_shared<Session>();
+    s->sid = sid;
     s->flags = req->flags;
-    s->dest = req->dest;
-    if (s->dest.back() == '/')
-        s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
-                   "_" + cfg_.node_name;
-    s->parent = dirname_of(s->dest);
-    s->temp = s->parent + "/." + basename_of(s->dest) + ".storm-" + session_hex(sid);
     s->idle_limit =
         std::max(std::chrono::milliseconds(3 * uint64_t(req->timeout_ms)), std::chrono::milliseconds(30000));
     s->deadline = std::chrono::milliseconds(req->timeout_ms);
-    s->dest_name = basename_of(s->dest);
-    s->temp_name = "." + s->dest_name + ".storm-" + session_hex(sid);
     try {
         s->worker = std::make_unique<FsWorker>(inbox_, cfg_.fs_hook);
     } catch (const std::exception &e) {
@@ -827,6 +811,42 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
     s->last = std::chrono::steady_clock::now();
     hold(s, std::move(done)); // answered once staged, or while the staging progresses
     sessions_.emplace(sid, s);
+    // The credential is checked on the worker: munge may keep it waiting
+    // (a busy munged), and the loop answers heartbeats and every other
+    // broadcast meanwhile.
+    s->worker->submit("checking the credential", [this, s, req]() -> FsWorker::Done {
+        std::string refused;
+        Grant grant;
+        try {
+            grant = auth_.authorize(req->cred, net::Patience::worker);
+        } catch (const std::exception &e) {
+            refused = e.what();
+        }
+        return [this, s, req, refused, grant = std::move(grant)]() mutable {
+            if (s->state == Session::ended)
+                return; // aborted meanwhile: answered then
+            if (!refused.empty()) {
+                log_.error("broadcast %s: credential refused: %s", session_hex(s->sid).c_str(), refused.c_str());
+                return fail_open(s, "credential refused: " + refused);
+            }
+            if (!grant.nodes.contains(cfg_.self))
+                return fail_open(s, "not a node of job " + std::to_string(grant.job_id));
+            s->grant = std::move(grant);
+            opened(s, req);
+        };
+    });
+}
+
+void Receiver::opened(const Ptr &s, std::shared_ptr<OpenRequest> req)
+{
+    s->dest = req->dest;
+    if (s->dest.back() == '/')
+        s->dest += "slurm_bcast_" + std::to_string(s->grant.job_id) + "." + std::to_string(s->grant.step_id) +
+                   "_" + cfg_.node_name;
+    s->parent = dirname_of(s->dest);
+    s->temp = s->parent + "/." + basename_of(s->dest) + ".storm-" + session_hex(s->sid);
+    s->dest_name = basename_of(s->dest);
+    s->temp_name = "." + s->dest_name + ".storm-" + session_hex(s->sid);
     bool top_dir = req->entries.front().dir();
     uint64_t need = req->total_bytes();
     s->worker->submit("opening " + s->parent, [this, s, req, top_dir, need]() -> FsWorker::Done {
@@ -1208,14 +1228,14 @@ void Receiver::sweep()
                                           " on " + cfg_.node_name + ", whose file system at " + s->parent +
                                           " stopped answering: retry once it is removed");
         else if (s->stuck(&what))
-            failing.emplace_back(sid, "the file system at " + s->parent + " did not answer within " +
-                                          seconds(s->deadline) + " on " + cfg_.node_name + " (while " + what +
-                                          ")");
+            failing.emplace_back(sid, (s->parent.empty() ? std::string("munged") : "the file system at " + s->parent) +
+                                          " did not answer within " + seconds(s->deadline) + " on " +
+                                          cfg_.node_name + " (while " + what + ")");
         else if (now - s->last > s->idle_limit && s->waiting.empty())
             failing.emplace_back(sid, "no word from the head of the broadcast (it or its client died)");
     }
     for (auto &[sid, why] : failing) {
-        if (why.rfind("the file system", 0) == 0)
+        if (why.rfind("the file system", 0) == 0 || why.rfind("munged", 0) == 0)
             log_.error("broadcast %s: %s", session_hex(sid).c_str(), why.c_str());
         abort(sid, why);
     }

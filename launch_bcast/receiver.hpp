@@ -138,6 +138,9 @@ private:
     using Ptr = std::shared_ptr<Session>;
     void open(uint64_t sid, std::string_view payload, Done done);
     // Stages `s` once no removal of a broadcast to its destination runs here.
+    // The credential of `s` granted it this node: its destination named,
+    // its directory looked up (on the worker), then after_removals().
+    void opened(const Ptr &s, std::shared_ptr<OpenRequest> req);
     void after_removals(const Ptr &s, std::shared_ptr<OpenRequest> req);
     void stage(const Ptr &s, std::shared_ptr<OpenRequest> req);
     // The head's "wait": answered as the open and the commit are (hold()).

@@ -178,7 +178,7 @@ void Service::open(net::Connection &c, std::string_view payload)
     OpenRequest req;
     try {
         req = OpenRequest::decode(payload);
-        s->grant = auth_.authorize(req.cred);
+        s->grant = auth_.authorize(req.cred, net::Patience::loop);
     } catch (const net::AuthError &e) {
         return refuse(std::string("credential refused: ") + e.what());
     } catch (const std::exception &e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -29,31 +30,39 @@ std::string describe(munge_err_t e, munge_ctx_t ctx)
     return std::string(detail ? detail : munge_strerror(e));
 }
 
-constexpr int kSocketAttempts = 8;
-
 // Calls f() (a munge call on ctx) until it returns anything but
-// EMUNGE_SOCKET, kSocketAttempts times at most, sleeping 10 ms, then
-// twice as long each time up to 100 ms (450 ms in all); `attempts` says
-// how many calls were made.
-template <typename F> munge_err_t with_retries(F f, int &attempts)
+// EMUNGE_SOCKET: on a loop 8 times at most, sleeping 10 ms, then twice as
+// long each time up to 100 ms (450 ms in all); on a worker until 5 s have
+// passed, the pauses growing to 250 ms.  `attempts` says how many calls
+// were made, `waited` for how long.
+template <typename F>
+munge_err_t with_retries(F f, Patience patience, int &attempts, std::chrono::milliseconds &waited)
 {
-    std::chrono::milliseconds pause(10);
+    using namespace std::chrono;
+    const bool loop = patience == Patience::loop;
+    const milliseconds cap(loop ? 100 : 250), budget(loop ? 450 : 5000);
+    const auto start = steady_clock::now();
+    milliseconds pause(10);
     munge_err_t e = EMUNGE_SOCKET;
     for (attempts = 1;; ++attempts) {
         e = f();
-        if (e != EMUNGE_SOCKET || attempts == kSocketAttempts)
+        waited = duration_cast<milliseconds>(steady_clock::now() - start);
+        if (e != EMUNGE_SOCKET || (loop ? attempts == 8 : waited >= budget))
             return e;
         std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::milliseconds(100));
+        pause = std::min(pause * 2, cap);
     }
 }
 
-std::string failure(const char *what, munge_err_t e, munge_ctx_t ctx, int attempts)
+std::string failure(const char *what, munge_err_t e, munge_ctx_t ctx, int attempts, std::chrono::milliseconds waited)
 {
     std::string out = std::string("munge ") + what + " failed: " + describe(e, ctx);
-    if (e == EMUNGE_SOCKET && attempts > 1)
-        out += " (munged's socket refused all " + std::to_string(attempts) +
-               " attempts in 0.45 s: its connection backlog is full, or it is not running)";
+    if (e == EMUNGE_SOCKET && attempts > 1) {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.2f", waited.count() / 1000.0);
+        out += " (munged's socket refused all " + std::to_string(attempts) + " attempts in " + secs +
+               " s: its connection backlog is full, or it is not running)";
+    }
     return out;
 }
 
@@ -82,24 +91,25 @@ std::string MungeAuth::encode(std::string_view payload) const
     CtxPtr ctx = make_ctx(socket_);
     char *cred = nullptr;
     int attempts = 0;
+    std::chrono::milliseconds waited{0};
     munge_err_t e = with_retries(
         [&] { return munge_encode(&cred, ctx.get(), payload.data(), static_cast<int>(payload.size())); },
-        attempts);
+        Patience::loop, attempts, waited);
     if (e != EMUNGE_SUCCESS)
-        throw AuthError(failure("encode", e, ctx.get(), attempts));
+        throw AuthError(failure("encode", e, ctx.get(), attempts, waited));
     std::string out(cred);
     std::free(cred);
     return out;
 }
 
-MungeAuth::Credential MungeAuth::decode(std::string_view cred) const { return decode(cred, false); }
+MungeAuth::Credential MungeAuth::decode(std::string_view cred) const { return decode(cred, false, Patience::loop); }
 
-MungeAuth::Credential MungeAuth::decode_allow_replay(std::string_view cred) const
+MungeAuth::Credential MungeAuth::decode_allow_replay(std::string_view cred, Patience patience) const
 {
-    return decode(cred, true);
+    return decode(cred, true, patience);
 }
 
-MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok) const
+MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok, Patience patience) const
 {
     CtxPtr ctx = make_ctx(socket_);
     std::string text(cred); // munge wants a NUL-terminated string
@@ -110,11 +120,12 @@ MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok) c
     uid_t uid;
     gid_t gid;
     int attempts = 0;
-    munge_err_t e =
-        with_retries([&] { return munge_decode(text.c_str(), ctx.get(), &buf, &len, &uid, &gid); }, attempts);
+    std::chrono::milliseconds waited{0};
+    munge_err_t e = with_retries([&] { return munge_decode(text.c_str(), ctx.get(), &buf, &len, &uid, &gid); },
+                                 patience, attempts, waited);
     std::unique_ptr<void, decltype(&std::free)> hold(buf, std::free);
     if (e != EMUNGE_SUCCESS && !(replay_ok && e == EMUNGE_CRED_REPLAYED))
-        throw AuthError(failure("decode", e, ctx.get(), attempts));
+        throw AuthError(failure("decode", e, ctx.get(), attempts, waited));
     Credential c{uid, gid, std::string(static_cast<const char *>(buf), len > 0 ? len : 0)};
     return c;
 }

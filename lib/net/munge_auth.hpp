@@ -16,9 +16,12 @@
 // unavailable" (EMUNGE_SOCKET), which a burst of decodes makes happen
 // (1000 agents sharing one munged on the virtual cluster, each verifying
 // a broadcast's credential at once: 300 of them refused it).  Such a call
-// is tried again, as Slurm's auth/munge does, kSocketAttempts times in
-// all over about half a second (the calling thread sleeps meanwhile); the
-// error then says how many attempts failed.
+// is tried again, as Slurm's auth/munge does (the calling thread sleeps
+// meanwhile): on an event loop (Patience::loop), 8 times in all over about
+// half a second; on a thread of its own (Patience::worker), for 5 s, the
+// pauses growing to 250 ms (1000 agents verifying a tree's credential at
+// once, 125 to a munged: 79 gave up after half a second).  The error then
+// says how many attempts failed, and for how long.
 #pragma once
 
 #include <stdexcept>
@@ -32,6 +35,9 @@ class AuthError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
+
+// How long a call may wait for a munged whose socket is busy (above).
+enum class Patience { loop, worker };
 
 class MungeAuth {
 public:
@@ -53,12 +59,12 @@ public:
     // The same, but a credential decoded before is accepted: for tokens
     // that several daemons sharing one munged must each verify (Slurm's
     // sbcast credential), whose use is bound to their content instead.
-    Credential decode_allow_replay(std::string_view cred) const;
+    Credential decode_allow_replay(std::string_view cred, Patience patience = Patience::loop) const;
 
     const std::string &socket() const noexcept { return socket_; }
 
 private:
-    Credential decode(std::string_view cred, bool replay_ok) const;
+    Credential decode(std::string_view cred, bool replay_ok, Patience patience) const;
     std::string socket_;
 };
 

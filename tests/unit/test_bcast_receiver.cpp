@@ -250,6 +250,46 @@ void test_receiver_rejects_and_recovers(void **)
 // broadcast, strobe and fail-safe of the node with it), and for a file of
 // their own.  Each is refused at once, naming the path, and nothing is
 // written through it.
+// The credential is checked off the agent's loop: a munged slow to answer
+// (here 400 ms) holds the open, not the loop, which meanwhile takes other
+// events; a refused credential fails the open, naming why, and leaves
+// nothing; one for other nodes is refused too.
+void test_credential_checked_off_the_loop(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    OneReceiver n(t.path);
+    n.authz.on_authorize = [] { std::this_thread::sleep_for(400ms); };
+    OpenRequest q = file_request(t.path + "/file");
+    auto got = std::make_shared<std::optional<std::string>>();
+    auto t0 = std::chrono::steady_clock::now();
+    n.rx->on_chunk(event_name("open", 5), 5, q.encode(), false, [got](const std::string &why) {
+        if (!*got)
+            *got = why;
+    });
+    assert_true(std::chrono::steady_clock::now() - t0 < 200ms);
+    assert_false(got->has_value());
+    // The loop is free meanwhile: another broadcast's events are answered.
+    assert_false(n.ask("commit", 99).empty());
+    assert_true(std::chrono::steady_clock::now() - t0 < 300ms);
+    auto end = std::chrono::steady_clock::now() + 20s;
+    while (!got->has_value() && std::chrono::steady_clock::now() < end)
+        event_base_loop(n.cl.base, EVLOOP_ONCE);
+    assert_true(got->has_value());
+    assert_string_equal(got->value().c_str(), "");
+    n.authz.on_authorize = nullptr;
+    // Refused: the open fails with the reason, and nothing is staged.
+    q.cred = "forged";
+    assert_string_equal(n.ask("open", 6, q.encode()).c_str(), "credential refused: Invalid credential");
+    q.cred = "job=42 uid=65534 nodes=3-4";
+    assert_string_equal(n.ask("open", 7, q.encode()).c_str(), "not a node of job 42");
+    assert_true(contains(n.ask("commit", 6), "credential refused: Invalid credential"));
+    assert_int_equal(access((t.path + "/.file.storm-0000000000000005").c_str(), F_OK), 0); // the one opened
+    assert_int_equal(access((t.path + "/.file.storm-0000000000000006").c_str(), F_OK), -1);
+    assert_int_equal(access((t.path + "/.file.storm-0000000000000007").c_str(), F_OK), -1);
+}
+
 void test_swapped_staging_file_refused(void **)
 {
     if (geteuid() != 0)
@@ -1115,6 +1155,7 @@ int main()
         cmocka_unit_test(test_removal_passes_again_over_new_entries),
         cmocka_unit_test(test_a_node_that_cannot_write_fails_all),
         cmocka_unit_test(test_receiver_rejects_and_recovers),
+        cmocka_unit_test(test_credential_checked_off_the_loop),
         cmocka_unit_test(test_swapped_staging_file_refused),
         cmocka_unit_test(test_user_quota_holds),
         cmocka_unit_test(test_one_broadcast_per_destination),

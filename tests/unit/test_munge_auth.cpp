@@ -114,7 +114,7 @@ void test_credentials(void **)
 
 // munged's socket with its backlog full: every connection fails at once
 // ("Resource temporarily unavailable"); the call is tried again for about
-// half a second, then fails saying so.
+// half a second (5 s off an event loop), then fails saying so.
 void test_full_backlog(void **)
 {
     char tmpl[] = "/tmp/storm-munge-full.XXXXXX";
@@ -142,6 +142,14 @@ void test_full_backlog(void **)
     assert_true(contains(err, "Resource temporarily unavailable"));
     assert_true(contains(err, "all 8 attempts"));
     assert_true(took >= std::chrono::milliseconds(400));
+    assert_true(took < std::chrono::milliseconds(1500));
+    // Off an event loop (a broadcast's worker), munged is waited for 5 s.
+    t0 = std::chrono::steady_clock::now();
+    err = auth_error([&] { busy.decode_allow_replay("MUNGE:x:", storm::net::Patience::worker); });
+    took = std::chrono::steady_clock::now() - t0;
+    assert_true(contains(err, "Resource temporarily unavailable"));
+    assert_true(contains(err, "attempts in 5."));
+    assert_true(took >= std::chrono::milliseconds(5000) && took < std::chrono::milliseconds(6500));
     for (int c : queued)
         close(c);
     close(l);
