@@ -50,7 +50,11 @@
 #              storm_fault_timeout=TIMEOUT (sched/gang beats every agent)
 #              and sinfo is sampled every 2 s from start to end: the nodes
 #              ever seen down, drained or not responding, which must be 0
-#              (every node is alive) over the samples taken.
+#              (every node is alive) over the samples taken; nodes out of
+#              service before the broadcasts' job and before the strobes'
+#              jobs are named and resumed, so that those still get all N
+#              nodes (a job that does not start in 300 s is reported, its
+#              measurements "no job").
 # Every measurement also goes to DATAFILE (-d, default
 # /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
 # which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor,
@@ -66,7 +70,7 @@ FLOORM=$BUILD/contrib/bench/floor_mcast
 FLOORC=$BUILD/contrib/bench/floor_copy
 FLOOR_GROUP=239.255.77.9 FLOOR_PORT=6839
 VC=$top/contrib/vcluster/storm-vcluster
-NODES="64 256 512 1000" SIZES="12 100" REPS=3 MCAST=239.255.77.1:6831 STOCK_TIMEOUT=300 GANGS=yes
+NODES="64 256 512 1000" SIZES="12 100" REPS=3 JOB_WAIT=300 MCAST=239.255.77.1:6831 STOCK_TIMEOUT=300 GANGS=yes
 TREE=/usr/share/zoneinfo FAULT=5s
 work=/var/tmp/storm-bench-scale
 DATA=$work/data.txt
@@ -173,6 +177,15 @@ watch_faults() {
 faults() {
     awk '{ n++; for (i = 2; i <= NF; i++) seen[substr($i, 1, index($i, ":") - 1)] = 1 } END { k = length(seen); printf "%s/%d", k ? k "!" : 0, n }' "$1"
 }
+# resume_drained N: nodes out of service now are named (the faults column
+# counts them) and resumed, so that the measurements after still get all N
+resume_drained() {
+    local out
+    out=$(sinfo -h -N -t down,drain,fail -o '%N' 2> /dev/null | sort -u | paste -sd, -)
+    [ -n "$out" ] || return 0
+    echo "  $1 nodes: out of service before a job of all of them: $out ($(sinfo -h -R -o '%E' | sort -u | paste -sd ';' -)); resumed" >&2
+    scontrol update nodename="$out" state=resume 2> /dev/null
+}
 # the median node's p50 and the worst node's p99 of strobe delivery (us)
 strobes() {
     local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i
@@ -241,9 +254,20 @@ for n in $NODES; do
     ctx=$(timeout "$STOCK_TIMEOUT" srun -N "$n" -n "$n" sh -c '[ "$SLURM_NODEID" = 0 ] && printf %s "$STORM_CTX"' 2> /dev/null | wc -c)
     record "$n" 0 context-bytes "$ctx"
     row=$(printf '%6s %6s %11s %7s %6s' "$n" "$start" "$per_node" "$(median "${launch[@]}")" "$ctx")
+    resume_drained "$n"
     jid=$(sbatch --parsable -N "$n" -o /dev/null -D "$work" --wrap "sleep 7200")
-    for _ in $(seq 600); do [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && break; sleep 0.2; done
+    started=no
+    for _ in $(seq "$JOB_WAIT"); do
+        [ "$(squeue -h -j "$jid" -o %T)" = RUNNING ] && { started=yes; break; }
+        sleep 1
+    done
+    if [ $started = no ]; then
+        echo "bench-scale: the $n-node job did not start in $JOB_WAIT s ($(squeue -h -j "$jid" -o %r)): no broadcast measured" >&2
+        for s in $SIZES; do row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "no job" - - - - - -); done
+        [ "$TREE" != none ] && row+=$(printf ' %6s %6s %5s' "no job" - -)
+    fi
     for s in $SIZES; do
+        [ $started = yes ] || break
         f=$work/f$s xs=() fs=()
         clean_dest
         storm_once "$n" "$f" > /dev/null # warm-up: the first writes on a fresh cluster fault in memory
@@ -269,7 +293,7 @@ for n in $NODES; do
         row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
             "$copy" "$(ratio "$x" "$copy" "%.2f")")
     done
-    if [ "$TREE" != none ]; then
+    if [ "$TREE" != none ] && [ $started = yes ]; then
         xs=()
         rm -rf "$STATE"/nodes/vn*/tmp/bench.tree
         for ((r = 0; r < REPS; r++)); do
@@ -288,6 +312,7 @@ for n in $NODES; do
     g=-
     if [ "$GANGS" = yes ]; then
         for _ in $(seq 300); do [ -z "$(squeue -h -j "$jid" 2> /dev/null)" ] && break; sleep 0.2; done
+        resume_drained "$n"
         g=$(strobes "$n")
     fi
     row+=$(printf ' %18s' "$g")
