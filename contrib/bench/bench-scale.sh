@@ -43,7 +43,9 @@
 #              files and symbolic links; none: skipped): storm-bcast of the
 #              tree into the job (median of REPS, each copy's manifest of
 #              names, kinds, sizes and link targets checked on the first
-#              and last node) beside this machine's floor for the same
+#              and last node; a hop may stay silent max(10, N/20) s, as
+#              every node's files go to this machine's one disk) beside
+#              this machine's floor for the same
 #              files: N untars of the tree, two at once (no network), and
 #              their ratio;
 #   faults     with -f TIMEOUT (default 5s; 0: off): the cluster runs with
@@ -151,7 +153,7 @@ storm_once() {
 # differs from the source
 tree_once() {
     local n=$1 t node
-    t=$(timed "$work/tree.out" "$BCAST" -f -j "$jid" "$TREE" /tmp/bench.tree)
+    t=$(timed "$work/tree.out" "$BCAST" -f -t $((n / 20 > 10 ? n / 20 : 10)) -j "$jid" "$TREE" /tmp/bench.tree)
     if [ "$t" = failed ]; then
         sed 's/^/  storm-bcast (tree): /' "$work/tree.out" | tail -n 5 >&2
     else
