@@ -21,8 +21,10 @@ bad_conf "SwitchParameters value out of range" "SwitchParameters=storm_fanout=1"
     'switch/rdma: init: SwitchParameters: invalid value "1" for storm_fanout (allowed: an integer from 2 to 64)'
 bad_conf "SwitchParameters port not a number" "SwitchParameters=storm_agent_port=http" \
     'switch/rdma: init: SwitchParameters: invalid value "http" for storm_agent_port (allowed: an integer from 1 to 65535)'
+bad_conf "SwitchParameters agent nice out of range" "SwitchParameters=storm_agent_nice=-30" \
+    'switch/rdma: init: SwitchParameters: invalid value "-30" for storm_agent_nice (allowed: an integer from -20 to 19)'
 bad_conf "SwitchParameters unknown key" "SwitchParameters=storm_fanout=4,storm_fanuot=3" \
-    'switch/rdma: init: SwitchParameters: unknown key storm_fanuot (known: storm_agent_port, storm_fanout, storm_rt_priority, storm_pool_size,'
+    'switch/rdma: init: SwitchParameters: unknown key storm_fanuot (known: storm_agent_port, storm_fanout, storm_rt_priority, storm_agent_nice, storm_pool_size,'
 bad_conf "SchedulerParameters unknown storm_ key" "SchedulerParameters=bf_interval=5,storm_quantum=2ms" \
     'sched/gang: init: SchedulerParameters: unknown key storm_quantum (known: storm_gang_quantum, storm_gang_failsafe, storm_gang_mpl, storm_fault_timeout)'
 bad_conf "fault timeout under a second" "SchedulerParameters=storm_fault_timeout=500ms" \
