@@ -328,10 +328,6 @@ private:
     {
         return i < src_.stamps.size() && src_.stamps[i].known ? &src_.stamps[i] : nullptr;
     }
-    static bool same_time(const timespec &a, const timespec &b)
-    {
-        return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
-    }
     // Opens entry i's file, which must be the file listed, as listed.
     int open_source(uint32_t i) const
     {
@@ -346,7 +342,7 @@ private:
                 throw BcastError(sys("cannot read " + path, errno));
             if (st.st_dev != listed->dev || st.st_ino != listed->ino)
                 throw BcastError(path + " was replaced by another file after it was listed");
-            if (st.st_size != listed->size || !same_time(st.st_mtim, listed->mtime))
+            if (listed->content_differs(st))
                 throw BcastError(path + " changed after it was listed" + sizes(listed->size, st.st_size));
         }
         closer.release();
@@ -363,7 +359,7 @@ private:
         struct stat st;
         if (fstat(fd, &st) != 0)
             throw BcastError(sys("cannot read " + src_.paths[i], errno));
-        if (st.st_size != listed->size || !same_time(st.st_mtim, listed->mtime))
+        if (listed->content_differs(st))
             throw BcastError(src_.paths[i] + " changed while being sent" + sizes(listed->size, st.st_size));
     }
     static std::string sizes(off_t listed, off_t now)

@@ -45,6 +45,14 @@ struct FileStamp {
     off_t size = 0;
     timespec mtime{};
     static FileStamp of(const struct stat &st) { return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+    // Whether ST, a later stat of the file, has another size or another
+    // modification time (to the nanosecond) than listed.  The device and
+    // inode are not compared: whether it is the same file is the caller's
+    // own check.
+    bool content_differs(const struct stat &st) const
+    {
+        return st.st_size != size || st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec;
+    }
 };
 
 // What to send: the entries of the open request and where each file is read.

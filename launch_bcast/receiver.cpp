@@ -1219,25 +1219,41 @@ void Receiver::drained(const Ptr &s)
 void Receiver::sweep()
 {
     auto now = std::chrono::steady_clock::now();
-    std::vector<std::pair<uint64_t, std::string>> failing;
+    // What stopped answering a failing session's own step: munged (the
+    // credential is checked before the parent is known) or the file system
+    // at its parent.  Only those failures, this node's own, are logged
+    // here: not one waiting on another session's removal (that one is
+    // logged below) nor one whose head fell silent.
+    enum class Silent { none, munged, file_system };
+    struct Failing {
+        uint64_t sid;
+        Silent silent;
+        std::string why;
+    };
+    std::vector<Failing> failing;
     for (auto &[sid, s] : sessions_) {
         std::string what;
         auto b = s->blocker ? draining_.find(s->blocker) : draining_.end();
         if (b != draining_.end() && b->second->stuck())
-            failing.emplace_back(sid, s->dest + " is being removed by broadcast " + session_hex(s->blocker) +
-                                          " on " + cfg_.node_name + ", whose file system at " + s->parent +
-                                          " stopped answering: retry once it is removed");
-        else if (s->stuck(&what))
-            failing.emplace_back(sid, (s->parent.empty() ? std::string("munged") : "the file system at " + s->parent) +
-                                          " did not answer within " + seconds(s->deadline) + " on " +
-                                          cfg_.node_name + " (while " + what + ")");
-        else if (now - s->last > s->idle_limit && s->waiting.empty())
-            failing.emplace_back(sid, "no word from the head of the broadcast (it or its client died)");
+            failing.push_back({sid, Silent::none,
+                               s->dest + " is being removed by broadcast " + session_hex(s->blocker) +
+                                   " on " + cfg_.node_name + ", whose file system at " + s->parent +
+                                   " stopped answering: retry once it is removed"});
+        else if (s->stuck(&what)) {
+            Silent silent = s->parent.empty() ? Silent::munged : Silent::file_system;
+            failing.push_back(
+                {sid, silent,
+                 (silent == Silent::munged ? std::string("munged") : "the file system at " + s->parent) +
+                     " did not answer within " + seconds(s->deadline) + " on " + cfg_.node_name + " (while " +
+                     what + ")"});
+        } else if (now - s->last > s->idle_limit && s->waiting.empty())
+            failing.push_back(
+                {sid, Silent::none, "no word from the head of the broadcast (it or its client died)"});
     }
-    for (auto &[sid, why] : failing) {
-        if (why.rfind("the file system", 0) == 0 || why.rfind("munged", 0) == 0)
-            log_.error("broadcast %s: %s", session_hex(sid).c_str(), why.c_str());
-        abort(sid, why);
+    for (auto &f : failing) {
+        if (f.silent != Silent::none)
+            log_.error("broadcast %s: %s", session_hex(f.sid).c_str(), f.why.c_str());
+        abort(f.sid, f.why);
     }
     // The staging or commit at work progresses (its current step is under
     // half its deadline): the answers that waited half a deadline say so,

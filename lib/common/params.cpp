@@ -30,6 +30,17 @@ bool parse_u64(const std::string &s, uint64_t &out)
     return true;
 }
 
+// Parses a decimal integer, perhaps negative, that fills the whole string.
+bool parse_i64(const std::string &s, int64_t &out)
+{
+    bool negative = !s.empty() && s[0] == '-';
+    uint64_t magnitude = 0;
+    if (!parse_u64(negative ? s.substr(1) : s, magnitude) || magnitude > static_cast<uint64_t>(INT64_MAX))
+        return false;
+    out = negative ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
+    return true;
+}
+
 } // namespace
 
 ParamList::ParamList(const char *text, std::string setting, std::string prefix)
@@ -78,33 +89,27 @@ void ParamList::bad_value(const std::string &key, const Item &item, const std::s
                       " (allowed: " + allowed + ")");
 }
 
-uint64_t ParamList::take_uint(const std::string &key, uint64_t min, uint64_t max, uint64_t def)
+template <typename T>
+T ParamList::take_integer(const std::string &key, T min, T max, T def,
+                          bool (*parse)(const std::string &, T &))
 {
     Item *it = find(key);
     if (!it)
         return def;
-    uint64_t v = 0;
-    std::string allowed = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-    if (!it->has_value || !parse_u64(it->value, v) || v < min || v > max)
-        bad_value(key, *it, allowed);
+    T v = 0;
+    if (!it->has_value || !parse(it->value, v) || v < min || v > max)
+        bad_value(key, *it, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
     return v;
+}
+
+uint64_t ParamList::take_uint(const std::string &key, uint64_t min, uint64_t max, uint64_t def)
+{
+    return take_integer(key, min, max, def, parse_u64);
 }
 
 int64_t ParamList::take_int(const std::string &key, int64_t min, int64_t max, int64_t def)
 {
-    Item *it = find(key);
-    if (!it)
-        return def;
-    std::string allowed = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-    uint64_t magnitude = 0;
-    bool negative = it->has_value && !it->value.empty() && it->value[0] == '-';
-    if (!it->has_value || !parse_u64(negative ? it->value.substr(1) : it->value, magnitude) ||
-        magnitude > static_cast<uint64_t>(INT64_MAX))
-        bad_value(key, *it, allowed);
-    int64_t v = negative ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
-    if (v < min || v > max)
-        bad_value(key, *it, allowed);
-    return v;
+    return take_integer(key, min, max, def, parse_i64);
 }
 
 uint64_t ParamList::take_duration_us(const std::string &key, uint64_t min_us, uint64_t max_us,

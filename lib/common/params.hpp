@@ -67,6 +67,10 @@ private:
         bool taken = false;
     };
     Item *find(const std::string &key);
+    // take_uint and take_int: the value as `parse` reads it (false for
+    // text that is not one) in [min, max]; `def` when the key is absent.
+    template <typename T>
+    T take_integer(const std::string &key, T min, T max, T def, bool (*parse)(const std::string &, T &));
     [[noreturn]] void bad_value(const std::string &key, const Item &item, const std::string &allowed) const;
 
     std::string setting_;

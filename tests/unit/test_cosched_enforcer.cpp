@@ -8,6 +8,7 @@
 
 #include "tests/unit/cmocka.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -24,38 +25,52 @@ using test_helpers::contains;
 
 namespace {
 
-pid_t sleeper()
+// The sleeping child a test works on: forked by the setup, killed and
+// reaped by the teardown, which cmocka runs after a failed assertion too.
+pid_t g_sleeper = -1;
+
+int fork_sleeper(void **)
 {
-    pid_t p = fork();
-    if (p == 0) {
+    g_sleeper = fork();
+    if (g_sleeper == 0) {
         pause();
         _exit(0);
     }
-    return p;
+    return g_sleeper > 0 ? 0 : -1;
 }
 
-void reap(pid_t p)
+int reap_sleeper(void **)
 {
-    kill(p, SIGKILL);
-    waitpid(p, nullptr, 0);
+    if (g_sleeper > 0) {
+        kill(g_sleeper, SIGKILL);
+        waitpid(g_sleeper, nullptr, 0);
+    }
+    g_sleeper = -1;
+    return 0;
 }
 
 void test_nice_enforcer(void **)
 {
     if (geteuid() != 0)
         skip(); // raising the priority back needs CAP_SYS_NICE
-    pid_t p = sleeper();
+    // The child's nice before it is throttled is this process's (it
+    // inherited it): whatever `nice` the tests run under.
+    errno = 0;
+    int before = getpriority(PRIO_PROCESS, 0);
+    assert_int_equal(errno, 0);
+    if (before == 19)
+        skip(); // throttled would look the same as scheduled
+    pid_t p = g_sleeper;
     {
         NiceEnforcer e(EnforcerSetup{}, Logger("t"));
         e.attach(5, {p}, false);
         assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(p)), 19);
         e.set_scheduled(5, true);
-        assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(p)), 0);
+        assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(p)), before);
         e.set_scheduled(5, false);
         assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(p)), 19);
     } // the destructor releases: nobody stays throttled
-    assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(p)), 0);
-    reap(p);
+    assert_int_equal(getpriority(PRIO_PROCESS, static_cast<id_t>(p)), before);
 }
 
 std::string read_line(const std::string &path)
@@ -81,7 +96,7 @@ void test_cgroup_enforcer(void **)
     std::string root = CgroupEnforcer::find_cpu_mount("/proc/self/mountinfo");
     if (geteuid() != 0 || root.empty() || access((root + "/cgroup.procs").c_str(), W_OK) != 0)
         skip();
-    pid_t p = sleeper();
+    pid_t p = g_sleeper;
     std::string before = cpu_cgroup(p);
     EnforcerSetup s;
     s.share_percent = 1;
@@ -111,7 +126,6 @@ void test_cgroup_enforcer(void **)
         assert_true(logged("left by an earlier node agent"));
     }
     assert_string_equal(cpu_cgroup(p).c_str(), "/");
-    reap(p);
 }
 
 } // namespace
@@ -120,8 +134,8 @@ int main()
 {
     set_log_sink(capture_sink);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nice_enforcer),
-        cmocka_unit_test(test_cgroup_enforcer),
+        cmocka_unit_test_setup_teardown(test_nice_enforcer, fork_sleeper, reap_sleeper),
+        cmocka_unit_test_setup_teardown(test_cgroup_enforcer, fork_sleeper, reap_sleeper),
     };
     return cmocka_run_group_tests_name("cosched_enforcer", tests, nullptr, nullptr);
 }
