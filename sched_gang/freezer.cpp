@@ -95,6 +95,11 @@ bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
     return true;
 }
 
+bool Freezer::holds(uint32_t job, pid_t pid) const
+{
+    return cgroupfs::cgroup_of(setup_.proc_root, pid, "") == base_rel_ + "/" + job_group_name(job);
+}
+
 std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids, bool frozen)
 {
     auto it = jobs_.try_emplace(job).first;

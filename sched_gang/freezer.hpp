@@ -79,6 +79,10 @@ public:
     // Whether `pid` is in one of this freezer's groups and the kernel
     // reports that group wholly frozen (every task in it stopped).
     bool frozen(pid_t pid) const;
+    // Whether process `pid` is in job `job`'s group now (one read of
+    // /proc/PID/cgroup; false for a process that exited).  Unlike the rest,
+    // callable from any thread: it reads only what construction set.
+    bool holds(uint32_t job, pid_t pid) const;
     // Whether the job's group holds a live process (cgroup.events says
     // "populated 1": a process that exited leaves it at once, before it is
     // reaped).  False for a job without a group, true where it cannot be

@@ -158,7 +158,7 @@ void Switcher::recover()
     size_t n = 0;
     if (!jobs.empty()) {
         try {
-            for (auto &[job, pids] : lister_(jobs))
+            for (auto &[job, pids] : lister_(jobs, {})) // every process, to continue each
                 for (pid_t pid : pids)
                     if (kill(pid, SIGCONT) == 0)
                         ++n;
@@ -635,7 +635,13 @@ void Switcher::scanner() noexcept
         // microseconds.)
         std::map<uint32_t, std::vector<Proc>> out;
         try {
-            for (auto &[job, pids] : lister_(want))
+            // Where the freezer holds a step's processes, its step need
+            // not be listed again (step_lister.hpp): their children are
+            // born in the job's group.
+            node::HeldTest held;
+            if (freezer_)
+                held = [this](uint32_t job, pid_t pid) { return freezer_->holds(job, pid); };
+            for (auto &[job, pids] : lister_(want, held))
                 for (pid_t pid : pids) {
                     int fd = pidfd_open(pid);
                     if (fd >= 0)

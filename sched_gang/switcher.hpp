@@ -20,8 +20,10 @@
 // table changes and when a step starts (rescan(): slurmstepd opened the
 // step's context), then 50 ms later and at doubling intervals up to
 // `rescan`, or `rescan_held` while the freezer holds every process found
-// (with proctrack/pgid each listing costs slurmstepd a scan of /proc); a
-// process a job starts while it is stopped is stopped at the next scan,
+// (with proctrack/pgid each listing costs slurmstepd a scan of /proc, so
+// the scanner tells the lister which processes the freezer holds: a step
+// whose processes it all holds is not listed again, lib/node/step_lister.hpp);
+// a process a job starts while it is stopped is stopped at the next scan,
 // or at once where it is born in the job's frozen group.
 //
 // Fail-safe, so that no job is ever left stopped:

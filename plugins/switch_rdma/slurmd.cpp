@@ -13,11 +13,14 @@
 
 #include <cerrno>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <csignal>
 #include <set>
 #include <unistd.h>
 #include <vector>
 
+#include "agent/step_listing.hpp"
 #include "lib/common/files.hpp"
 #include "lib/common/procs.hpp"
 #include "slurm_adapter/sbcast_cred.hpp"
@@ -37,36 +40,47 @@ namespace storm::plugins::switch_rdma {
 
 namespace {
 
-// The processes of the steps (not batch, extern or interactive) of `jobs`
-// on this node, as each step's slurmstepd lists them (its proctrack
-// container).  Runs on the gang switcher's scanner thread.
-std::map<uint32_t, std::vector<pid_t>> list_step_processes(const std::string &spool, const std::string &node,
-                                                           const std::set<uint32_t> &jobs)
+// The steps (not batch, extern or interactive) running on this node, as
+// slurmstepd's sockets in the spool directory show them.  Runs on the
+// listing's caller's thread (the gang scanner, coscheduling's worker).
+std::vector<storm::agent::StepListing::Step> running_steps(const std::string &spool, const std::string &node)
 {
-    std::map<uint32_t, std::vector<pid_t>> out;
     auto *steps = stepd_available(spool.c_str(), node.c_str());
     if (!steps)
         throw std::runtime_error("cannot list the steps in " + spool);
+    std::vector<storm::agent::StepListing::Step> out;
     auto *it = list_iterator_create(steps);
-    while (auto *loc = static_cast<step_loc_t *>(list_next(it))) {
-        if (!jobs.count(loc->step_id.job_id) || loc->step_id.step_id > SLURM_MAX_NORMAL_STEP_ID)
-            continue;
-        uint16_t proto = 0;
-        int fd = stepd_connect(loc->directory, loc->nodename, &loc->step_id, &proto);
-        if (fd < 0)
-            continue; // the step just ended
-        uint32_t *pids = nullptr, count = 0;
-        if (stepd_list_pids(fd, proto, &pids, &count) == SLURM_SUCCESS) {
-            auto &v = out[loc->step_id.job_id];
-            for (uint32_t i = 0; i < count; ++i)
-                if (pids[i] > 1 && !storm::kernel_thread(static_cast<pid_t>(pids[i])))
-                    v.push_back(static_cast<pid_t>(pids[i]));
-        }
-        xfree(pids);
-        close(fd);
-    }
+    while (auto *loc = static_cast<step_loc_t *>(list_next(it)))
+        if (loc->step_id.step_id <= SLURM_MAX_NORMAL_STEP_ID)
+            out.push_back({loc->step_id.job_id, loc->step_id.step_id, loc->step_id.step_het_comp});
     list_iterator_destroy(it);
     FREE_NULL_LIST(steps);
+    return out;
+}
+
+// The processes of one step, as its slurmstepd lists them (its proctrack
+// container), kernel threads left out; nullopt if the step just ended.
+std::optional<std::vector<pid_t>> list_step(const std::string &spool, const std::string &node,
+                                            const storm::agent::StepListing::Step &s)
+{
+    slurm_step_id_t id{};
+    id.job_id = s.job;
+    id.step_id = s.step;
+    id.step_het_comp = s.het;
+    uint16_t proto = 0;
+    int fd = stepd_connect(spool.c_str(), node.c_str(), &id, &proto);
+    if (fd < 0)
+        return std::nullopt;
+    uint32_t *pids = nullptr, count = 0;
+    std::optional<std::vector<pid_t>> out;
+    if (stepd_list_pids(fd, proto, &pids, &count) == SLURM_SUCCESS) {
+        out.emplace();
+        for (uint32_t i = 0; i < count; ++i)
+            if (pids[i] > 1 && !storm::kernel_thread(static_cast<pid_t>(pids[i])))
+                out->push_back(static_cast<pid_t>(pids[i]));
+    }
+    xfree(pids);
+    close(fd);
     return out;
 }
 
@@ -160,8 +174,11 @@ std::unique_ptr<agent::NodeAgent> start_node_agent(const agent::AgentConfig &con
         net.auth = storm::shim::daemon_authenticator();
         std::string spool = slurmd_spool_dir();
         net.trusted = {0, slurm_conf.slurmd_user_id};
-        net.step_lister = [spool, me](const std::set<uint32_t> &jobs) {
-            return list_step_processes(spool, me, jobs);
+        auto listing = std::make_shared<storm::agent::StepListing>(
+            [spool, me] { return running_steps(spool, me); },
+            [spool, me](const storm::agent::StepListing::Step &s) { return list_step(spool, me, s); });
+        net.step_lister = [listing](const std::set<uint32_t> &jobs, const storm::node::HeldTest &held) {
+            return (*listing)(jobs, held);
         };
         // Broadcasts: Slurm's sbcast credential (signed by SlurmUser, or
         // root), open ones journaled in slurmd's spool directory.

@@ -82,7 +82,7 @@ struct Bench {
         s.config.slice = 10s;
         s.config.gmet = gmet;
         s.verifier = make_verifier(
-            [this](const std::set<uint32_t> &jobs) {
+            [this](const std::set<uint32_t> &jobs, const storm::node::HeldTest &) {
                 ++listings;
                 std::map<uint32_t, std::vector<pid_t>> out;
                 for (uint32_t j : jobs)

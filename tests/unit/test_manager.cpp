@@ -76,7 +76,7 @@ void test_manager_end_to_end(void **)
         }
     std::vector<std::unique_ptr<Switcher>> sw;
     for (unsigned i = 0; i < n; ++i) {
-        StepLister l = [&procs, i](const std::set<uint32_t> &jobs) {
+        StepLister l = [&procs, i](const std::set<uint32_t> &jobs, const storm::node::HeldTest &) {
             std::map<uint32_t, std::vector<pid_t>> out;
             for (auto &[j, p] : procs[i])
                 if (jobs.count(j))
@@ -142,7 +142,7 @@ void test_manager_end_to_end(void **)
     // Node 1's agent restarts (a new switcher, no table): it fails the
     // strobes as stale, the manager sends it the table again, it switches.
     {
-        StepLister l = [&procs](const std::set<uint32_t> &jobs) {
+        StepLister l = [&procs](const std::set<uint32_t> &jobs, const storm::node::HeldTest &) {
             std::map<uint32_t, std::vector<pid_t>> out;
             for (auto &[j, p] : procs[1])
                 if (jobs.count(j))

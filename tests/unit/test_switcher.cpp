@@ -43,6 +43,7 @@ struct SwitchBench {
     std::unique_ptr<Engine> engine;
     std::map<uint32_t, std::vector<pid_t>> procs; // what the lister reports
     std::atomic<int> listings{0};                 // the lister's calls
+    storm::node::HeldTest held; // the switcher's, as of its last listing
     std::mutex mu;
     std::string journal;
 
@@ -66,13 +67,14 @@ struct SwitchBench {
                                    bool signals_only = false, bool lend = true,
                                    std::optional<std::chrono::milliseconds> rescan_held = std::nullopt)
     {
-        StepLister l = [this](const std::set<uint32_t> &jobs) {
+        StepLister l = [this](const std::set<uint32_t> &jobs, const storm::node::HeldTest &held) {
             ++listings;
             std::lock_guard<std::mutex> lk(mu);
             std::map<uint32_t, std::vector<pid_t>> out;
             for (auto &[j, p] : procs)
                 if (jobs.count(j))
                     out[j] = p;
+            this->held = held;
             return out;
         };
         return std::make_unique<Switcher>(
@@ -579,6 +581,42 @@ void test_switcher_rescan_held(void **)
     }
 }
 
+// The lister is told which processes the freezer holds (so that it need
+// not list their steps again: step_lister.hpp): a process of job 1 once
+// moved into job 1's group, not one of another group or none; with signals
+// it is told nothing.
+void test_switcher_tells_held(void **)
+{
+    auto fs = freezer_setup();
+    if (!fs)
+        skip();
+    RangeSet me = RangeSet::single(0);
+    for (bool freeze : {true, false}) {
+        SwitchBench b;
+        pid_t p1 = sleeper(), p2 = sleeper();
+        b.procs = {{1, {p1}}};
+        auto sw = b.make(20ms, fs, !freeze);
+        assert_true(sw->freezing() == freeze);
+        assert_true(sw->on_signal(kTableEvent, table(5, {{1, 1, me}}, {}, 60000).encode()));
+        assert_true(b.run_until([&] { return sw->processes(1) == 1; }));
+        storm::node::HeldTest held;
+        {
+            std::lock_guard<std::mutex> lk(b.mu);
+            held = b.held;
+        }
+        if (freeze) {
+            assert_true(static_cast<bool>(held));
+            assert_true(held(1, p1));  // moved into job 1's group
+            assert_false(held(2, p1)); // not job 2's
+            assert_false(held(1, p2)); // in no group of the switcher
+        } else {
+            assert_false(static_cast<bool>(held));
+        }
+        sw.reset();
+        reap({p1, p2});
+    }
+}
+
 void test_switcher_never_leaves_stopped(void **)
 {
     SwitchBench b;
@@ -665,6 +703,7 @@ int main()
         cmocka_unit_test(test_switcher_hook),    cmocka_unit_test(test_switcher_never_leaves_stopped),
         cmocka_unit_test(test_switcher_freezes), cmocka_unit_test(test_switcher_lends),
         cmocka_unit_test(test_switcher_rescan),  cmocka_unit_test(test_switcher_rescan_held),
+        cmocka_unit_test(test_switcher_tells_held),
     };
     return cmocka_run_group_tests_name("switcher", tests, nullptr, nullptr);
 }
