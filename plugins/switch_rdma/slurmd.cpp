@@ -60,6 +60,11 @@ std::vector<storm::agent::StepListing::Step> running_steps(const std::string &sp
 
 // The processes of one step, as its slurmstepd lists them (its proctrack
 // container), kernel threads left out; nullopt if the step just ended.
+// None, without the listing, while the step has tasks and none has been
+// forked: the container holds nothing of the step yet, and with
+// proctrack/pgid the listing would still read all of /proc (a step
+// launching on 1000 virtual nodes is asked every few seconds until its
+// tasks start).  A step without tasks (extern) is listed.
 std::optional<std::vector<pid_t>> list_step(const std::string &spool, const std::string &node,
                                             const storm::agent::StepListing::Step &s)
 {
@@ -71,6 +76,19 @@ std::optional<std::vector<pid_t>> list_step(const std::string &spool, const std:
     int fd = stepd_connect(spool.c_str(), node.c_str(), &id, &proto);
     if (fd < 0)
         return std::nullopt;
+    slurmstepd_task_info_t *tasks = nullptr;
+    uint32_t ntasks = 0;
+    bool started = true; // not told, or a step without tasks (extern): list
+    if (stepd_task_info(fd, proto, &tasks, &ntasks) == SLURM_SUCCESS && ntasks > 0) {
+        started = false;
+        for (uint32_t i = 0; i < ntasks; ++i)
+            started = started || tasks[i].pid > 0;
+    }
+    xfree(tasks);
+    if (!started) {
+        close(fd);
+        return std::vector<pid_t>{};
+    }
     uint32_t *pids = nullptr, count = 0;
     std::optional<std::vector<pid_t>> out;
     if (stepd_list_pids(fd, proto, &pids, &count) == SLURM_SUCCESS) {
