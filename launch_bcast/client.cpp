@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <zlib.h>
 
 #include "lib/common/signals.hpp"
 #include "lib/common/stop_thread.hpp"
@@ -223,7 +222,7 @@ public:
         uint32_t raw_len = 0;               // bytes of the files it carries
     };
 
-    ChunkReader(const Source &src, uint32_t chunk, bool compress, unsigned depth)
+    ChunkReader(const Source &src, uint32_t chunk, Codec compress, unsigned depth)
         : src_(src), chunk_(chunk), compress_(compress), depth_(depth)
     {
         if (pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0)
@@ -376,16 +375,9 @@ private:
         h.crc = crc32(raw);
         std::string_view body = raw;
         std::string packed;
-        if (compress_) {
-            uLongf clen = compressBound(raw.size());
-            packed.resize(clen);
-            if (compress2(reinterpret_cast<Bytef *>(packed.data()), &clen,
-                          reinterpret_cast<const Bytef *>(raw.data()), raw.size(), 1) == Z_OK &&
-                clen < raw.size()) {
-                packed.resize(clen);
-                h.compressed = true;
-                body = packed;
-            }
+        if (compress(compress_, raw, packed)) {
+            h.codec = compress_;
+            body = packed;
         }
         net::Writer w;
         h.encode(w);
@@ -454,7 +446,7 @@ private:
 
     const Source &src_;
     uint32_t chunk_;
-    bool compress_;
+    Codec compress_;
     size_t depth_;
     int pipe_[2] = {-1, -1};
     std::thread thread_;
@@ -485,6 +477,7 @@ struct Run {
     // node opened.
     bool pause_at_open = true;
     uint64_t early_bytes = 0; // of the chunk frames sent before the nodes opened (kEarlyBytes)
+    uint64_t wire_bytes = 0;  // of all the chunk frames sent
     uint64_t sid = 0;
     unsigned window = 0;
     // cancel(): any thread (or a signal handler) writes, the loop stops
@@ -555,6 +548,7 @@ struct Run {
             net::DataRef ref{c->frame, c->frame->data(), c->frame->size()};
             conn->send(kDataFrame, seq++, std::string_view(), ref);
             inflight.push_back(c->raw_len);
+            wire_bytes += c->frame->size();
             if (!opened)
                 early_bytes += c->frame->size();
         }
@@ -719,12 +713,15 @@ void Broadcast::finish()
     run_->dispatch();
 }
 
+uint64_t Broadcast::wire_bytes() const { return run_->wire_bytes; }
+
 void Broadcast::cancel() noexcept { (void)!write(run_->cancel_pipe[1], "x", 1); }
 
-void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src)
+uint64_t broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src)
 {
     Broadcast b(auth, o, src);
     b.finish();
+    return b.wire_bytes();
 }
 
 } // namespace storm::bcast

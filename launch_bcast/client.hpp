@@ -97,7 +97,7 @@ struct ClientOptions {
     unsigned window = 0;                      // chunks in flight; 0: 16 MiB worth
     uint8_t fanout = 1;                       // of the data tree
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
-    bool compress = false;                    // zlib each chunk (level 1) where it shrinks
+    Codec compress = Codec::none;             // compress each chunk where it shrinks
     std::function<void(uint64_t done, uint64_t total)> progress;
     // Called as the broadcast passes each phase: "opened" (every node
     // staged the destination), "sent" (every chunk confirmed by every
@@ -105,7 +105,9 @@ struct ClientOptions {
     std::function<void(const char *phase)> phase;
 };
 
-void broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);
+// Sends `src` (Broadcast's open() and finish() below); returns the bytes
+// of the chunk frames it sent, which with -C is what compression left.
+uint64_t broadcast(net::Authenticator &auth, const ClientOptions &o, const Source &src);
 
 // The same broadcast in two steps, for a caller that does other work while
 // the bytes travel (srun launches the step's tasks meanwhile, and each
@@ -142,6 +144,8 @@ public:
 
     uint64_t open();
     void finish();
+    // The bytes of the chunk frames sent so far (headers included).
+    uint64_t wire_bytes() const;
     void cancel() noexcept;
 
 private:

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launch_bcast/codec.hpp"
 #include "lib/net/frame.hpp"
 #include "lib/net/wire.hpp"
 
@@ -87,8 +88,9 @@ struct OpenRequest {
     uint64_t total_bytes() const { return bcast::total_bytes(entries); }
 };
 
-// A chunk: a header and the bytes.  The bytes are zlib-compressed when
-// `compressed`; crc is the CRC-32C of the uncompressed bytes.
+// A chunk: a header and the bytes.  The bytes are compressed with `codec`
+// (codec.hpp); crc is the CRC-32C of the uncompressed bytes.  The header's
+// flags byte: bit 0 zlib, bit 1 packed, bit 2 zstd.
 //
 // A chunk of one file (a file broadcast) carries bytes [offset, offset +
 // raw_len) of entry `entry`.  A packed chunk (`packed`: every chunk of a
@@ -101,7 +103,7 @@ struct ChunkHeader {
     uint64_t offset = 0;
     uint32_t raw_len = 0;
     uint32_t crc = 0;
-    bool compressed = false;
+    Codec codec = Codec::none;
     bool packed = false;
 
     void encode(net::Writer &w) const;

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <zlib.h>
 
 #include "launch_bcast/as_user.hpp"
 #include "launch_bcast/beneath.hpp"
@@ -546,13 +545,10 @@ std::string write_chunk(Session &s, std::string_view payload, bool sealed, size_
                       ") out of order or beyond the " + std::to_string(s.files[h.entry].size) + " bytes of " +
                       s.files[h.entry].path);
     std::string inflated;
-    if (h.compressed) {
-        inflated.resize(h.raw_len);
-        uLongf len = h.raw_len;
-        if (uncompress(reinterpret_cast<Bytef *>(inflated.data()), &len,
-                       reinterpret_cast<const Bytef *>(bytes.data()), bytes.size()) != Z_OK ||
-            len != h.raw_len)
-            return failed("chunk at " + std::to_string(h.offset) + " does not decompress");
+    if (h.codec != Codec::none) {
+        std::string why = decompress(h.codec, bytes, h.raw_len, inflated);
+        if (!why.empty())
+            return failed("chunk at " + std::to_string(h.offset) + " " + why);
         bytes = inflated;
     } else if (bytes.size() != h.raw_len) {
         return failed("chunk of " + std::to_string(bytes.size()) + " bytes, header says " +

@@ -12,7 +12,8 @@ const std::string kBcastUsage =
     std::string("usage: storm-bcast [OPTIONS] SOURCE DEST\n"
                 "  -f, --force             replace DEST where it exists\n"
                 "  -p, --preserve          keep SOURCE's access and modification times\n"
-                "  -C, --compress[=LIB]    compress chunks on the wire (zlib; LIB \"none\" turns it off)\n"
+                "  -C, --compress[=LIB]    compress chunks on the wire: zstd (the default; lz4, sbcast's\n"
+                "                          name, means it too), zlib, or none\n"
                 "  -s, --size=SIZE         chunk size (default 32k, or ") +
     std::to_string(net::kMcastChunkSize) +
     " bytes where the\n"
@@ -119,12 +120,11 @@ BcastArgs parse_bcast_args(int argc, char **argv)
             o.flags |= bcast::kPreserve;
             break;
         case 'C':
-            if (optarg && strcasecmp(optarg, "none") == 0)
-                o.compress = false;
-            else if (!optarg || !strcasecmp(optarg, "zlib") || !strcasecmp(optarg, "lz4"))
-                o.compress = true;
-            else
-                throw UsageError(std::string("unknown compression \"") + optarg + "\" (zlib, lz4 or none)");
+            try {
+                o.compress = bcast::codec_named(optarg ? optarg : "zstd");
+            } catch (const std::invalid_argument &e) {
+                throw UsageError(e.what());
+            }
             break;
         case 's': {
             uint64_t v = parse_size(optarg);

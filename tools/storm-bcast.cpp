@@ -226,19 +226,25 @@ int main(int argc, char **argv)
                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
                     phases += b;
                 };
+            uint64_t wire = 0;
             try {
-                bcast::broadcast(*auth, o, s);
+                wire = bcast::broadcast(*auth, o, s);
             } catch (...) {
                 p.end(false);
                 throw;
             }
             p.end(true);
-            if (verbose)
-                std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB in %.3f s (%s)\n",
+            if (verbose) {
+                char sent[64] = "";
+                if (o.compress != bcast::Codec::none)
+                    std::snprintf(sent, sizeof sent, " (%.1f MB sent, %s)", wire / 1e6,
+                                  bcast::codec_name(o.compress));
+                std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB%s in %.3f s (%s)\n",
                              what.c_str(), to.c_str(), target.nodes, target.node_list.c_str(),
-                             target.head.c_str(), s.total_bytes() / 1e6,
+                             target.head.c_str(), s.total_bytes() / 1e6, sent,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                              phases.c_str());
+            }
         };
         send(src, dest, source);
         if (send_libs) {

@@ -6,7 +6,7 @@
 # tarball, untar on every node).
 #
 #   sudo contrib/bench/bench-tree.sh [-n "16 32 64"] [-r "shaped unshaped"]
-#                                    [-t "pystdlib gen50k large"] [-k REPS]
+#                                    [-t "pystdlib gen50k large"] [-k REPS] [-C]
 #
 # Trees: pystdlib, the system Python's standard library
 # (/usr/lib/python3.11 on Debian 12; PYSTDLIB=DIR for another); gen50k, a
@@ -26,16 +26,21 @@
 # phases ended (storm-bcast -v: opened, sent, committed).  Every copy made
 # by either Storm method is checked (a manifest of names, kinds, sizes,
 # link targets and bytes) on the first and last node.
+#
+# -C adds both with compression on the wire: "st-C" (storm-bcast -C, zstd)
+# and "stock-C" (the stock method with sbcast -C, lz4), with stock-C/st-C
+# and st-C over the higher of the link limit and the floor; the "#" line
+# then also gives the MB storm-bcast -C sent.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 VC="$top/contrib/vcluster/storm-vcluster"
 BCAST="$top/tools/storm-bcast"
-nodes="16 32 64" regimes="shaped unshaped" trees="pystdlib gen50k large" reps=1
-while getopts n:r:t:k: o; do
+nodes="16 32 64" regimes="shaped unshaped" trees="pystdlib gen50k large" reps=1 comp=0
+while getopts n:r:t:k:C o; do
     case $o in
-        n) nodes=$OPTARG ;; r) regimes=$OPTARG ;; t) trees=$OPTARG ;; k) reps=$OPTARG ;;
-        *) echo "usage: $0 [-n NODES] [-r REGIMES] [-t TREES] [-k REPS]" >&2; exit 2 ;;
+        n) nodes=$OPTARG ;; r) regimes=$OPTARG ;; t) trees=$OPTARG ;; k) reps=$OPTARG ;; C) comp=1 ;;
+        *) echo "usage: $0 [-n NODES] [-r REGIMES] [-t TREES] [-k REPS] [-C]" >&2; exit 2 ;;
     esac
 done
 # shellcheck source=contrib/bench/common.sh
@@ -107,8 +112,8 @@ PY
         *) echo "bench-tree: unknown tree '$1' (pystdlib, gen50k, large)" >&2; exit 2 ;;
     esac
 }
-printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s\n' nodes regime tree files MB link floor storm st+tar \
-    stock stock/st st/lim
+printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor \
+    storm st+tar stock stock/st st/lim st-C stock-C skC/stC stC/lim
 for n in $nodes; do
     vc_up storm "$n"
     list=$("$VC" nodes | tr '\n' ' ')
@@ -137,13 +142,14 @@ for n in $nodes; do
             fi
             link=-
             [ "$r" = shaped ] && link=$(echo "scale=2; $bytes * 8 / 100000000" | bc)
-            : > "$W/s" && : > "$W/p" && : > "$W/k"
+            : > "$W/s" && : > "$W/p" && : > "$W/k" && : > "$W/sc" && : > "$W/kc"
             for _ in $(seq "$reps"); do
                 # the nodes' /tmp, from here (root's srun into nobody's job
                 # removed nothing: a second regime or run found them there)
                 for x in $list; do
                     rm -rf "$STATE/nodes/$x/tmp/tree-storm" "$STATE/nodes/$x/tmp/tree-tar" "$STATE/nodes/$x/tmp/tree-stock" \
-                        "$STATE/nodes/$x/tmp/t.tar" "$STATE/nodes/$x/tmp/s.tar"
+                        "$STATE/nodes/$x/tmp/t.tar" "$STATE/nodes/$x/tmp/s.tar" "$STATE/nodes/$x/tmp/tree-stormc" \
+                        "$STATE/nodes/$x/tmp/tree-stockc" "$STATE/nodes/$x/tmp/c.tar"
                 done
                 # Each method starts with the disk written back (sync), as
                 # the floor does: what the one before wrote does not slow it.
@@ -179,14 +185,45 @@ for n in $nodes; do
                     cat "$W/k.out" >&2
                     echo failed >> "$W/k"
                 fi
-                echo "# $n $r $t storm $(tail -1 "$W/s") ($(sed -n 's/.* s (\(opened.*\))$/\1/p' "$W/b.out")) st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")" >&2
+                cline=
+                if [ "$comp" = 1 ]; then
+                    sync
+                    t0=$(now)
+                    if as_user "$BCAST" -v -C -j "$job" "$src" /tmp/tree-stormc > "$W/bc.out" 2>&1; then
+                        echo "$(secs "$t0" "$(now)")" >> "$W/sc"
+                    else
+                        cat "$W/bc.out" >&2
+                        echo failed >> "$W/sc"
+                    fi
+                    for x in $first $last; do
+                        [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-stormc")" = "$ref" ] ||
+                            echo "bench-tree: $x: storm-bcast -C's copy of $t differs" >&2
+                    done
+                    sync
+                    t0=$(now)
+                    if as_user sbcast -C -j "$job" "$W/$t.tar" /tmp/c.tar > "$W/kc.out" 2>&1 &&
+                        as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/c.tar --transform s,^[^/]*,tree-stockc,S >> "$W/kc.out" 2>&1; then
+                        echo "$(secs "$t0" "$(now)")" >> "$W/kc"
+                    else
+                        cat "$W/kc.out" >&2
+                        echo failed >> "$W/kc"
+                    fi
+                    cline=" st-C $(tail -1 "$W/sc") ($(sed -n 's/.* MB (\([0-9.]* MB sent\), .* s (\(opened.*\))$/\1; \2/p' "$W/bc.out")) stock-C $(tail -1 "$W/kc")"
+                fi
+                echo "# $n $r $t storm $(tail -1 "$W/s") ($(sed -n 's/.* s (\(opened.*\))$/\1/p' "$W/b.out")) st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")$cline" >&2
             done
             mapfile -t vs < "$W/s" && mapfile -t vp < "$W/p" && mapfile -t vk < "$W/k"
             s=$(median "${vs[@]}") p=$(median "${vp[@]}") k=$(median "${vk[@]}")
             lim=$(echo "if ($floor > ${link/-/0}) $floor else ${link/-/0}" | bc)
-            printf '%-6s %-8s %-9s %7s %8.1f %7s %7.2f %8s %8s %8s %7s %7s\n' "$n" "$r" "$t" "$files" \
+            sc=- kc=- rc=- lc=-
+            if [ "$comp" = 1 ]; then
+                mapfile -t vsc < "$W/sc" && mapfile -t vkc < "$W/kc"
+                sc=$(median "${vsc[@]}") kc=$(median "${vkc[@]}")
+                rc=$(ratio "$kc" "$sc") lc=$(ratio "$sc" "$lim" "%.2f")
+            fi
+            printf '%-6s %-8s %-9s %7s %8.1f %7s %7.2f %8s %8s %8s %7s %7s %8s %8s %7s %7s\n' "$n" "$r" "$t" "$files" \
                 "$(echo "$bytes / 1000000" | bc -l)" "$link" "$floor" "$s" "$p" "$k" "$(ratio "$k" "$s")" \
-                "$(ratio "$s" "$lim" "%.2f")"
+                "$(ratio "$s" "$lim" "%.2f")" "$sc" "$kc" "$rc" "$lc"
         done
         "$VC" shape off > /dev/null
     done

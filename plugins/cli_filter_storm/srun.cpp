@@ -224,7 +224,10 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
     storm::shim::aim(o, target);
     o.dest = dest;
     o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
-    o.compress = sropt->compress && sropt->compress != COMPRESS_OFF;
+    // Any library srun names (lz4, its default; zlib where it has it) is
+    // Storm's default, zstd.
+    o.compress = sropt->compress && sropt->compress != COMPRESS_OFF ? storm::bcast::Codec::zstd
+                                                                    : storm::bcast::Codec::none;
     std::vector<std::pair<storm::bcast::ClientOptions, storm::bcast::Source>> plans;
     std::string libdir; // DEST_libs, when the libraries go there
     try {

@@ -1,7 +1,8 @@
 // Fuzz target: the broadcast protocol (launch_bcast/protocol.hpp) as a
 // head agent reads it from a user's client (open, with its entries:
 // files, directories, symbolic and hard links; chunk headers), a node
-// reads it from the head (a packed chunk's records, checked against a
+// reads it from the head (a chunk's compressed bytes; a packed chunk's
+// records, checked against a
 // session's files), and a client reads it from an agent (replies), and the
 // launch gate's list of
 // sessions as slurmstepd passes it from a step's environment (gate.hpp).
@@ -48,7 +49,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             net::Reader r2(w.data());
             auto h2 = bcast::ChunkHeader::decode(r2);
             FUZZ_REQUIRE(h2.entry == h.entry && h2.offset == h.offset && h2.raw_len == h.raw_len &&
-                         h2.crc == h.crc && h2.compressed == h.compressed);
+                         h2.crc == h.crc && h2.codec == h.codec);
+            // The bytes after the header, as a node inflates them: never
+            // more than the header's raw_len, and exactly that or a reason.
+            if (h.codec != bcast::Codec::none) {
+                std::string out;
+                std::string why = bcast::decompress(h.codec, r.rest(), h.raw_len, out);
+                FUZZ_REQUIRE(out.size() == h.raw_len && (why.empty() || why.find("decompress") != std::string::npos));
+            }
             break;
         }
         case 3:

@@ -90,9 +90,19 @@ int main(int argc, char **argv)
     h.offset = 4096;
     h.raw_len = 100;
     h.crc = 0xe3069283;
-    h.compressed = true;
+    h.codec = bcast::Codec::zlib;
     h.encode(w);
     seed("fuzz_bcast", 3, 2, w.data());
+    {
+        // A zstd chunk whose bytes inflate to its raw_len.
+        std::string raw(100, 's'), packed;
+        bcast::compress(bcast::Codec::zstd, raw, packed);
+        net::Writer wz;
+        bcast::ChunkHeader hz = h;
+        hz.codec = bcast::Codec::zstd;
+        hz.encode(wz);
+        seed("fuzz_bcast", 8, 2, wz.data() + packed);
+    }
     std::string pack;
     bcast::encode_record_header(pack, 1, 0, 5);
     pack += "hello";

@@ -5,7 +5,8 @@
 # and odd names (a space, a newline, bytes that are not UTF-8) arrives on
 # every node as an exact copy with --preserve: the same manifest (kind,
 # mode, owner, size, links, mtime, link target, SHA-256, inode groups:
-# bcast_manifest.py) as the source.  A FIFO or a device in the source is
+# bcast_manifest.py) as the source; so does a copy of Python's asyncio sent
+# compressed (-C), in less than half its bytes.  A FIFO or a device in the source is
 # refused, naming it, before anything is sent.  A failure mid-tree leaves
 # no partial tree anywhere, and with --force the tree that was there stays
 # (a full disk on one node; one node killed mid-transfer) or is put back
@@ -50,6 +51,15 @@ t_check "  the absolute link is a link to /etc/hostname on vn3, the outside one 
 t_check "  lib.so -> lib.so.1 -> lib.so.1.2: one copy of the library's bytes" \
     bash -c "[ \"\$('$VC' exec vn2 stat -c '%F %i' /tmp/tree/lib.so.1.2)\" = \"\$('$VC' exec vn2 stat -L -c '%F %i' /tmp/tree/lib.so)\" ] && [ \"\$('$VC' exec vn2 stat -c %F /tmp/tree/lib.so)\" = 'symbolic link' ]"
 t_check "no temporaries left anywhere" no_trace /nonexistent
+
+# --- compressed on the wire (-C: zstd) ---------------------------------------------
+# Python's asyncio package (its sources and bytecode), as Debian ships it.
+as_user cp -r /usr/lib/python3.11/asyncio "$SRC/asyncio"
+python3 "$MANIFEST" "$SRC/asyncio" > "$T_WORK/m.py"
+t_check "storm-bcast -C -p of Python's asyncio ($(wc -l < "$T_WORK/m.py") entries)" b -v -C -p "$SRC/asyncio" /tmp/asyncio
+t_check "  every node has an exact copy" same_everywhere /tmp/asyncio "$T_WORK/m.py"
+t_check "  in less than half its bytes on the wire (zstd)" \
+    awk '/MB sent, zstd/ { sub(/.*: /, ""); sub(/\(/, ""); if ($3 + 0 > 0 && $3 * 2 < $1) ok = 1 } END { exit !ok }' "$T_WORK/b.out"
 
 # --- special files are refused ---------------------------------------------------
 F=$SRC/fifo

@@ -187,6 +187,8 @@ struct BcastCluster {
         };
     }
     unsigned killed = 0;
+    Codec compress = Codec::none; // the clients' -C
+    uint64_t wire = 0;            // the bytes the last send() sent
     // Node i's launch gate.
     std::string gate(unsigned i) const { return dir + "/gate" + std::to_string(i) + ".sock"; }
     ClientOptions options(const std::string &dest, const std::string &credential, uint32_t chunk = 16 << 10)
@@ -200,6 +202,7 @@ struct BcastCluster {
         o.chunk_size = chunk;
         o.window = 8;
         o.timeout = 2000ms;
+        o.compress = compress;
         return o;
     }
     // Runs f on the loop thread and waits for it.
@@ -249,7 +252,7 @@ struct BcastCluster {
         o.flags = flags;
         o.fanout = fanout;
         try {
-            broadcast(user, o, src);
+            wire = broadcast(user, o, src);
         } catch (const BcastError &e) {
             return e.what();
         }
@@ -341,7 +344,7 @@ inline OpenRequest tree_request(const std::string &dest)
 inline std::string data_chunk(uint32_t entry, const std::string &bytes)
 {
     net::Writer w;
-    ChunkHeader{entry, 0, static_cast<uint32_t>(bytes.size()), crc32(bytes), false}.encode(w);
+    ChunkHeader{entry, 0, static_cast<uint32_t>(bytes.size()), crc32(bytes), Codec::none}.encode(w);
     return w.take() + bytes;
 }
 

@@ -218,12 +218,12 @@ void test_packs(void **)
     net::Writer w;
     ChunkHeader h;
     h.packed = true;
-    h.compressed = true;
+    h.codec = Codec::zstd;
     h.raw_len = 10;
     h.encode(w);
     net::Reader rd(w.data());
     ChunkHeader d = ChunkHeader::decode(rd);
-    assert_true(d.packed && d.compressed && d.raw_len == 10);
+    assert_true(d.packed && d.codec == Codec::zstd && d.raw_len == 10);
     h.offset = 1;
     net::Writer w2;
     h.encode(w2);

@@ -186,7 +186,7 @@ void test_receiver_rejects_and_recovers(void **)
     assert_int_equal(st.st_uid, kUser);
     // A chunk whose CRC does not match: refused, and so is everything after.
     net::Writer w;
-    ChunkHeader h{0, 0, 10, crc32("0123456789") ^ 1, false};
+    ChunkHeader h{0, 0, 10, crc32("0123456789") ^ 1, Codec::none};
     h.encode(w);
     std::string bad = w.take() + "0123456789";
     assert_true(contains(n.ask("data", sid, bad), "fails its CRC check"));

@@ -134,7 +134,7 @@ void test_early_chunks_bounded(void **)
         std::string bytes(chunk, 'x');
         for (unsigned i = 0; i < chunks; ++i) {
             net::Writer w;
-            ChunkHeader{0, uint64_t(i) * chunk, chunk, crc32(bytes), false}.encode(w);
+            ChunkHeader{0, uint64_t(i) * chunk, chunk, crc32(bytes), Codec::none}.encode(w);
             conn->send(kDataFrame, i, w.take() + bytes);
         }
         auto t0 = std::chrono::steady_clock::now();
