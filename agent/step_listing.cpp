@@ -47,7 +47,8 @@ std::map<uint32_t, std::vector<pid_t>> StepListing::operator()(const std::set<ui
         v.insert(v.end(), pids->begin(), pids->end());
         if (!held)
             continue;
-        if (!pids->empty() && std::all_of(pids->begin(), pids->end(), [&](pid_t p) { return held(s.job, p); }))
+        if (!pids->empty() &&
+            std::all_of(pids->begin(), pids->end(), [&](pid_t p) { return held(s.job, p); }))
             settle[s] = *pids;
         else
             unsettle.insert(s);

@@ -47,7 +47,10 @@ class StepListing {
 public:
     struct Step {
         uint32_t job = 0, step = 0, het = 0; // Slurm's step id (with its heterogeneous component)
-        bool operator<(const Step &o) const { return std::tie(job, step, het) < std::tie(o.job, o.step, o.het); }
+        bool operator<(const Step &o) const
+        {
+            return std::tie(job, step, het) < std::tie(o.job, o.step, o.het);
+        }
     };
     using Steps = std::function<std::vector<Step>()>;
     using List = std::function<std::optional<std::vector<pid_t>>(const Step &)>;

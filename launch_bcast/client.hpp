@@ -44,7 +44,10 @@ struct FileStamp {
     ino_t ino = 0;
     off_t size = 0;
     timespec mtime{};
-    static FileStamp of(const struct stat &st) { return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+    static FileStamp of(const struct stat &st)
+    {
+        return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+    }
     // Whether ST, a later stat of the file, has another size or another
     // modification time (to the nanosecond) than listed.  The device and
     // inode are not compared: whether it is the same file is the caller's

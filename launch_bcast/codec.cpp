@@ -49,7 +49,8 @@ Codec codec_named(std::string_view name)
         return Codec::zlib;
     if (named(name, "none"))
         return Codec::none;
-    throw std::invalid_argument("unknown compression \"" + std::string(name) + "\" (zstd, zlib, lz4 or none)");
+    throw std::invalid_argument("unknown compression \"" + std::string(name) +
+                                "\" (zstd, zlib, lz4 or none)");
 }
 
 const char *codec_name(Codec c)
@@ -70,8 +71,8 @@ bool compress(Codec c, std::string_view raw, std::string &out)
     if (c == Codec::zlib) {
         uLongf len = compressBound(raw.size());
         out.resize(len);
-        if (compress2(reinterpret_cast<Bytef *>(out.data()), &len, reinterpret_cast<const Bytef *>(raw.data()),
-                      raw.size(), kZlibLevel) != Z_OK ||
+        if (compress2(reinterpret_cast<Bytef *>(out.data()), &len,
+                      reinterpret_cast<const Bytef *>(raw.data()), raw.size(), kZlibLevel) != Z_OK ||
             len >= raw.size())
             return false;
         out.resize(len);
@@ -96,8 +97,8 @@ std::string decompress(Codec c, std::string_view packed, uint32_t raw_len, std::
     out.resize(raw_len);
     if (c == Codec::zlib) {
         uLongf len = raw_len;
-        if (uncompress(reinterpret_cast<Bytef *>(out.data()), &len, reinterpret_cast<const Bytef *>(packed.data()),
-                       packed.size()) != Z_OK ||
+        if (uncompress(reinterpret_cast<Bytef *>(out.data()), &len,
+                       reinterpret_cast<const Bytef *>(packed.data()), packed.size()) != Z_OK ||
             len != raw_len)
             return "does not decompress (zlib)";
         return "";

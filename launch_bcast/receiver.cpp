@@ -177,7 +177,7 @@ struct Receiver::Session {
     // broadcast), never through a path the user may change meanwhile.
     int parent_fd = -1, root_fd = -1;
     std::vector<File> files;
-    size_t fds = 0;     // of `files` open (kKeptDescriptors at most)
+    size_t fds = 0; // of `files` open (kKeptDescriptors at most)
     // The directory (O_PATH, beneath the staged top) the last file made by
     // its first record went into, for the next ones there.
     beneath::ParentCache made_in;
@@ -452,7 +452,9 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         // once for the files that follow one another there.
         std::string leaf;
         int at = s.made_in.at(s.root_fd, f.rel, leaf);
-        int fd = at < 0 ? -1 : openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        int fd = at < 0
+                     ? -1
+                     : openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         int e = errno;
         struct stat made;
         if (fd < 0 || fstat(fd, &made) != 0) {
@@ -822,7 +824,8 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
             if (s->state == Session::ended)
                 return; // aborted meanwhile: answered then
             if (!refused.empty()) {
-                log_.error("broadcast %s: credential refused: %s", session_hex(s->sid).c_str(), refused.c_str());
+                log_.error("broadcast %s: credential refused: %s", session_hex(s->sid).c_str(),
+                           refused.c_str());
                 return fail_open(s, "credential refused: " + refused);
             }
             if (!grant.nodes.contains(cfg_.self))

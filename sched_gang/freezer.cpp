@@ -64,6 +64,8 @@ Freezer::~Freezer()
 
 std::string Freezer::job_dir(uint32_t job) const { return base_ + "/" + job_group_name(job); }
 
+std::string Freezer::job_rel(uint32_t job) const { return base_rel_ + "/" + job_group_name(job); }
+
 void Freezer::write_freeze(uint32_t job, Job &j, bool frozen)
 {
     j.frozen = frozen;
@@ -97,14 +99,14 @@ bool Freezer::make_group(uint32_t job, Job &j, bool frozen)
 
 bool Freezer::holds(uint32_t job, pid_t pid) const
 {
-    return cgroupfs::cgroup_of(setup_.proc_root, pid, "") == base_rel_ + "/" + job_group_name(job);
+    return cgroupfs::cgroup_of(setup_.proc_root, pid, "") == job_rel(job);
 }
 
 std::vector<pid_t> Freezer::attach(uint32_t job, const std::vector<pid_t> &pids, bool frozen)
 {
     auto it = jobs_.try_emplace(job).first;
     Job &j = it->second;
-    std::string dir_rel = base_rel_ + "/" + job_group_name(job), procs = job_dir(job) + "/cgroup.procs";
+    std::string dir_rel = job_rel(job), procs = job_dir(job) + "/cgroup.procs";
     std::vector<pid_t> rest;
     std::set<pid_t> held;
     for (pid_t p : pids) {

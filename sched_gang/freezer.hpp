@@ -105,6 +105,8 @@ public:
     const std::string &base() const noexcept { return base_; }
 
 private:
+    // A job's group as /proc/PID/cgroup names it (from the root).
+    std::string job_rel(uint32_t job) const;
     struct Job {
         int freeze_fd = -1; // the group's cgroup.freeze, open for writing
         int events_fd = -1; // its cgroup.events, open for reading

@@ -222,8 +222,9 @@ int main(int argc, char **argv)
             if (verbose)
                 o.phase = [&phases, t0](const char *phase) {
                     char b[64];
-                    std::snprintf(b, sizeof b, "%s%s at %.3f s", phases.empty() ? "" : ", ", phase,
-                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                    std::snprintf(
+                        b, sizeof b, "%s%s at %.3f s", phases.empty() ? "" : ", ", phase,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
                     phases += b;
                 };
             uint64_t wire = 0;
@@ -239,7 +240,8 @@ int main(int argc, char **argv)
                 if (o.compress != bcast::Codec::none)
                     std::snprintf(sent, sizeof sent, " (%.1f MB sent, %s)", wire / 1e6,
                                   bcast::codec_name(o.compress));
-                std::fprintf(stderr, "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB%s in %.3f s (%s)\n",
+                std::fprintf(stderr,
+                             "storm-bcast: %s -> %s on %u nodes (%s, head %s): %.1f MB%s in %.3f s (%s)\n",
                              what.c_str(), to.c_str(), target.nodes, target.node_list.c_str(),
                              target.head.c_str(), s.total_bytes() / 1e6, sent,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -13,9 +13,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <optional>
-#include <csignal>
 #include <set>
 #include <unistd.h>
 #include <vector>
