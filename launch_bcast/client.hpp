@@ -157,8 +157,8 @@ private:
 };
 
 // The chunk size a broadcast uses: o.chunk_size if set, else 32 KiB for a
-// pipeline through the nodes (short to fill), 128 KiB there with -C (about
-// as short on the wire where the bytes shrink 3x or more); where the agents
+// pipeline through the nodes (short to fill), 256 KiB there with -C (short
+// on the wire where the bytes shrink 3x or more); where the agents
 // multicast, net::kMcastChunkSize, or half of it to at most
 // kSmallChunkNodes nodes.
 //
@@ -175,14 +175,16 @@ private:
 // 256 KiB and 4.6 s in 1 MiB over links of 100 Mbit/s (plain, 32 KiB:
 // 5.7 s); unshaped 3.5, 1.9, 1.8 and 1.6 s: each chunk costs every node
 // the same work whatever its size, and compressed ones fill the pipeline
-// sooner.  Plain chunks of 128 KiB took 5.9 s shaped (2.1 s unshaped).
+// sooner.  To 64 nodes, shaped: 4.6-5.2 s in 128 KiB, 4.3-4.4 s in 256 KiB,
+// 5.3-5.4 s in 512 KiB.  Bytes that do not shrink pay for the longer fill:
+// plain chunks of 256 KiB took 6.3 s to 32 nodes shaped (1.8 s unshaped).
 constexpr uint32_t kSmallChunkNodes = 64;
 inline uint32_t chunk_size_of(const ClientOptions &o)
 {
     if (o.chunk_size)
         return o.chunk_size;
     if (!o.multicast)
-        return o.compress != Codec::none ? 128u << 10 : 32u << 10;
+        return o.compress != Codec::none ? 256u << 10 : 32u << 10;
     return o.nodes && o.nodes <= kSmallChunkNodes ? net::kMcastChunkSize / 2 : net::kMcastChunkSize;
 }
 

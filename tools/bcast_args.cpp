@@ -14,7 +14,7 @@ const std::string kBcastUsage =
                 "  -p, --preserve          keep SOURCE's access and modification times\n"
                 "  -C, --compress[=LIB]    compress chunks on the wire: zstd (the default; lz4, sbcast's\n"
                 "                          name, means it too), zlib, or none\n"
-                "  -s, --size=SIZE         chunk size (default 32k, 128k with -C, or ") +
+                "  -s, --size=SIZE         chunk size (default 32k, 256k with -C, or ") +
     std::to_string(net::kMcastChunkSize) +
     " bytes where the\n"
     "                          agents multicast, half that to " +

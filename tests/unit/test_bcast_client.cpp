@@ -25,7 +25,7 @@ using test_helpers::contains;
 
 namespace {
 
-// The default chunk size: 32 KiB through the tree, 128 KiB with -C; where the agents
+// The default chunk size: 32 KiB through the tree, 256 KiB with -C; where the agents
 // multicast, the multicast chunk, or half of it to 64 nodes or fewer (and
 // when the node count is not known, the whole one); an explicit size wins.
 void test_chunk_size_defaults(void **)
@@ -34,8 +34,8 @@ void test_chunk_size_defaults(void **)
     assert_int_equal(chunk_size_of(o), 32u << 10);
     o.nodes = 16;
     assert_int_equal(chunk_size_of(o), 32u << 10);
-    o.compress = Codec::zstd; // 128 KiB compressed: fewer bytes on the wire
-    assert_int_equal(chunk_size_of(o), 128u << 10);
+    o.compress = Codec::zstd; // 256 KiB compressed: fewer bytes on the wire
+    assert_int_equal(chunk_size_of(o), 256u << 10);
     o.multicast = true;
     o.nodes = 0;
     assert_int_equal(chunk_size_of(o), net::kMcastChunkSize);
