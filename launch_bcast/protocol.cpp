@@ -9,7 +9,6 @@
 #include <cstring>
 #include <stdexcept>
 
-
 namespace storm::bcast {
 
 using net::DecodeError;

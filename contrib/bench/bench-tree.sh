@@ -112,6 +112,32 @@ PY
         *) echo "bench-tree: unknown tree '$1' (pystdlib, gen50k, large)" >&2; exit 2 ;;
     esac
 }
+# timed RESULTS OUT CMD...: one run of a method.  It starts with the disk
+# written back (sync), as the floor does: what the one before wrote does
+# not slow it.  CMD's output goes to OUT; its seconds, or "failed" (and OUT
+# to stderr), are appended to RESULTS.
+timed() {
+    local res=$1 out=$2 t0
+    shift 2
+    sync
+    t0=$(now)
+    if "$@" > "$out" 2>&1; then
+        echo "$(secs "$t0" "$(now)")" >> "$res"
+    else
+        cat "$out" >&2
+        echo failed >> "$res"
+    fi
+}
+# untar TAR DIR: /tmp/TAR untarred into /tmp/DIR on every node of the job
+untar() { as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf "/tmp/$1" --transform "s,^[^/]*,$2,S"; }
+# bcast_untar TAR DIR: storm-bcast of the tree's tarball to /tmp/TAR, untarred
+bcast_untar() { as_user "$BCAST" -j "$job" "$W/$t.tar" "/tmp/$1" && untar "$1" "$2"; }
+# sbcast_untar TAR DIR [SBCAST-OPTION...]: the same with stock sbcast
+sbcast_untar() {
+    local tar=$1 dir=$2
+    shift 2
+    as_user sbcast "$@" -j "$job" "$W/$t.tar" "/tmp/$tar" && untar "$tar" "$dir"
+}
 printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor \
     storm st+tar stock stock/st st/lim st-C stock-C skC/stC stC/lim
 for n in $nodes; do
@@ -151,63 +177,23 @@ for n in $nodes; do
                         "$STATE/nodes/$x/tmp/t.tar" "$STATE/nodes/$x/tmp/s.tar" "$STATE/nodes/$x/tmp/tree-stormc" \
                         "$STATE/nodes/$x/tmp/tree-stockc" "$STATE/nodes/$x/tmp/c.tar"
                 done
-                # Each method starts with the disk written back (sync), as
-                # the floor does: what the one before wrote does not slow it.
-                sync
-                t0=$(now)
-                if as_user "$BCAST" -v -j "$job" "$src" /tmp/tree-storm > "$W/b.out" 2>&1; then
-                    echo "$(secs "$t0" "$(now)")" >> "$W/s"
-                else
-                    cat "$W/b.out" >&2
-                    echo failed >> "$W/s"
-                fi
-                sync
-                t0=$(now)
-                if as_user "$BCAST" -j "$job" "$W/$t.tar" /tmp/s.tar > "$W/p.out" 2>&1 &&
-                    as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/s.tar --transform s,^[^/]*,tree-tar,S >> "$W/p.out" 2>&1; then
-                    echo "$(secs "$t0" "$(now)")" >> "$W/p"
-                else
-                    cat "$W/p.out" >&2
-                    echo failed >> "$W/p"
-                fi
+                timed "$W/s" "$W/b.out" as_user "$BCAST" -v -j "$job" "$src" /tmp/tree-storm
+                timed "$W/p" "$W/p.out" bcast_untar s.tar tree-tar
                 for x in $first $last; do
                     [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-storm")" = "$ref" ] ||
                         echo "bench-tree: $x: storm-bcast's copy of $t differs" >&2
                     [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-tar")" = "$ref" ] ||
                         echo "bench-tree: $x: the untarred copy of $t differs" >&2
                 done
-                sync
-                t0=$(now)
-                if as_user sbcast -j "$job" "$W/$t.tar" /tmp/t.tar > "$W/k.out" 2>&1 &&
-                    as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/t.tar --transform s,^[^/]*,tree-stock,S >> "$W/k.out" 2>&1; then
-                    echo "$(secs "$t0" "$(now)")" >> "$W/k"
-                else
-                    cat "$W/k.out" >&2
-                    echo failed >> "$W/k"
-                fi
+                timed "$W/k" "$W/k.out" sbcast_untar t.tar tree-stock
                 cline=
                 if [ "$comp" = 1 ]; then
-                    sync
-                    t0=$(now)
-                    if as_user "$BCAST" -v -C -j "$job" "$src" /tmp/tree-stormc > "$W/bc.out" 2>&1; then
-                        echo "$(secs "$t0" "$(now)")" >> "$W/sc"
-                    else
-                        cat "$W/bc.out" >&2
-                        echo failed >> "$W/sc"
-                    fi
+                    timed "$W/sc" "$W/bc.out" as_user "$BCAST" -v -C -j "$job" "$src" /tmp/tree-stormc
                     for x in $first $last; do
                         [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-stormc")" = "$ref" ] ||
                             echo "bench-tree: $x: storm-bcast -C's copy of $t differs" >&2
                     done
-                    sync
-                    t0=$(now)
-                    if as_user sbcast -C -j "$job" "$W/$t.tar" /tmp/c.tar > "$W/kc.out" 2>&1 &&
-                        as_user srun --jobid="$job" -N "$n" --overlap tar -C /tmp -xf /tmp/c.tar --transform s,^[^/]*,tree-stockc,S >> "$W/kc.out" 2>&1; then
-                        echo "$(secs "$t0" "$(now)")" >> "$W/kc"
-                    else
-                        cat "$W/kc.out" >&2
-                        echo failed >> "$W/kc"
-                    fi
+                    timed "$W/kc" "$W/kc.out" sbcast_untar c.tar tree-stockc -C
                     cline=" st-C $(tail -1 "$W/sc") ($(sed -n 's/.* MB (\([0-9.]* MB sent\), .* s (\(opened.*\))$/\1; \2/p' "$W/bc.out")) stock-C $(tail -1 "$W/kc")"
                 fi
                 echo "# $n $r $t storm $(tail -1 "$W/s") ($(sed -n 's/.* s (\(opened.*\))$/\1/p' "$W/b.out")) st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")$cline" >&2
