@@ -169,7 +169,7 @@ private:
 // 1.17-1.25 s in whole ones over links of 100 Mbit/s, 0.34-0.38 s against
 // 0.32-0.35 s unshaped; to 256 nodes, half chunks were slower either way
 // (1.62-1.87 s against 1.50-1.82 s shaped, 1.64-1.86 s against 1.35-1.44 s
-// unshaped).  128 nodes were not measured.  With -C (zstd), Python 3.11's
+// unshaped).  128 nodes were not measured.  With -C zstd, Python 3.11's
 // standard library (52 MB, 17 MB compressed) to 32 nodes through the
 // pipeline took 4.5 s in chunks of 32 KiB, 2.6 s in 128 KiB, 2.5 s in
 // 256 KiB and 4.6 s in 1 MiB over links of 100 Mbit/s (plain, 32 KiB:

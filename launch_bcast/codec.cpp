@@ -1,10 +1,12 @@
 #include "launch_bcast/codec.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <strings.h>
 
+#include <lz4.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -43,14 +45,16 @@ bool named(std::string_view name, const char *what)
 
 Codec codec_named(std::string_view name)
 {
-    if (named(name, "zstd") || named(name, "lz4"))
+    if (named(name, "lz4"))
+        return Codec::lz4;
+    if (named(name, "zstd"))
         return Codec::zstd;
     if (named(name, "zlib"))
         return Codec::zlib;
     if (named(name, "none"))
         return Codec::none;
     throw std::invalid_argument("unknown compression \"" + std::string(name) +
-                                "\" (zstd, zlib, lz4 or none)");
+                                "\" (lz4, zstd, zlib or none)");
 }
 
 const char *codec_name(Codec c)
@@ -60,6 +64,8 @@ const char *codec_name(Codec c)
         return "zlib";
     case Codec::zstd:
         return "zstd";
+    case Codec::lz4:
+        return "lz4";
     case Codec::none:
         break;
     }
@@ -89,12 +95,24 @@ bool compress(Codec c, std::string_view raw, std::string &out)
         out.resize(len);
         return true;
     }
+    if (c == Codec::lz4) {
+        if (raw.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE))
+            return false;
+        out.resize(LZ4_compressBound(static_cast<int>(raw.size())));
+        int len = LZ4_compress_default(raw.data(), out.data(), static_cast<int>(raw.size()),
+                                       static_cast<int>(out.size()));
+        if (len <= 0 || static_cast<size_t>(len) >= raw.size())
+            return false;
+        out.resize(len);
+        return true;
+    }
     return false;
 }
 
 std::string decompress(Codec c, std::string_view packed, uint32_t raw_len, std::string &out)
 {
-    out.resize(raw_len);
+    out.resize(raw_len); // fills only what `out` grows by: a caller may keep it
+
     if (c == Codec::zlib) {
         uLongf len = raw_len;
         if (uncompress(reinterpret_cast<Bytef *>(out.data()), &len,
@@ -112,6 +130,17 @@ std::string decompress(Codec c, std::string_view packed, uint32_t raw_len, std::
         size_t len = ZSTD_decompressDCtx(ctx, out.data(), out.size(), packed.data(), packed.size());
         if (ZSTD_isError(len) || len != raw_len)
             return "does not decompress (zstd)";
+        return "";
+    }
+    if (c == Codec::lz4) {
+        // LZ4_decompress_safe writes within `out`'s capacity and reads
+        // within `packed`, whatever the block holds.
+        if (packed.size() > static_cast<size_t>(INT32_MAX) || raw_len > static_cast<uint32_t>(INT32_MAX))
+            return "does not decompress (lz4)";
+        int len = LZ4_decompress_safe(packed.data(), out.data(), static_cast<int>(packed.size()),
+                                      static_cast<int>(raw_len));
+        if (len < 0 || static_cast<uint32_t>(len) != raw_len)
+            return "does not decompress (lz4)";
         return "";
     }
     return "is not compressed";

@@ -148,7 +148,8 @@ void ChunkHeader::encode(net::Writer &w) const
     w.u64(offset);
     w.u32(raw_len);
     w.u32(crc);
-    w.u8((codec == Codec::zlib ? 1 : 0) | (packed ? 2 : 0) | (codec == Codec::zstd ? 4 : 0));
+    w.u8((codec == Codec::zlib ? 1 : 0) | (packed ? 2 : 0) | (codec == Codec::zstd ? 4 : 0) |
+         (codec == Codec::lz4 ? 8 : 0));
 }
 
 ChunkHeader ChunkHeader::decode(net::Reader &r)
@@ -159,9 +160,10 @@ ChunkHeader ChunkHeader::decode(net::Reader &r)
     h.raw_len = r.u32();
     h.crc = r.u32();
     uint8_t c = r.u8();
-    if (c > 7 || (c & 5) == 5 || h.raw_len == 0 || h.raw_len > kMaxChunk)
+    unsigned codecs = (c & 1) + ((c >> 2) & 1) + ((c >> 3) & 1);
+    if (c > 15 || codecs > 1 || h.raw_len == 0 || h.raw_len > kMaxChunk)
         throw DecodeError("bad chunk header");
-    h.codec = (c & 1) ? Codec::zlib : (c & 4) ? Codec::zstd : Codec::none;
+    h.codec = (c & 1) ? Codec::zlib : (c & 4) ? Codec::zstd : (c & 8) ? Codec::lz4 : Codec::none;
     h.packed = c & 2;
     if (h.packed && (h.entry != 0 || h.offset != 0))
         throw DecodeError("bad chunk header");

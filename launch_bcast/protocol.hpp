@@ -90,7 +90,8 @@ struct OpenRequest {
 
 // A chunk: a header and the bytes.  The bytes are compressed with `codec`
 // (codec.hpp); crc is the CRC-32C of the uncompressed bytes.  The header's
-// flags byte: bit 0 zlib, bit 1 packed, bit 2 zstd.
+// flags byte: bit 0 zlib, bit 1 packed, bit 2 zstd, bit 3 lz4 (one codec at
+// most).
 //
 // A chunk of one file (a file broadcast) carries bytes [offset, offset +
 // raw_len) of entry `entry`.  A packed chunk (`packed`: every chunk of a

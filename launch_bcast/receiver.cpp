@@ -546,7 +546,9 @@ std::string write_chunk(Session &s, std::string_view payload, bool sealed, size_
         return failed("chunk [" + std::to_string(h.offset) + ", +" + std::to_string(h.raw_len) +
                       ") out of order or beyond the " + std::to_string(s.files[h.entry].size) + " bytes of " +
                       s.files[h.entry].path);
-    std::string inflated;
+    // Kept from chunk to chunk on this worker: no allocation and no fill
+    // for chunks of one size.
+    thread_local std::string inflated;
     if (h.codec != Codec::none) {
         std::string why = decompress(h.codec, bytes, h.raw_len, inflated);
         if (!why.empty())

@@ -12,8 +12,8 @@ const std::string kBcastUsage =
     std::string("usage: storm-bcast [OPTIONS] SOURCE DEST\n"
                 "  -f, --force             replace DEST where it exists\n"
                 "  -p, --preserve          keep SOURCE's access and modification times\n"
-                "  -C, --compress[=LIB]    compress chunks on the wire: zstd (the default; lz4, sbcast's\n"
-                "                          name, means it too), zlib, or none\n"
+                "  -C, --compress[=LIB]    compress chunks on the wire: lz4 (the default), zstd (fewer\n"
+                "                          bytes, more CPU on every node), zlib, or none\n"
                 "  -s, --size=SIZE         chunk size (default 32k, 256k with -C, or ") +
     std::to_string(net::kMcastChunkSize) +
     " bytes where the\n"
@@ -121,7 +121,7 @@ BcastArgs parse_bcast_args(int argc, char **argv)
             break;
         case 'C':
             try {
-                o.compress = bcast::codec_named(optarg ? optarg : "zstd");
+                o.compress = optarg ? bcast::codec_named(optarg) : bcast::kDefaultCodec;
             } catch (const std::invalid_argument &e) {
                 throw UsageError(e.what());
             }

@@ -27,7 +27,7 @@
 # by either Storm method is checked (a manifest of names, kinds, sizes,
 # link targets and bytes) on the first and last node.
 #
-# -C adds both with compression on the wire: "st-C" (storm-bcast -C, zstd)
+# -C adds both with compression on the wire: "st-C" (storm-bcast -C, lz4)
 # and "stock-C" (the stock method with sbcast -C, lz4), with stock-C/st-C
 # and st-C over the higher of the link limit and the floor; the "#" line
 # then also gives the MB storm-bcast -C sent.
@@ -61,8 +61,10 @@ FS=$top/test-work/bench-tree-fs
 IMG=$FS.img
 STATE=$FS/state
 teardown() {
+    local dev
     STORM_VC_STATE=$STATE "$VC" down > /dev/null 2>&1
     if mountpoint -q "$FS"; then umount "$FS" || umount -l "$FS"; fi
+    [ -e "$IMG" ] && for dev in $(losetup -j "$IMG" -O NAME -n); do losetup -d "$dev"; done
     rm -f "$IMG"
 }
 # shellcheck disable=SC2034 # read by common.sh (vc_up, untar_floor)
@@ -73,7 +75,10 @@ trap teardown EXIT
 trap 'exit 1' INT TERM HUP
 rm -rf "$W" && mkdir -p "$W" && chmod 1777 "$W"
 # 4 KiB an inode: three copies of the 50,000-file tree on 64 nodes
-mkdir -p "$FS" && truncate -s 64G "$IMG" && mkfs.ext4 -q -F -i 4096 "$IMG" && mount -o loop "$IMG" "$FS" ||
+# Its loop device writes to the image with direct I/O: the nodes' files
+# are cached once, not again as the image's pages.
+mkdir -p "$FS" && truncate -s 64G "$IMG" && mkfs.ext4 -q -F -i 4096 "$IMG" &&
+    dev=$(losetup -f --show --direct-io=on "$IMG") && mount "$dev" "$FS" ||
     { echo "bench-tree: cannot make the nodes' file system in $IMG" >&2; exit 1; }
 export STORM_VC_STATE=$STATE
 as_user() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
@@ -112,14 +117,14 @@ PY
         *) echo "bench-tree: unknown tree '$1' (pystdlib, gen50k, large)" >&2; exit 2 ;;
     esac
 }
-# timed RESULTS OUT CMD...: one run of a method.  It starts with the disk
-# written back (sync), as the floor does: what the one before wrote does
-# not slow it.  CMD's output goes to OUT; its seconds, or "failed" (and OUT
-# to stderr), are appended to RESULTS.
+# timed RESULTS OUT CMD...: one run of a method.  It starts settled
+# (common.sh), as the floor does, with the tree and its tarball read in:
+# what the one before wrote does not slow it.  CMD's output goes to OUT;
+# its seconds, or "failed" (and OUT to stderr), are appended to RESULTS.
 timed() {
     local res=$1 out=$2 t0
     shift 2
-    sync
+    settle "$src" "$W/$t.tar"
     t0=$(now)
     if "$@" > "$out" 2>&1; then
         echo "$(secs "$t0" "$(now)")" >> "$res"
@@ -137,6 +142,27 @@ sbcast_untar() {
     local tar=$1 dir=$2
     shift 2
     as_user sbcast "$@" -j "$job" "$W/$t.tar" "/tmp/$tar" && untar "$tar" "$dir"
+}
+# copies_gone: every method's copies and tarballs gone from the nodes'
+# /tmp, from here (root's srun into nobody's job removed nothing: a second
+# regime or run found them there); each method's go once they are checked,
+# so that they do not crowd the page cache of the next
+copies_gone() {
+    local x
+    for x in $list; do
+        rm -rf "$STATE/nodes/$x/tmp/tree-storm" "$STATE/nodes/$x/tmp/tree-tar" "$STATE/nodes/$x/tmp/tree-stock" \
+            "$STATE/nodes/$x/tmp/t.tar" "$STATE/nodes/$x/tmp/s.tar" "$STATE/nodes/$x/tmp/tree-stormc" \
+            "$STATE/nodes/$x/tmp/tree-stockc" "$STATE/nodes/$x/tmp/c.tar"
+    done
+}
+# check_copy DIR WHAT: DIR in the first and last node's /tmp is the tree
+# (its manifest is $ref); says which differs
+check_copy() {
+    local x
+    for x in $first $last; do
+        [ "$(tree_manifest "$STATE/nodes/$x/tmp/$1")" = "$ref" ] ||
+            echo "bench-tree: $x: $2 of $t differs" >&2
+    done
 }
 printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor \
     storm st+tar stock stock/st st/lim st-C stock-C skC/stC stC/lim
@@ -170,30 +196,19 @@ for n in $nodes; do
             [ "$r" = shaped ] && link=$(echo "scale=2; $bytes * 8 / 100000000" | bc)
             : > "$W/s" && : > "$W/p" && : > "$W/k" && : > "$W/sc" && : > "$W/kc"
             for _ in $(seq "$reps"); do
-                # the nodes' /tmp, from here (root's srun into nobody's job
-                # removed nothing: a second regime or run found them there)
-                for x in $list; do
-                    rm -rf "$STATE/nodes/$x/tmp/tree-storm" "$STATE/nodes/$x/tmp/tree-tar" "$STATE/nodes/$x/tmp/tree-stock" \
-                        "$STATE/nodes/$x/tmp/t.tar" "$STATE/nodes/$x/tmp/s.tar" "$STATE/nodes/$x/tmp/tree-stormc" \
-                        "$STATE/nodes/$x/tmp/tree-stockc" "$STATE/nodes/$x/tmp/c.tar"
-                done
+                copies_gone
                 timed "$W/s" "$W/b.out" as_user "$BCAST" -v -j "$job" "$src" /tmp/tree-storm
+                check_copy tree-storm "storm-bcast's copy"; copies_gone
                 timed "$W/p" "$W/p.out" bcast_untar s.tar tree-tar
-                for x in $first $last; do
-                    [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-storm")" = "$ref" ] ||
-                        echo "bench-tree: $x: storm-bcast's copy of $t differs" >&2
-                    [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-tar")" = "$ref" ] ||
-                        echo "bench-tree: $x: the untarred copy of $t differs" >&2
-                done
+                check_copy tree-tar "the untarred copy"; copies_gone
                 timed "$W/k" "$W/k.out" sbcast_untar t.tar tree-stock
+                copies_gone
                 cline=
                 if [ "$comp" = 1 ]; then
                     timed "$W/sc" "$W/bc.out" as_user "$BCAST" -v -C -j "$job" "$src" /tmp/tree-stormc
-                    for x in $first $last; do
-                        [ "$(tree_manifest "$STATE/nodes/$x/tmp/tree-stormc")" = "$ref" ] ||
-                            echo "bench-tree: $x: storm-bcast -C's copy of $t differs" >&2
-                    done
+                    check_copy tree-stormc "storm-bcast -C's copy"; copies_gone
                     timed "$W/kc" "$W/kc.out" sbcast_untar c.tar tree-stockc -C
+                    copies_gone
                     cline=" st-C $(tail -1 "$W/sc") ($(sed -n 's/.* MB (\([0-9.]* MB sent\), .* s (\(opened.*\))$/\1; \2/p' "$W/bc.out")) stock-C $(tail -1 "$W/kc")"
                 fi
                 echo "# $n $r $t storm $(tail -1 "$W/s") ($(sed -n 's/.* s (\(opened.*\))$/\1/p' "$W/b.out")) st+tar $(tail -1 "$W/p") stock $(tail -1 "$W/k")$cline" >&2

@@ -148,12 +148,25 @@ tree_manifest() {
         find . -type f -print0 | LC_ALL=C sort -z | xargs -0r cat | md5sum
     ) | md5sum
 }
+# settle [PATH...]: the disks written back and the page cache dropped, then
+# each PATH (a file or a tree: what the next run reads) read back into it.
+# A run that starts so has nothing to write back or reclaim from the one
+# before: 64 copies of a 50 MB tree are 3.4 GB of page cache, and a run
+# that must reclaim memory as it writes is slower (bench-tree's runs of
+# one method on 64 nodes varied from 6.9 s to 8.8 s).  Needs root.
+settle() {
+    local p
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    for p in "$@"; do tar -cf - "$p" 2> /dev/null | cat > /dev/null; done
+}
+
 # untar_floor N TARBALL DIR: seconds this machine takes to untar TARBALL N
 # times, two at once, into DIR/1..DIR/N (removed after): the floor for
 # writing a tree's files on N nodes that share its disk and CPUs
 untar_floor() {
     local n=$1 tar=$2 dir=$3 t0
-    rm -rf "$dir" && mkdir -p "$dir" && sync
+    rm -rf "$dir" && mkdir -p "$dir" && settle "$tar"
     t0=$(now)
     seq 1 "$n" | xargs -P 2 -I{} sh -c 'mkdir "$1/$2" && tar -C "$1/$2" -xf "$3"' sh "$dir" {} "$tar"
     secs "$t0" "$(now)"

@@ -50,6 +50,7 @@ struct SrunBroadcast::Run {
     std::vector<std::unique_ptr<storm::bcast::Broadcast>> runs;
     std::string program, dest;
     uint32_t nodes = 0;
+    storm::bcast::Codec codec = storm::bcast::Codec::none; // on the wire
     std::chrono::steady_clock::time_point start;
     std::thread thread, watcher;
     std::mutex mu; // runs, done, cancelled, error
@@ -225,9 +226,10 @@ void SrunBroadcast::begin(uint32_t job_id, uint32_t step_id)
     o.dest = dest;
     o.flags = storm::bcast::kForce | storm::bcast::kPreserve;
     // Any library srun names (lz4, its default; zlib where it has it) is
-    // Storm's default, zstd.
-    o.compress = sropt->compress && sropt->compress != COMPRESS_OFF ? storm::bcast::Codec::zstd
+    // Storm's default, lz4.
+    o.compress = sropt->compress && sropt->compress != COMPRESS_OFF ? storm::bcast::kDefaultCodec
                                                                     : storm::bcast::Codec::none;
+    run->codec = o.compress;
     std::vector<std::pair<storm::bcast::ClientOptions, storm::bcast::Source>> plans;
     std::string libdir; // DEST_libs, when the libraries go there
     try {
@@ -318,9 +320,12 @@ void SrunBroadcast::stream()
     storm::block_all_signals();
     Run &r = *run_;
     std::string error;
+    uint64_t wire = 0; // bytes sent, for the verbose line
     try {
-        for (auto &b : r.runs)
+        for (auto &b : r.runs) {
             b->finish();
+            wire += b->wire_bytes();
+        }
     } catch (const std::exception &e) {
         error = e.what();
     }
@@ -337,7 +342,10 @@ void SrunBroadcast::stream()
     }
     r.cv.notify_all();
     closing.clear(); // connections closed here, on the thread that used them last
-    if (error.empty())
+    if (error.empty() && r.codec != storm::bcast::Codec::none)
+        log_.verbose("%s -> %s on %u nodes through Storm in %.3f s (%.1f MB sent, %s)", r.program.c_str(),
+                     r.dest.c_str(), r.nodes, seconds, wire / 1e6, storm::bcast::codec_name(r.codec));
+    else if (error.empty())
         log_.verbose("%s -> %s on %u nodes through Storm in %.3f s", r.program.c_str(), r.dest.c_str(),
                      r.nodes, seconds);
     else

@@ -103,6 +103,16 @@ int main(int argc, char **argv)
         hz.encode(wz);
         seed("fuzz_bcast", 8, 2, wz.data() + packed);
     }
+    {
+        // An lz4 chunk whose bytes inflate to its raw_len.
+        std::string raw(100, 'l'), packed;
+        bcast::compress(bcast::Codec::lz4, raw, packed);
+        net::Writer wl;
+        bcast::ChunkHeader hl = h;
+        hl.codec = bcast::Codec::lz4;
+        hl.encode(wl);
+        seed("fuzz_bcast", 9, 2, wl.data() + packed);
+    }
     std::string pack;
     bcast::encode_record_header(pack, 1, 0, 5);
     pack += "hello";

@@ -52,11 +52,15 @@ t_check "  lib.so -> lib.so.1 -> lib.so.1.2: one copy of the library's bytes" \
     bash -c "[ \"\$('$VC' exec vn2 stat -c '%F %i' /tmp/tree/lib.so.1.2)\" = \"\$('$VC' exec vn2 stat -L -c '%F %i' /tmp/tree/lib.so)\" ] && [ \"\$('$VC' exec vn2 stat -c %F /tmp/tree/lib.so)\" = 'symbolic link' ]"
 t_check "no temporaries left anywhere" no_trace /nonexistent
 
-# --- compressed on the wire (-C: zstd) ---------------------------------------------
+# --- compressed on the wire (-C: lz4, and -C zstd) ---------------------------------
 # Python's asyncio package (its sources and bytecode), as Debian ships it.
 as_user cp -r /usr/lib/python3.11/asyncio "$SRC/asyncio"
 python3 "$MANIFEST" "$SRC/asyncio" > "$T_WORK/m.py"
 t_check "storm-bcast -C -p of Python's asyncio ($(wc -l < "$T_WORK/m.py") entries)" b -v -C -p "$SRC/asyncio" /tmp/asyncio
+t_check "  every node has an exact copy" same_everywhere /tmp/asyncio "$T_WORK/m.py"
+t_check "  in less than half its bytes on the wire (lz4)" \
+    awk '/MB sent, lz4/ { sub(/.*: /, ""); sub(/\(/, ""); if ($3 + 0 > 0 && $3 * 2 < $1) ok = 1 } END { exit !ok }' "$T_WORK/b.out"
+t_check "storm-bcast --compress=zstd -f -p of the same" b -v --compress=zstd -f -p "$SRC/asyncio" /tmp/asyncio
 t_check "  every node has an exact copy" same_everywhere /tmp/asyncio "$T_WORK/m.py"
 t_check "  in less than half its bytes on the wire (zstd)" \
     awk '/MB sent, zstd/ { sub(/.*: /, ""); sub(/\(/, ""); if ($3 + 0 > 0 && $3 * 2 < $1) ok = 1 } END { exit !ok }' "$T_WORK/b.out"

@@ -191,7 +191,7 @@ void test_compressed(void **)
 {
     if (geteuid() != 0)
         skip();
-    for (Codec codec : {Codec::zstd, Codec::zlib}) {
+    for (Codec codec : {Codec::lz4, Codec::zstd, Codec::zlib}) {
         TempDir t;
         std::string src = t.path + "/tree";
         mkdir(src.c_str(), 0755);

@@ -43,10 +43,10 @@ std::string noise(size_t n)
 
 void test_round_trip(void **)
 {
-    for (Codec c : {Codec::zstd, Codec::zlib}) {
+    for (Codec c : {Codec::lz4, Codec::zstd, Codec::zlib}) {
         std::string raw = text(300000), packed, out;
         assert_true(compress(c, raw, packed));
-        assert_true(packed.size() * 3 < raw.size());
+        assert_true(packed.size() * (c == Codec::lz4 ? 2 : 3) < raw.size());
         assert_string_equal(decompress(c, packed, static_cast<uint32_t>(raw.size()), out).c_str(), "");
         assert_true(out == raw);
         // What does not shrink is not compressed.
@@ -58,7 +58,7 @@ void test_round_trip(void **)
 
 void test_hostile_chunks(void **)
 {
-    for (Codec c : {Codec::zstd, Codec::zlib}) {
+    for (Codec c : {Codec::lz4, Codec::zstd, Codec::zlib}) {
         std::string raw = text(100000), packed, out;
         assert_true(compress(c, raw, packed));
         // Inflating to more than raw_len: refused, and out stays raw_len.
@@ -71,22 +71,27 @@ void test_hostile_chunks(void **)
         assert_true(contains(decompress(c, noise(5000), 100000, out), "does not decompress"));
         assert_true(contains(decompress(c, "", 10, out), "does not decompress"));
     }
-    // A zstd frame said to be zlib, and the other way round.
-    std::string raw = text(10000), z, out;
+    // A block of one codec said to be of another.
+    std::string raw = text(10000), z, l, out;
     assert_true(compress(Codec::zstd, raw, z));
+    assert_true(compress(Codec::lz4, raw, l));
     assert_true(contains(decompress(Codec::zlib, z, 10000, out), "does not decompress"));
+    assert_true(contains(decompress(Codec::lz4, z, 10000, out), "does not decompress"));
+    assert_true(contains(decompress(Codec::zstd, l, 10000, out), "does not decompress (zstd)"));
 }
 
 void test_names_and_header(void **)
 {
     assert_true(codec_named("zstd") == Codec::zstd);
-    assert_true(codec_named("LZ4") == Codec::zstd); // sbcast's name
+    assert_true(codec_named("LZ4") == Codec::lz4); // as sbcast spells it too
+    assert_true(kDefaultCodec == Codec::lz4);
     assert_true(codec_named("zlib") == Codec::zlib);
     assert_true(codec_named("none") == Codec::none);
     assert_true(contains(test_helpers::error_of<std::invalid_argument>([] { codec_named("bzip2"); }),
-                         "unknown compression \"bzip2\" (zstd, zlib, lz4 or none)"));
+                         "unknown compression \"bzip2\" (lz4, zstd, zlib or none)"));
     assert_string_equal(codec_name(Codec::zstd), "zstd");
-    for (Codec c : {Codec::none, Codec::zlib, Codec::zstd}) {
+    assert_string_equal(codec_name(Codec::lz4), "lz4");
+    for (Codec c : {Codec::none, Codec::zlib, Codec::zstd, Codec::lz4}) {
         ChunkHeader h;
         h.codec = c;
         h.raw_len = 5;
@@ -95,8 +100,9 @@ void test_names_and_header(void **)
         net::Reader r(w.data());
         assert_true(ChunkHeader::decode(r).codec == c);
     }
-    // Bits 0 (zlib) and 2 (zstd) together, and a bit beyond: refused.
-    for (uint8_t flags : {uint8_t{5}, uint8_t{8}}) {
+    // Two codecs' bits together (0 zlib, 2 zstd, 3 lz4), and a bit beyond:
+    // refused.
+    for (uint8_t flags : {uint8_t{5}, uint8_t{9}, uint8_t{12}, uint8_t{13}, uint8_t{16}}) {
         net::Writer w;
         w.u32(0);
         w.u64(0);
