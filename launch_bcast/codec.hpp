@@ -1,16 +1,20 @@
 // How a chunk's bytes are compressed on the wire (`storm-bcast -C`).
 //
-// Three codecs, measured on Python 3.11's standard library as one tar in
-// 256 KiB chunks (contrib/bench/bench-tree.sh on a 2-core machine):
+// Three codecs, on Python 3.11's standard library as one tar of 53.4 MB,
+// each 256 KiB chunk on its own, one thread of a 2-core machine (each
+// library's one-shot calls, as here):
 //
-//   codec        on the wire   compress    inflate
-//   lz4          2.3x smaller  380 MB/s    2.0 GB/s
-//   zstd -1      3.2x smaller  220 MB/s    0.8 GB/s
-//   zlib -1      3.0x smaller  100 MB/s    0.2 GB/s
+//   codec        on the wire   compress        inflate
+//   lz4          2.3x smaller  380-440 MB/s    2.0-2.4 GB/s
+//   zstd -1      3.2x smaller  215-220 MB/s    0.8-1.1 GB/s
+//   zlib -1      3.0x smaller  77 MB/s         0.3 GB/s
+//
+// (two runs; lz4 at a higher level, LZ4_compress_HC at 2, sends 19.2 MB,
+// compressing at 85 MB/s.)
 //
 // Every node inflates every byte and only the sender compresses, so the
 // nodes' CPUs pay for inflating N copies: lz4 is the default (sbcast's
-// too).  zstd sends 30% fewer bytes, for links slower than a node inflates.
+// too).  zstd sends 28% fewer bytes, for links slower than a node inflates.
 //
 // Contract: compress() and decompress() are safe on any thread (each keeps
 // its library context per thread); decompress() never writes more than
