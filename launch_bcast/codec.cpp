@@ -112,7 +112,6 @@ bool compress(Codec c, std::string_view raw, std::string &out)
 std::string decompress(Codec c, std::string_view packed, uint32_t raw_len, std::string &out)
 {
     out.resize(raw_len); // fills only what `out` grows by: a caller may keep it
-
     if (c == Codec::zlib) {
         uLongf len = raw_len;
         if (uncompress(reinterpret_cast<Bytef *>(out.data()), &len,

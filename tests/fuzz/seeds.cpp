@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <sys/stat.h>
 
 #include "launch_bcast/gate.hpp"
@@ -93,25 +94,15 @@ int main(int argc, char **argv)
     h.codec = bcast::Codec::zlib;
     h.encode(w);
     seed("fuzz_bcast", 3, 2, w.data());
-    {
-        // A zstd chunk whose bytes inflate to its raw_len.
-        std::string raw(100, 's'), packed;
-        bcast::compress(bcast::Codec::zstd, raw, packed);
-        net::Writer wz;
-        bcast::ChunkHeader hz = h;
-        hz.codec = bcast::Codec::zstd;
-        hz.encode(wz);
-        seed("fuzz_bcast", 8, 2, wz.data() + packed);
-    }
-    {
-        // An lz4 chunk whose bytes inflate to its raw_len.
-        std::string raw(100, 'l'), packed;
-        bcast::compress(bcast::Codec::lz4, raw, packed);
-        net::Writer wl;
-        bcast::ChunkHeader hl = h;
-        hl.codec = bcast::Codec::lz4;
-        hl.encode(wl);
-        seed("fuzz_bcast", 9, 2, wl.data() + packed);
+    // A chunk of each codec whose bytes inflate to its raw_len.
+    for (auto [n, codec, fill] : {std::tuple{8, bcast::Codec::zstd, 's'}, std::tuple{9, bcast::Codec::lz4, 'l'}}) {
+        std::string raw(100, fill), packed;
+        bcast::compress(codec, raw, packed);
+        net::Writer wc;
+        bcast::ChunkHeader hc = h;
+        hc.codec = codec;
+        hc.encode(wc);
+        seed("fuzz_bcast", n, 2, wc.data() + packed);
     }
     std::string pack;
     bcast::encode_record_header(pack, 1, 0, 5);
