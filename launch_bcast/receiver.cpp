@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -39,6 +41,16 @@ int reserve(int fd, uint64_t size)
     while (rc == EINTR);
     return rc == EOPNOTSUPP || rc == ENOSYS ? 0 : rc;
 }
+
+// A tree's files smaller than this are not reserved when their first
+// record does not bring all of them: a full disk or quota fails their
+// write instead, which fails the broadcast the same way.  Each reservation
+// is a system call and ext4's unwritten extents to convert; Python 3.11's
+// standard library (52 MB, 1,400 files, 225 of them between 32 KiB and
+// 1 MiB) to 32 virtual nodes unshaped took 2.97-3.37 s without them for
+// files under 1 MiB, 3.44-3.83 s with them (2.25-2.34 s against
+// 2.47-2.53 s with -C).
+constexpr uint64_t kReserveFrom = 1u << 20;
 
 std::string dirname_of(const std::string &p)
 {
@@ -151,6 +163,18 @@ struct Receiver::Session {
     std::chrono::milliseconds deadline{10000}; // for each step of its work
     std::unique_ptr<FsWorker> worker;          // made and reset on the loop
     std::atomic<bool> cancelled{false};        // aborted: queued chunks are not written
+    // Chunks for the worker (Receiver::data): the loop appends, and the
+    // job queued for them takes all that came meanwhile and writes them
+    // as the user in one go.  `chunk_job`: such a job is queued and has
+    // not taken them yet (a chunk that comes then joins it).
+    struct Chunk {
+        uint64_t wait, n;
+        bool sealed;
+        std::string bytes;
+    };
+    std::mutex chunks_mu;
+    std::vector<Chunk> chunks;
+    bool chunk_job = false;
 
     // The loop's.
     enum State { opening, open, committing, committed, finishing, ended } state = opening;
@@ -469,8 +493,9 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
         f.fd = fd;
         ++s.fds;
         // Its blocks reserved, unless this record brings all of it (the
-        // write then fails as the reservation would).
-        if (int r = bytes.size() < f.size ? reserve(fd, f.size) : 0)
+        // write then fails as the reservation would) or it is smaller
+        // than kReserveFrom.
+        if (int r = bytes.size() < f.size && f.size >= kReserveFrom ? reserve(fd, f.size) : 0)
             return err("cannot reserve " + std::to_string(f.size) + " bytes for " + s.dest_path(f.rel), r);
     } else if (f.fd < 0) {
         // The staged file sits in a directory the user can write: between
@@ -524,7 +549,9 @@ std::string write_piece(Session &s, File &f, uint64_t offset, std::string_view b
     return "";
 }
 
-// On the worker: checks and writes one chunk, as the user: a file's bytes,
+// On the worker, acting as the user (write_chunks' AsUser: the user's disk
+// quota and reserved blocks hold for the data as for the files' creation,
+// CAP_SYS_RESOURCE dropped): checks and writes one chunk, a file's bytes,
 // or records packed for several (every record checked before any is
 // written).  "" or why not; `files_done`: how many files now hold every
 // byte.
@@ -582,9 +609,6 @@ std::string write_chunk(Session &s, std::string_view payload, bool sealed, size_
     } else {
         records.push_back(PackRecord{h.entry, h.offset, bytes});
     }
-    // As the user: the user's disk quota and reserved blocks hold for the
-    // data as for the files' creation (AsUser drops CAP_SYS_RESOURCE).
-    AsUser as(s.grant.uid, s.grant.gid, s.groups);
     for (const auto &rec : records) {
         std::string why = write_piece(s, s.files[rec.entry], rec.offset, rec.bytes, files_done);
         if (!why.empty())
@@ -1031,35 +1055,72 @@ void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done do
     s->queued += n;
     queued_ += n;
     uint64_t w = s->wait(std::move(done));
-    s->worker->submit("writing " + s->temp,
-                      [this, s, w, n, sealed, bytes = std::string(payload)]() -> FsWorker::Done {
-                          size_t files_done = 0;
-                          std::string why;
-                          if (!s->cancelled) {
-                              try {
-                                  why = write_chunk(*s, bytes, sealed, files_done);
-                              } catch (const std::exception &e) {
-                                  why = s->failed = e.what();
-                              }
-                          }
-                          return [this, s, w, n, why, files_done] {
-                              s->queued -= n;
-                              queued_ -= n;
-                              if (s->state == Session::ended)
-                                  return;
-                              Done done = s->take(w);
-                              if (!why.empty()) {
-                                  if (s->error.empty())
-                                      s->error = why;
-                                  return done(why);
-                              }
-                              // Each file completes once (its bytes continue it
-                              // exactly: write_chunk), so this stays exact.
-                              if (files_done > 0 && (s->incomplete -= files_done) == 0)
-                                  engine_.set_variable(var_prefix(s->sid) + "complete", 1);
-                              done("");
-                          };
-                      });
+    bool submit;
+    {
+        std::lock_guard<std::mutex> l(s->chunks_mu);
+        s->chunks.push_back(Session::Chunk{w, n, sealed, std::string(payload)});
+        submit = !s->chunk_job;
+        s->chunk_job = true;
+    }
+    if (submit)
+        s->worker->submit("writing " + s->temp, [this, s]() -> FsWorker::Done { return write_chunks(s); });
+}
+
+// On the worker: writes every chunk that came for the session since the
+// last such job, under one switch to the user (not one a chunk: 14 system
+// calls saved each), and answers them on the loop in order.
+FsWorker::Done Receiver::write_chunks(const Ptr &s)
+{
+    std::vector<Session::Chunk> batch;
+    {
+        std::lock_guard<std::mutex> l(s->chunks_mu);
+        batch.swap(s->chunks);
+        s->chunk_job = false;
+    }
+    struct Written {
+        uint64_t wait, n;
+        std::string why;
+        size_t files_done = 0;
+    };
+    std::vector<Written> out;
+    out.reserve(batch.size());
+    {
+        std::optional<AsUser> as;
+        for (auto &c : batch) {
+            Written r{c.wait, c.n, "", 0};
+            if (!s->cancelled) {
+                try {
+                    if (!as && s->failed.empty())
+                        as.emplace(s->grant.uid, s->grant.gid, s->groups);
+                    r.why = write_chunk(*s, c.bytes, c.sealed, r.files_done);
+                } catch (const std::exception &e) {
+                    r.why = s->failed = e.what();
+                }
+            }
+            out.push_back(std::move(r));
+            FsWorker::progress();
+        }
+    }
+    return [this, s, out = std::move(out)] {
+        for (const auto &r : out) {
+            s->queued -= r.n;
+            queued_ -= r.n;
+            if (s->state == Session::ended)
+                continue;
+            Done done = s->take(r.wait);
+            if (!r.why.empty()) {
+                if (s->error.empty())
+                    s->error = r.why;
+                done(r.why);
+                continue;
+            }
+            // Each file completes once (its bytes continue it exactly:
+            // write_chunk), so this stays exact.
+            if (r.files_done > 0 && (s->incomplete -= r.files_done) == 0)
+                engine_.set_variable(var_prefix(s->sid) + "complete", 1);
+            done("");
+        }
+    };
 }
 
 Receiver::Ptr Receiver::session(uint64_t sid, std::string &why)

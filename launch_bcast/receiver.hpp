@@ -155,6 +155,9 @@ private:
     // Keeps why `sid` failed here, for later events of it (bounded).
     void failed(uint64_t sid, const std::string &why);
     void data(uint64_t sid, std::string_view payload, bool sealed, Done done);
+    // The worker's job for the chunks data() queued: writes all that came
+    // (in order, as the user) and answers them on the loop.
+    FsWorker::Done write_chunks(const Ptr &s);
     void commit(uint64_t sid, Done done);
     void finish(uint64_t sid, Done done);
     // The open session `sid`, or null with `why` saying so.

@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <random>
 #include <string>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -86,7 +87,35 @@ struct Task {
     std::string failed;
 };
 
+// Held while an Agent lives: the test programs that use this fixture
+// (make -j runs them side by side) take ports 20000 + 64 * (pid % 128 +
+// id) + local, and two of them whose pids differ by the difference of
+// their contexts' ids would take the same ones ("cannot listen on port
+// 25121 for rank 1: Address already in use").  Given up after 120 s (a
+// stuck holder): the test then runs unlocked.
+class PortLock {
+public:
+    PortLock()
+    {
+        fd_ = open("/tmp/storm-msg-fixture.lock", O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+        for (int i = 0; fd_ >= 0 && i < 12000 && flock(fd_, LOCK_EX | LOCK_NB) != 0; ++i)
+            usleep(10000);
+    }
+    ~PortLock()
+    {
+        if (fd_ >= 0)
+            close(fd_);
+    }
+    PortLock(const PortLock &) = delete;
+    PortLock &operator=(const PortLock &) = delete;
+
+private:
+    int fd_ = -1;
+};
+
 class Agent {
+    PortLock port_lock_; // first: taken before the context's ports, freed after its tasks
+
 public:
     using Clock = std::chrono::steady_clock;
 

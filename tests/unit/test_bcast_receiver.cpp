@@ -705,7 +705,7 @@ size_t open_descriptors()
 // A tree's files with bytes are made by their first record, not at the
 // open (their creation overlaps the transfer): staged, the tree holds its
 // directories, links and empty files only; each file appears with its
-// first bytes, as the user's.  Records that begin 200 files and end none
+// first bytes, as the user's, reserved whole from 1 MiB.  Records that begin 200 files and end none
 // keep at most kKeptDescriptors (64) of them open (and their directory's);
 // every file is whole at the commit.
 void test_files_made_by_their_first_record(void **)
@@ -720,6 +720,7 @@ void test_files_made_by_their_first_record(void **)
         q.entries.push_back(Entry{"d/f" + std::to_string(i), Entry::file, 0644, 2, 0, 0, {}, 0}); // 2..201
     q.entries.push_back(Entry{"empty", Entry::file, 0644, 0, 0, 0, {}, 0});                       // 202
     q.entries.push_back(Entry{"l", Entry::symlink, 0, 0, 0, 0, "d/f0", 0});                        // 203
+    q.entries.push_back(Entry{"m", Entry::file, 0644, 1u << 20, 0, 0, {}, 0});                     // 204
     const uint64_t sid = 70;
     assert_string_equal(n.ask("open", sid, q.encode()).c_str(), "");
     const std::string temp = t.path + "/.tree.storm-" + session_hex(sid);
@@ -733,11 +734,14 @@ void test_files_made_by_their_first_record(void **)
     std::vector<Rec> firsts;
     for (uint32_t i = 0; i < 200; ++i)
         firsts.push_back(Rec{2 + i, 0, "a"});
+    firsts.push_back(Rec{204, 0, "a"});
     assert_string_equal(n.ask("data", sid, pack_chunk(firsts)).c_str(), "");
     assert_int_equal(listing(temp + "/d").size(), 200);
     assert_int_equal(lstat((temp + "/d/f7").c_str(), &st), 0);
     assert_int_equal(st.st_uid, kUser);
-    assert_int_equal(st.st_size, 2); // reserved, as a staged file is
+    assert_int_equal(st.st_size, 1); // under kReserveFrom: its first byte only
+    assert_int_equal(lstat((temp + "/m").c_str(), &st), 0);
+    assert_int_equal(st.st_size, 1 << 20); // reserved, as a staged file is
     const size_t during = open_descriptors(); // 64 files and their directory
     if (during > fds + 65)
         fprintf(stderr, "%zu descriptors open, %zu before\n", during, fds);
@@ -747,6 +751,7 @@ void test_files_made_by_their_first_record(void **)
     std::vector<Rec> seconds;
     for (uint32_t i = 0; i < 200; ++i)
         seconds.push_back(Rec{2 + i, 1, "b"});
+    seconds.push_back(Rec{204, 1, std::string((1u << 20) - 1, 'm')});
     assert_string_equal(n.ask("data", sid, pack_chunk(seconds)).c_str(), "");
     assert_int_equal(n.cl.agents[0]->variable(var_prefix(sid) + "complete"), 1);
     assert_true(open_descriptors() <= fds + 1); // the last directory a file was made in
@@ -937,6 +942,89 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
         usleep(10000);
     assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000037").c_str(), &st), -1);
     event_free(tick);
+}
+
+// Chunks that come while the worker is busy are written by one job, in
+// order, each answered as if alone: chunks that come while a write job
+// waits to begin join it (no job more) and the file is whole; three
+// whose second is out of order answer "", that error, and the same error
+// for the third (nothing after a failed chunk is written).
+void test_chunks_queued_meanwhile_written_together(void **)
+{
+    if (geteuid() != 0)
+        skip();
+    TempDir t;
+    Blocker gate;
+    auto gated = gate.hook();
+    auto writes = std::make_shared<std::atomic<unsigned>>(0);
+    OneReceiver n(t.path, [gated, writes](const std::string &what) {
+        if (what.rfind("writing ", 0) == 0)
+            ++*writes;
+        gated(what);
+    });
+    auto piece = [](uint64_t offset, const std::string &bytes) {
+        net::Writer w;
+        ChunkHeader{0, offset, static_cast<uint32_t>(bytes.size()), crc32(bytes), Codec::none}.encode(w);
+        return w.take() + bytes;
+    };
+    using Answer = std::shared_ptr<std::optional<std::string>>;
+    auto send = [&](uint64_t sid, const std::string &chunk) {
+        auto a = std::make_shared<std::optional<std::string>>();
+        n.rx->on_chunk(event_name("data", sid), sid, chunk, false, [a](const std::string &why) { *a = why; });
+        return a;
+    };
+    auto wait_for = [&](const std::vector<Answer> &as) {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        auto all = [&] {
+            for (auto &a : as)
+                if (!a->has_value())
+                    return false;
+            return true;
+        };
+        while (!all() && std::chrono::steady_clock::now() < end)
+            event_base_loop(n.cl.base, EVLOOP_ONCE);
+        assert_true(all());
+    };
+
+    OpenRequest q = file_request(t.path + "/whole", 30);
+    assert_string_equal(n.ask("open", 81, q.encode()).c_str(), "");
+    gate.close("/.whole.storm-");
+    std::vector<Answer> as{send(81, piece(0, "0123456789"))};
+    while (gate.blocked < 1)
+        event_base_loop(n.cl.base, EVLOOP_NONBLOCK);
+    as.push_back(send(81, piece(10, "abcdefghij")));
+    as.push_back(send(81, piece(20, "ABCDEFGHIJ")));
+    as.push_back(send(81, piece(20, "ABCDEFGHIJ"))); // nothing left to write: refused
+    unsigned before = *writes;
+    gate.open();
+    wait_for(as);
+    assert_int_equal(*writes, before); // those behind the blocked job (not begun) joined it
+    assert_string_equal((*as[0])->c_str(), "");
+    assert_string_equal((*as[1])->c_str(), "");
+    assert_string_equal((*as[2])->c_str(), "");
+    assert_true(contains(**as[3], "out of order or beyond the 30 bytes"));
+    assert_true(slurp(t.path + "/.whole.storm-0000000000000051") == "0123456789abcdefghijABCDEFGHIJ");
+    n.ask("abort", 81);
+
+    q = file_request(t.path + "/skipped", 30);
+    assert_string_equal(n.ask("open", 82, q.encode()).c_str(), "");
+    gate.close("/.skipped.storm-");
+    as = {send(82, piece(0, "0123456789"))};
+    while (gate.blocked < 2)
+        event_base_loop(n.cl.base, EVLOOP_NONBLOCK);
+    as.push_back(send(82, piece(20, "ABCDEFGHIJ"))); // a gap
+    as.push_back(send(82, piece(10, "abcdefghij")));
+    gate.open();
+    wait_for(as);
+    assert_string_equal((*as[0])->c_str(), "");
+    assert_true(contains(**as[1], "out of order"));
+    assert_string_equal((*as[2])->c_str(), (*as[1])->c_str());
+    assert_false(slurp(t.path + "/.skipped.storm-0000000000000052").find("abcdefghij") != std::string::npos);
+    n.ask("abort", 82);
+    n.settle();
+    assert_int_equal(n.rx->sessions(), 0);
+    struct stat st;
+    assert_int_equal(lstat((t.path + "/whole").c_str(), &st), -1);
 }
 
 // A file system that answers slowly but steadily: a job whose description
@@ -1160,6 +1248,7 @@ int main()
         cmocka_unit_test(test_user_quota_holds),
         cmocka_unit_test(test_one_broadcast_per_destination),
         cmocka_unit_test(test_hung_file_system_does_not_stop_the_loop),
+        cmocka_unit_test(test_chunks_queued_meanwhile_written_together),
         cmocka_unit_test(test_slow_staging_waited_for_while_it_progresses),
         cmocka_unit_test(test_retry_waits_for_the_removal),
     };
