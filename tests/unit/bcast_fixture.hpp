@@ -340,11 +340,12 @@ inline OpenRequest tree_request(const std::string &dest)
     return q;
 }
 
-// A chunk of `bytes` at the start of entry `entry`, not compressed.
-inline std::string data_chunk(uint32_t entry, const std::string &bytes)
+// A chunk of `bytes` at `offset` (the start by default) of entry `entry`,
+// not compressed.
+inline std::string data_chunk(uint32_t entry, const std::string &bytes, uint64_t offset = 0)
 {
     net::Writer w;
-    ChunkHeader{entry, 0, static_cast<uint32_t>(bytes.size()), crc32(bytes), Codec::none}.encode(w);
+    ChunkHeader{entry, offset, static_cast<uint32_t>(bytes.size()), crc32(bytes), Codec::none}.encode(w);
     return w.take() + bytes;
 }
 
