@@ -7,6 +7,7 @@
 #
 #   sudo contrib/bench/bench-tree.sh [-n "16 32 64"] [-r "shaped unshaped"]
 #                                    [-t "pystdlib gen50k large"] [-k REPS] [-C]
+#                                    [-m GROUP:PORT|off]
 #
 # Trees: pystdlib, the system Python's standard library
 # (/usr/lib/python3.11 on Debian 12; PYSTDLIB=DIR for another); gen50k, a
@@ -31,16 +32,23 @@
 # and "stock-C" (the stock method with sbcast -C, lz4), with stock-C/st-C
 # and st-C over the higher of the link limit and the floor; the "#" line
 # then also gives the MB storm-bcast -C sent.
+#
+# Storm's agents carry the data by multicast on -m GROUP:PORT (default
+# 239.255.77.1:6831; SwitchParameters storm_mcast), as a site whose
+# network carries multicast sets them to, or through the tree of TCP
+# connections alone with -m off.  The table's first line says which (and
+# the AES-GCM implementation the agents chose).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 VC="$top/contrib/vcluster/storm-vcluster"
 BCAST="$top/tools/storm-bcast"
-nodes="16 32 64" regimes="shaped unshaped" trees="pystdlib gen50k large" reps=1 comp=0
-while getopts n:r:t:k:C o; do
+nodes="16 32 64" regimes="shaped unshaped" trees="pystdlib gen50k large" reps=1 comp=0 mcast=239.255.77.1:6831
+while getopts n:r:t:k:Cm: o; do
     case $o in
         n) nodes=$OPTARG ;; r) regimes=$OPTARG ;; t) trees=$OPTARG ;; k) reps=$OPTARG ;; C) comp=1 ;;
-        *) echo "usage: $0 [-n NODES] [-r REGIMES] [-t TREES] [-k REPS] [-C]" >&2; exit 2 ;;
+        m) mcast=$OPTARG ;;
+        *) echo "usage: $0 [-n NODES] [-r REGIMES] [-t TREES] [-k REPS] [-C] [-m GROUP:PORT|off]" >&2; exit 2 ;;
     esac
 done
 # shellcheck source=contrib/bench/common.sh
@@ -164,10 +172,21 @@ check_copy() {
             echo "bench-tree: $x: $2 of $t differs" >&2
     done
 }
-printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor \
-    storm st+tar stock stock/st st/lim st-C stock-C skC/stC stC/lim
+header=0
+mc=()
+[ "$mcast" = off ] || mc=("SwitchParameters=storm_mcast=$mcast")
 for n in $nodes; do
-    vc_up storm "$n"
+    vc_up storm "$n" "${mc[@]}"
+    if [ "$header" = 0 ]; then
+        header=1
+        if [ "$mcast" = off ]; then
+            echo "# storm: the tree of TCP connections alone (-m off)"
+        else
+            echo "# storm: multicast on $mcast, AES-GCM by $(agents_cipher "$STATE")"
+        fi
+        printf '%-6s %-8s %-9s %7s %8s %7s %7s %8s %8s %8s %7s %7s %8s %8s %7s %7s\n' nodes regime tree files MB link floor \
+            storm st+tar stock stock/st st/lim st-C stock-C skC/stC stC/lim
+    fi
     list=$("$VC" nodes | tr '\n' ' ')
     first=${list%% *} last=$(echo "$list" | awk '{print $NF}')
     cd "$W" || exit 1
