@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,19 +41,28 @@ std::vector<std::string> g_lines;
 void capture_sink(storm::LogLevel, const char *line) { g_lines.emplace_back(line); }
 
 // The thread ids of this process.
-std::vector<std::string> tasks()
+std::set<std::string> tasks()
 {
-    std::vector<std::string> ids;
+    std::set<std::string> ids;
     if (DIR *d = opendir("/proc/self/task")) {
         while (dirent *e = readdir(d))
             if (e->d_name[0] != '.')
-                ids.emplace_back(e->d_name);
+                ids.insert(e->d_name);
         closedir(d);
     }
     return ids;
 }
 
-int count_threads() { return static_cast<int>(tasks().size()); }
+// The threads running now that were not running at `before`. Counting by
+// id, not by number: a thread an earlier test joined can still be listed
+// when `before` is taken and be gone by the time this is.
+int new_threads(const std::set<std::string> &before)
+{
+    int n = 0;
+    for (const auto &t : tasks())
+        n += before.count(t) == 0;
+    return n;
+}
 
 bool wait_for_wakeups(const NodeAgent &a, uint64_t n)
 {
@@ -64,12 +74,13 @@ bool wait_for_wakeups(const NodeAgent &a, uint64_t n)
     return false;
 }
 
-// A joined thread can stay listed in /proc/self/task for a moment: the
-// kernel wakes the joiner before it has finished reaping the thread.
-bool threads_become(int n)
+// Whether every thread started since `before` is gone, within 2 s. A
+// joined thread can stay listed in /proc/self/task for a moment: the kernel
+// wakes the joiner before it has finished reaping the thread.
+bool no_new_threads(const std::set<std::string> &before)
 {
-    for (int i = 0; i < 1000; ++i) {
-        if (count_threads() == n)
+    for (int i = 0; i < 2000; ++i) {
+        if (new_threads(before) == 0)
             return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -79,7 +90,7 @@ bool threads_become(int n)
 void test_start_ping_stop(void **)
 {
     g_lines.clear();
-    int before = count_threads();
+    const auto before = tasks();
     AgentConfig config;
     if (geteuid() != 0)
         config.nice = 0; // raising it needs CAP_SYS_NICE: a warning line
@@ -88,13 +99,13 @@ void test_start_ping_stop(void **)
     assert_false(a.ping());
     a.start();
     assert_true(a.running());
-    assert_int_equal(count_threads(), before + 1);
+    assert_int_equal(new_threads(before), 1);
     for (int i = 0; i < 100; ++i)
         assert_true(a.ping());
     assert_true(wait_for_wakeups(a, 100));
     a.stop();
     assert_false(a.running());
-    assert_true(threads_become(before));
+    assert_true(no_new_threads(before));
     assert_false(a.ping());
     // One started line and one stopped line, both prefixed with the plugin.
     assert_int_equal(g_lines.size(), 2);
@@ -169,7 +180,7 @@ void test_worker_at_process_nice(void **)
 
 void test_stop_is_idempotent_and_destructor_joins(void **)
 {
-    int before = count_threads();
+    const auto before = tasks();
     {
         NodeAgent a(AgentConfig{}, storm::Logger("t"));
         a.stop(); // never started
@@ -181,7 +192,7 @@ void test_stop_is_idempotent_and_destructor_joins(void **)
         NodeAgent b(AgentConfig{}, storm::Logger("t"));
         b.start(); // destroyed while running
     }
-    assert_true(threads_become(before));
+    assert_true(no_new_threads(before));
 }
 
 void test_double_start_refused(void **)
@@ -201,17 +212,14 @@ void test_double_start_refused(void **)
 
 void test_many_cycles(void **)
 {
-    int before = count_threads();
+    const auto before = tasks();
     for (int i = 0; i < 50; ++i) {
         NodeAgent a(AgentConfig{}, storm::Logger("t"));
         a.start();
         assert_true(a.ping());
         a.stop();
     }
-    // A joined thread may linger in /proc/self/task for a moment under load.
-    for (int i = 0; i < 100 && count_threads() != before; ++i)
-        usleep(10000);
-    assert_int_equal(count_threads(), before);
+    assert_true(no_new_threads(before));
 }
 
 // With storm_cosched_partitions the agent serves the request socket (and
