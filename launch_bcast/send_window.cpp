@@ -2,16 +2,14 @@
 
 namespace storm::bcast {
 
-SendWindow::SendWindow(unsigned max, unsigned initial, std::chrono::milliseconds timeout, bool fixed)
+SendWindow::SendWindow(unsigned max, unsigned initial, std::chrono::milliseconds timeout)
     : max_(std::max(2u, max)), size_(std::clamp(initial, 2u, std::max(2u, max))),
-      grow_below_(timeout / 8), cut_above_(timeout / 4), fixed_(fixed)
+      grow_below_(timeout / 8), cut_above_(timeout / 4)
 {
 }
 
 void SendWindow::answered(clock::time_point sent, clock::time_point now)
 {
-    if (fixed_)
-        return;
     const clock::duration took = now - sent;
     if (took > cut_above_) {
         if (sent >= last_cut_) {

@@ -15,7 +15,6 @@
 //   before that cut (their answers were already queued behind the same
 //   work);
 // - it stays within [2, max].
-// A fixed window (`fixed`) never moves.
 //
 // Contract: size() is the window after the answers seen so far; sent()
 // and answered() take the times of one clock, answered() the time its
@@ -31,7 +30,7 @@ class SendWindow {
 public:
     using clock = std::chrono::steady_clock;
 
-    SendWindow(unsigned max, unsigned initial, std::chrono::milliseconds timeout, bool fixed = false);
+    SendWindow(unsigned max, unsigned initial, std::chrono::milliseconds timeout);
 
     unsigned size() const noexcept { return size_; }
 
@@ -41,7 +40,6 @@ public:
 private:
     unsigned max_, size_;
     clock::duration grow_below_, cut_above_;
-    bool fixed_;
     clock::time_point last_cut_{};
 };
 
