@@ -1,4 +1,5 @@
 #include "launch_bcast/client.hpp"
+#include "launch_bcast/send_window.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -469,7 +470,11 @@ struct Run {
     std::unique_ptr<ChunkReader> reader;
     event *ready = nullptr; // a chunk is ready
     uint64_t seq = 0;
-    std::deque<uint64_t> inflight; // bytes of each unanswered chunk, in order
+    struct Unanswered {
+        uint64_t bytes;
+        SendWindow::clock::time_point sent;
+    };
+    std::deque<Unanswered> inflight; // each unanswered chunk, in order
     uint64_t done_bytes = 0, total = 0;
     bool close_sent = false, opened = false;
     // open(): the loop returns once the nodes opened.  Chunks leave from
@@ -479,7 +484,7 @@ struct Run {
     uint64_t early_bytes = 0; // of the chunk frames sent before the nodes opened (kEarlyBytes)
     uint64_t wire_bytes = 0;  // of all the chunk frames sent
     uint64_t sid = 0;
-    unsigned window = 0;
+    std::optional<SendWindow> window;
     // cancel(): any thread (or a signal handler) writes, the loop stops
     int cancel_pipe[2] = {-1, -1};
     event *cancelled = nullptr;
@@ -528,7 +533,7 @@ struct Run {
     void pump()
     {
         while (!finished) {
-            if (inflight.size() >= window || (!opened && early_bytes >= kEarlyBytes)) {
+            if (inflight.size() >= window->size() || (!opened && early_bytes >= kEarlyBytes)) {
                 if (event_pending(ready, EV_READ, nullptr))
                     event_del(ready);
                 return;
@@ -547,7 +552,7 @@ struct Run {
             }
             net::DataRef ref{c->frame, c->frame->data(), c->frame->size()};
             conn->send(kDataFrame, seq++, std::string_view(), ref);
-            inflight.push_back(c->raw_len);
+            inflight.push_back({c->raw_len, SendWindow::clock::now()});
             wire_bytes += c->frame->size();
             if (!opened)
                 early_bytes += c->frame->size();
@@ -574,7 +579,8 @@ struct Run {
         case Reply::done:
             if (inflight.empty())
                 throw net::FrameError("answer for a chunk never sent");
-            done_bytes += inflight.front();
+            done_bytes += inflight.front().bytes;
+            window->answered(inflight.front().sent, SendWindow::clock::now());
             inflight.pop_front();
             if (o.progress)
                 o.progress(done_bytes, total);
@@ -636,7 +642,10 @@ Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
     run_ = std::make_unique<State>(std::move(o), std::move(src));
     Run &run = *run_;
     run.total = run.src.total_bytes();
-    run.window = run.o.window ? run.o.window : std::max<unsigned>(2, (16u << 20) / chunk);
+    // Up to o.window (16 MiB worth) unanswered, from 1 MiB worth, as
+    // fast as the answers come (send_window.hpp).
+    run.window.emplace(run.o.window ? run.o.window : std::max(2u, (16u << 20) / chunk), (1u << 20) / chunk,
+                       run.o.timeout);
     run.base = event_base_new();
     if (!run.base)
         throw BcastError("cannot create an event loop");

@@ -5,9 +5,10 @@
 // it), connects to the agent heading the job's nodes (munge: the agent
 // learns the user's uid; the client checks the agent runs as a Slurm
 // daemon), sends the open request, then streams the files in chunks, each
-// read while earlier ones are on the wire, with at most `window` chunks
-// unanswered, and finally asks for the commit.  Every node then holds the
-// complete files under their final names, or none does.
+// read while earlier ones are on the wire, with at most a window of chunks
+// unanswered (send_window.hpp), and finally asks for the commit.  Every
+// node then holds the complete files under their final names, or none
+// does.
 //
 // Contract: broadcast() returns once the files are in place everywhere and
 // throws BcastError with a message for the user (which node, what cause)
@@ -97,7 +98,7 @@ struct ClientOptions {
     uint32_t chunk_size = 0;                  // 0: chunk_size_of() chooses
     bool multicast = false;                   // the agents multicast the data (shim::aim sets it)
     uint32_t nodes = 0;                       // how many (shim::aim sets it; 0: not known)
-    unsigned window = 0;                      // chunks in flight; 0: 16 MiB worth
+    unsigned window = 0;                      // most chunks in flight (send_window.hpp); 0: 16 MiB worth
     uint8_t fanout = 1;                       // of the data tree
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
     Codec compress = Codec::none;             // compress each chunk where it shrinks

@@ -362,6 +362,7 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
     for (const auto &e : req.entries)
         if (e.kind == Entry::hardlink && e.link < linked.size())
             linked[e.link] = true;
+    beneath::ParentCache staged_in;
     for (size_t i = 0; i < req.entries.size(); ++i) {
         FsWorker::progress();
         if (s.cancelled) // aborted while it staged: its removal comes next
@@ -376,21 +377,20 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
         f.size = e.size;
         f.atime = e.atime;
         f.mtime = e.mtime;
+        if (tree && e.kind == Entry::file && e.size > 0 && !linked[i]) {
+            f.lazy = true;
+            incomplete++;
+            s.files.push_back(std::move(f));
+            continue;
+        }
         const std::string name = s.dest_path(e.path); // in messages
         // The directory to create the entry in, beneath the staging
         // directory: a symbolic link on the way (the user's) fails.
+        // Opened once for the entries that follow one another there.
         std::string leaf = s.temp_name;
         int at = s.parent_fd;
-        struct Closer {
-            int fd = -1;
-            ~Closer()
-            {
-                if (fd >= 0)
-                    ::close(fd);
-            }
-        } parent_of;
         if (i > 0) {
-            parent_of.fd = at = beneath::open_parent(s.root_fd, e.path, leaf);
+            at = staged_in.at(s.root_fd, e.path, leaf);
             if (at < 0)
                 return fail(err("cannot create " + name, errno));
         }
@@ -426,11 +426,6 @@ std::string stage_entries(Session &s, const OpenRequest &req, size_t &incomplete
             if (fstatat(at, leaf.c_str(), &made, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(made.st_mode) ||
                 made.st_dev != to.dev || made.st_ino != to.ino)
                 return fail(name + ": the file it links to was replaced while it was being received");
-        } else if (tree && e.size > 0 && !linked[i]) {
-            f.lazy = true;
-            incomplete++;
-            s.files.push_back(std::move(f));
-            continue;
         } else {
             int fd = openat(at, leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
             if (fd < 0)

@@ -24,7 +24,7 @@ const std::string kBcastUsage =
     "  -t, --timeout=SECONDS   how long each hop may stay silent (default 10)\n"
     "  -j, --jobid=JOB[.STEP]  the job (default: SLURM_JOB_ID, and SLURM_STEP_ID)\n"
     "  -F, --fanout=N          branches of the data tree (default 1: a pipeline through the nodes)\n"
-    "  -w, --window=SIZE       bytes in flight, unacknowledged by every node (default 16m)\n"
+    "  -w, --window=SIZE       most bytes in flight, unacknowledged by every node (default 16m)\n"
     "      --send-libs[=yes|no] also send SOURCE's shared libraries to DEST_libs/\n"
     "      --libs-from=FILE    with --send-libs (implied), also these dlopen()ed libraries\n"
     "                          and theirs: FILE holds one absolute path a line (# comments)\n"
