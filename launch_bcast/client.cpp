@@ -642,10 +642,13 @@ Broadcast::Broadcast(net::Authenticator &auth, ClientOptions o, Source src)
     run_ = std::make_unique<State>(std::move(o), std::move(src));
     Run &run = *run_;
     run.total = run.src.total_bytes();
-    // Up to o.window (16 MiB worth) unanswered, from 1 MiB worth, as
-    // fast as the answers come (send_window.hpp).
-    run.window.emplace(run.o.window ? run.o.window : std::max(2u, (16u << 20) / chunk), (1u << 20) / chunk,
-                       run.o.timeout);
+    // Up to 16 MiB worth unanswered, from 1 MiB worth, as fast as the
+    // answers come (send_window.hpp); a window the caller set is where it
+    // starts as well as its most.
+    if (run.o.window)
+        run.window.emplace(run.o.window, run.o.window, run.o.timeout);
+    else
+        run.window.emplace(std::max(2u, (16u << 20) / chunk), (1u << 20) / chunk, run.o.timeout);
     run.base = event_base_new();
     if (!run.base)
         throw BcastError("cannot create an event loop");

@@ -44,7 +44,7 @@ struct BcastArgs {
     int progress = -1; // -1: when stderr is a terminal
     std::string exclude;
     bool exclude_set = false;
-    uint64_t window_bytes = 16u << 20;
+    uint64_t window_bytes = 0; // 0: the client's default (from 1 MiB to 16 MiB, by the answers' delay)
     std::string libs_from; // --libs-from: the list of dlopen()ed libraries; "" when not
     // After the commit, on every node of the job, in DEST: nothing, CMD
     // (/bin/sh -c), DEST/bin/conda-unpack, or storm-venv-relocate.

@@ -212,7 +212,8 @@ int main(int argc, char **argv)
         auto target = shim::bcast_target(job, step);
         auto auth = shim::daemon_authenticator();
         shim::aim(o, target);
-        o.window = static_cast<unsigned>(std::max<uint64_t>(2, window_bytes / bcast::chunk_size_of(o)));
+        if (window_bytes)
+            o.window = static_cast<unsigned>(std::max<uint64_t>(2, window_bytes / bcast::chunk_size_of(o)));
         auto send = [&](const bcast::Source &s, const std::string &to, const std::string &what) {
             o.dest = to;
             Progress p(progress == 1, what, s);
