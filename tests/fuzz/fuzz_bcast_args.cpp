@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      (o.chunk_size >= 1024 && o.chunk_size <= bcast::kMaxChunk));
         FUZZ_REQUIRE(o.timeout >= std::chrono::seconds(1) && o.timeout <= std::chrono::seconds(3600));
         FUZZ_REQUIRE(o.fanout >= 1 && o.fanout <= 64);
-        FUZZ_REQUIRE(a.window_bytes >= 1024 && a.window_bytes <= (1u << 30));
+        FUZZ_REQUIRE(a.window_bytes == 0 || (a.window_bytes >= 1024 && a.window_bytes <= (1u << 30))); // 0: not given
         FUZZ_REQUIRE(a.progress >= -1 && a.progress <= 1);
         FUZZ_REQUIRE(!a.dest.empty() && a.dest.back() != '/');
         FUZZ_REQUIRE(a.exclude_set || a.exclude.empty());
