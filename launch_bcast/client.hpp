@@ -98,7 +98,7 @@ struct ClientOptions {
     uint32_t chunk_size = 0;                  // 0: chunk_size_of() chooses
     bool multicast = false;                   // the agents multicast the data (shim::aim sets it)
     uint32_t nodes = 0;                       // how many (shim::aim sets it; 0: not known)
-    unsigned window = 0;                      // chunks in flight at first and at most (send_window.hpp); 0: from 1 MiB worth to 16
+    unsigned window = 0;                      // chunks in flight at first and at most (send_window.hpp); 0: from 1 MiB worth to 16 MiB
     uint8_t fanout = 1;                       // of the data tree
     std::chrono::milliseconds timeout{10000}; // per hop, and the longest silence of the agent
     Codec compress = Codec::none;             // compress each chunk where it shrinks

@@ -16,9 +16,9 @@
 //   work);
 // - it stays within [2, max].
 //
-// Contract: size() is the window after the answers seen so far; sent()
-// and answered() take the times of one clock, answered() the time its
-// chunk was sent.  Not thread-safe: the client's loop owns it.
+// Contract: size() is the window after the answers seen so far;
+// answered() takes two times of `clock`: when the chunk was sent and when
+// its answer came.  Not thread-safe: the client's loop owns it.
 #pragma once
 
 #include <algorithm>
