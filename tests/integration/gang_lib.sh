@@ -53,6 +53,8 @@ sample() {
 }
 # pct FILE AWK-CONDITION: percentage of the sample lines where it holds
 pct() { awk "{ n++ } $2 { k++ } END { printf \"%d\", n ? 100 * k / n : 0 }" "$1"; }
+# longest_run FILE CONDITION: the most lines in a row that meet CONDITION.
+longest_run() { awk "$2 { if (++k > m) m = k; next } { k = 0 } END { printf \"%d\", m }" "$1"; }
 state_of() { awk '{ sub(/.*\) /, ""); print substr($0, 1, 1) }' "/proc/$1/stat" 2>/dev/null; }
 # The host's cgroup v2 hierarchy (the node agents' freezer groups are
 # /storm-gang-<node>/job_<id> in it), and a process's group there.
@@ -97,19 +99,40 @@ start_pair() {
     "$GANG" > "$T_WORK/status" 2>&1
     t_diag < "$T_WORK/status"
 }
-# states PID...: one line, 1 for each process that is stopped (state T),
-# else 0; every state read by one awk, close to at once.
-states() {
-    local p files=()
-    for p in "$@"; do files+=("/proc/$p/stat"); done
-    awk '{ sub(/.*\) /, ""); printf "%d ", substr($0, 1, 1) == "T" } END { print "" }' "${files[@]}"
+# states PID...: one line, 1 for each process that is stopped, else 0;
+# every state read by one awk, close to at once.  Stopped is state T, or a
+# SIGSTOP pending (ShdPnd or SigPnd): the process took the signal's effect
+# as far as the kernel goes (it runs no more of its own code) and shows R
+# only until the scheduler gives it a CPU to stop on.  On two busy cores
+# that took up to 26 ms after the agent's signal (traced with the
+# signal_generate and signal_deliver events): a quantum's half, counted as
+# "running" by state alone.
+states() { states_at "" "$@"; }
+# states_at TIME PID...: the same, then TIME (if not empty) as the last field.
+states_at() {
+    local p at=$1 files=()
+    shift
+    for p in "$@"; do files+=("/proc/$p/status"); done
+    awk -v at="$at" 'function stop_pending(h, d) { d = substr(h, length(h) - 4, 1); return index("4567cdefCDEF", d) > 0 }
+         /^State:/ { t = $2 == "T" } /^SigPnd:/ { p = stop_pending($2) }
+         /^ShdPnd:/ { printf "%d ", t || p || stop_pending($2) } END { print at }' "${files[@]}"
 }
-# sample_states FILE COUNT PID...: COUNT lines of states into FILE.
+# sample_states FILE COUNT PID...: COUNT lines of states into FILE, each
+# ending with the time it was taken (seconds, to the microsecond).
 sample_states() {
     local out=$1 count=$2 _
     shift 2
     : > "$out"
-    for _ in $(seq "$count"); do states "$@" >> "$out"; done
+    for _ in $(seq "$count"); do states_at "$EPOCHREALTIME" "$@" >> "$out"; done
+}
+# tpct FILE CONDITION: like pct, over time instead of samples: each sample
+# (but the last) stands for the time until the next one.  The samples are
+# not evenly spaced: each is a fork and an awk on two busy cores, whose pace
+# follows which job runs: one job ran in 79% of the samples and 52% of the
+# time (the agent switched every quantum, as traced).
+tpct() {
+    awk "NR > 1 { d = \$NF - t; all += d; if (c) k += d } { t = \$NF; c = ($2) }
+         END { printf \"%d\", all ? 100 * k / all + 0.5 : 0 }" "$1"
 }
 # all_stopped_once [SECONDS]: true once each of the four tasks was seen
 # stopped at least once (each node's switcher found both jobs' processes and
@@ -129,22 +152,27 @@ all_stopped_once() {
     return 1
 }
 # check_states LABEL: for quanta too short for check_switching's CPU time
-# intervals, 300 samples of the tasks' states: on each node one job is
-# stopped while the other runs (T against R), and a job's two tasks are in
-# the same state, but around switches.  Around a switch a task sent SIGSTOP
-# still shows R until it is scheduled to take the signal, a few ms on two
-# busy cores: at a 50 ms quantum that alone put 14-26% of the samples on
-# one node in "neither stopped" (by hand and in CI), so up to a third is
-# allowed; without switching on a node it would be all of them.
+# intervals, 300 samples of the tasks' states (states(): a pending SIGSTOP
+# counts as stopped): on each node one job is stopped while the other runs,
+# and a job's two tasks are in the same state, but around switches.  The
+# strobes reach both nodes within a millisecond or so of each other
+# (delay_p99 under 1 ms here), so at a 50 ms quantum few samples fall
+# between; up to 15% is allowed (0-1% seen).  Without switching on a node
+# "neither stopped" would be all of them.  By state alone (T), before the
+# pending signal counted, the outgoing task waiting for a CPU put up to 38%
+# of one node's samples in "neither stopped".
 check_states() {
+    local both1 both2 apart ra rb t0 ms run1 run2
+    t0=$(date +%s%N)
     sample_states "$T_WORK/st.$1" 300 "$a1" "$a2" "$b1" "$b2" # 1 = stopped
-    local both1 both2 apart ra rb
-    both1=$(pct "$T_WORK/st.$1" '!$1 && !$3'); both2=$(pct "$T_WORK/st.$1" '!$2 && !$4')
-    apart=$(pct "$T_WORK/st.$1" '$1 != $2 || $3 != $4')
-    ra=$(pct "$T_WORK/st.$1" '!$1'); rb=$(pct "$T_WORK/st.$1" '!$3')
-    echo "$1: 300 samples; A not stopped in $ra%, B in $rb%; neither stopped on vn1 $both1%, on vn2 $both2%; a job's tasks in different states $apart%" | t_diag
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    run1=$(longest_run "$T_WORK/st.$1" '!$1 && !$3'); run2=$(longest_run "$T_WORK/st.$1" '!$2 && !$4')
+    both1=$(tpct "$T_WORK/st.$1" '!$1 && !$3'); both2=$(tpct "$T_WORK/st.$1" '!$2 && !$4')
+    apart=$(tpct "$T_WORK/st.$1" '$1 != $2 || $3 != $4')
+    ra=$(tpct "$T_WORK/st.$1" '!$1'); rb=$(tpct "$T_WORK/st.$1" '!$3')
+    echo "$1: 300 samples in $ms ms; of that time A not stopped in $ra% (of the samples $(pct "$T_WORK/st.$1" '!$1')%), B in $rb% ($(pct "$T_WORK/st.$1" '!$3')%); neither stopped on vn1 $both1%, on vn2 $both2% (at most $run1 and $run2 samples in a row); a job's tasks in different states $apart%" | t_diag
     t_check "$1: on each node one job is stopped while the other runs (neither stopped: vn1 $both1%, vn2 $both2%)" \
-        [ "$both1" -le 33 -a "$both2" -le 33 ]
-    t_check "$1: a job's tasks on both nodes are stopped and continued together ($apart% apart)" [ "$apart" -le 33 ]
-    t_check "$1: both jobs run in turn (A $ra%, B $rb%)" [ "$ra" -ge 20 -a "$rb" -ge 20 ]
+        [ "$both1" -le 15 -a "$both2" -le 15 ]
+    t_check "$1: a job's tasks on both nodes are stopped and continued together ($apart% apart)" [ "$apart" -le 15 ]
+    t_check "$1: both jobs run in turn (A $ra%, B $rb%)" [ "$ra" -ge 30 -a "$rb" -ge 30 ]
 }
