@@ -162,10 +162,9 @@ all_stopped_once() {
 # pending signal counted, the outgoing task waiting for a CPU put up to 38%
 # of one node's samples in "neither stopped".
 check_states() {
-    local both1 both2 apart ra rb t0 ms run1 run2
-    t0=$(date +%s%N)
+    local both1 both2 apart ra rb ms run1 run2
     sample_states "$T_WORK/st.$1" 300 "$a1" "$a2" "$b1" "$b2" # 1 = stopped
-    ms=$((($(date +%s%N) - t0) / 1000000))
+    ms=$(awk 'NR == 1 { t = $NF } END { printf "%d", ($NF - t) * 1000 }' "$T_WORK/st.$1") # first to last sample
     run1=$(longest_run "$T_WORK/st.$1" '!$1 && !$3'); run2=$(longest_run "$T_WORK/st.$1" '!$2 && !$4')
     both1=$(tpct "$T_WORK/st.$1" '!$1 && !$3'); both2=$(tpct "$T_WORK/st.$1" '!$2 && !$4')
     apart=$(tpct "$T_WORK/st.$1" '$1 != $2 || $3 != $4')
