@@ -184,8 +184,11 @@ private:
     std::unique_ptr<FsWorker> recovery_;
     bool recovering_ = false;
     std::unique_ptr<LaunchGate> gate_; // told of every session's open and end
+    // The sweep, every 250 ms while a session, a removal or the gate's
+    // record of one is here; off on an idle node (no wakeups).
     event *timer_ = nullptr;
     unsigned ticks_ = 0;
+    void want_sweeps();
 };
 
 // "bcast:<kind>:<sid as 16 hex digits>" and the variables of a session.
