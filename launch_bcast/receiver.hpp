@@ -124,7 +124,8 @@ public:
     using Done = prim::Engine::ChunkDone;
     void on_chunk(const std::string &event, uint64_t sid, std::string_view data, bool sealed, Done done);
     // Aborts the sessions that stalled or whose file system stopped
-    // answering; run four times a second by a timer.
+    // answering; run four times a second by a timer while a session, a
+    // removal or the launch gate's record of one is here.
     void sweep();
     size_t sessions() const noexcept { return sessions_.size(); }
     // Sessions aborted whose removal waits for their worker.
