@@ -116,6 +116,8 @@ public:
     // Forgets sessions that ended more than `keep` ago (the receiver's
     // sweep calls it every second).
     void sweep();
+    // Nothing for sweep() to forget: no session it was told of.
+    bool idle() const noexcept { return outcomes_.empty(); }
 
     size_t waiters() const noexcept { return waiters_.size(); }
 

@@ -739,6 +739,14 @@ Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, Rec
     timer_ = event_new(
         base, -1, EV_PERSIST,
         [](evutil_socket_t, short, void *arg) { static_cast<Receiver *>(arg)->sweep(); }, this);
+    if (!timer_)
+        throw std::runtime_error("cannot create the broadcast receiver's timer");
+}
+
+void Receiver::want_sweeps()
+{
+    if (!timer_ || event_pending(timer_, EV_TIMEOUT, nullptr))
+        return;
     timeval tv{0, 250000};
     evtimer_add(timer_, &tv);
 }
@@ -747,6 +755,7 @@ Receiver::~Receiver()
 {
     if (timer_)
         event_free(timer_);
+    timer_ = nullptr; // the aborts below arm no sweep
     std::vector<uint64_t> open;
     for (auto &kv : sessions_)
         open.push_back(kv.first);
@@ -830,6 +839,7 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
     s->last = std::chrono::steady_clock::now();
     hold(s, std::move(done)); // answered once staged, or while the staging progresses
     sessions_.emplace(sid, s);
+    want_sweeps();
     // The credential is checked on the worker: munge may keep it waiting
     // (a busy munged), and the loop answers heartbeats and every other
     // broadcast meanwhile.
@@ -1245,6 +1255,7 @@ void Receiver::abort(uint64_t sid, const std::string &why, Done removed)
     if (removed)
         s->removed.push_back(std::move(removed));
     draining_.emplace(sid, s);
+    want_sweeps();
     s->worker->submit("removing " + s->temp, [this, s, jdir = cfg_.journal_dir]() -> FsWorker::Done {
         std::vector<std::string> said;
         try {
@@ -1346,6 +1357,8 @@ void Receiver::sweep()
     }
     if (gate_ && ++ticks_ % 4 == 0)
         gate_->sweep();
+    if (timer_ && sessions_.empty() && draining_.empty() && (!gate_ || gate_->idle()))
+        event_del(timer_); // until the next session or removal
 }
 
 void Receiver::recover()

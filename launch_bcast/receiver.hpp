@@ -124,7 +124,8 @@ public:
     using Done = prim::Engine::ChunkDone;
     void on_chunk(const std::string &event, uint64_t sid, std::string_view data, bool sealed, Done done);
     // Aborts the sessions that stalled or whose file system stopped
-    // answering; run four times a second by a timer.
+    // answering; run four times a second by a timer while a session, a
+    // removal or the launch gate's record of one is here.
     void sweep();
     size_t sessions() const noexcept { return sessions_.size(); }
     // Sessions aborted whose removal waits for their worker.
@@ -184,8 +185,11 @@ private:
     std::unique_ptr<FsWorker> recovery_;
     bool recovering_ = false;
     std::unique_ptr<LaunchGate> gate_; // told of every session's open and end
+    // The sweep, every 250 ms while a session, a removal or the gate's
+    // record of one is here; off on an idle node (no wakeups).
     event *timer_ = nullptr;
     unsigned ticks_ = 0;
+    void want_sweeps();
 };
 
 // "bcast:<kind>:<sid as 16 hex digits>" and the variables of a session.

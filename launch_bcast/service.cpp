@@ -50,8 +50,6 @@ Service::Service(event_base *base, prim::Engine &engine, Authorizer &auth, Servi
         [](evutil_socket_t, short, void *arg) { static_cast<Service *>(arg)->keepalive(); }, this);
     if (!keepalive_)
         throw std::runtime_error("cannot create the broadcast service's timer");
-    timeval period{0, 250000};
-    event_add(keepalive_, &period);
 }
 
 Service::~Service()
@@ -63,6 +61,10 @@ Service::~Service()
 
 void Service::keepalive()
 {
+    if (sessions_.empty()) {
+        event_del(keepalive_); // until the next session opens
+        return;
+    }
     auto now = std::chrono::steady_clock::now();
     for (auto &kv : sessions_) {
         auto &s = kv.second;
@@ -169,6 +171,10 @@ void Service::open(net::Connection &c, std::string_view payload)
     s->conn = c.shared_from_this();
     s->sid = prim::Engine::new_origin();
     sessions_[&c] = s;
+    if (!event_pending(keepalive_, EV_TIMEOUT, nullptr)) {
+        timeval period{0, 250000};
+        event_add(keepalive_, &period);
+    }
     auto refuse = [&](const std::string &why) {
         log_.error("broadcast request from uid %u refused: %s", static_cast<unsigned>(c.peer_uid()),
                    why.c_str());

@@ -97,7 +97,9 @@ private:
     std::map<const net::Connection *, std::shared_ptr<Session>> sessions_;
     uint64_t early_chunks_ = 0;
     uint64_t paused_ = 0;
-    event *keepalive_ = nullptr; // every 0.25 s: Reply::working to silent sessions
+    // Every 0.25 s while a session is here (Reply::working to silent
+    // sessions); off on an idle node (no wakeups).
+    event *keepalive_ = nullptr;
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -4,6 +4,7 @@
 
 #include <event2/event.h>
 
+#include "lib/common/run_delay.hpp"
 #include "lib/common/timeval.hpp"
 
 namespace storm::prim {
@@ -108,7 +109,16 @@ void FaultMonitor::watch(const std::set<uint32_t> &nodes)
 void FaultMonitor::tick()
 {
     auto now = Clock::now();
-    tracker_.tick(now);
+    // This thread's own wait for a CPU since the last tick (none where the
+    // kernel does not count it): not the nodes' silence.
+    std::chrono::nanoseconds waited{};
+    if (auto d = thread_run_delay()) {
+        if (last_delay_)
+            waited = *d - *last_delay_;
+        last_delay_ = d;
+    }
+    tracker_.tick(now, waited);
+    starved(now);
     guard(now);
     if (!guard_.holding())
         for (const auto &f : tracker_.expire(now)) {
@@ -128,6 +138,28 @@ void FaultMonitor::tick()
         next_probe_ = n + 1;
         probe(n);
     }
+}
+
+// At most one warning a minute, once the forgiven time has grown by a
+// whole timeout since the last: detection is late by that much, and the
+// machine running this controller is overloaded.
+void FaultMonitor::starved(Clock::time_point now)
+{
+    auto forgiven = tracker_.forgiven();
+    if (told_at_ == Clock::time_point{}) {
+        told_at_ = now;
+        told_forgiven_ = forgiven;
+        return;
+    }
+    auto more = forgiven - told_forgiven_;
+    if (more < cfg_.timeout || now - told_at_ < std::chrono::minutes(1))
+        return;
+    log_.warning("this controller's fault detection could not run for %s of the last %s (it waited for a CPU, "
+                 "or was stopped): that time is not counted against any node, and detection is late by as much",
+                 format_ms(std::chrono::duration_cast<milliseconds>(more)).c_str(),
+                 format_ms(std::chrono::duration_cast<milliseconds>(now - told_at_)).c_str());
+    told_at_ = now;
+    told_forgiven_ = forgiven;
 }
 
 void FaultMonitor::guard(Clock::time_point now)

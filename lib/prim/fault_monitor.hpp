@@ -35,6 +35,12 @@
 // service and out of watch().  A round still in flight when the next is due is
 // skipped, so a slow cluster is never beaten faster than it answers.
 //
+// The controller's own starvation: time the monitor's thread could not run
+// (it waited for a CPU, per run_delay.hpp, or it was stopped) is not
+// counted against any node (FaultTracker::tick): on a machine too loaded
+// to read the answers, detection comes late rather than wrong.  A warning
+// says so, at most once a minute.
+//
 // Mass silence (MassSilenceGuard, fault_guard.hpp): while more than
 // max(mass_share x watched, mass_min) of the watched nodes are suspects
 // due to be reported within half a timeout, no node is reported (a warning says why): many nodes silent
@@ -55,6 +61,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "lib/prim/engine.hpp"
@@ -126,6 +133,7 @@ public:
 private:
     void tick();
     void guard(FaultTracker::Clock::time_point now);
+    void starved(FaultTracker::Clock::time_point now);
     void round();
     void beaten(const RangeSet &set, const CawResult &r);
     void probe(uint32_t node);
@@ -143,6 +151,9 @@ private:
     std::set<uint32_t> probing_;
     uint32_t next_probe_ = 0; // probes go round the blamed suspects from here
     uint64_t rounds_ = 0, skipped_ = 0, probes_ = 0;
+    std::optional<std::chrono::nanoseconds> last_delay_; // this thread's run delay at the last tick
+    FaultTracker::Clock::time_point told_at_{};          // the last warning about it (or the first tick)
+    FaultTracker::Clock::duration told_forgiven_{};
     std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -45,15 +45,22 @@ bool FaultTracker::suspect(uint32_t node, Clock::time_point not_before)
     return true;
 }
 
-void FaultTracker::tick(Clock::time_point now)
+void FaultTracker::tick(Clock::time_point now, std::chrono::nanoseconds waited)
 {
-    if (last_tick_ != Clock::time_point{} && now - last_tick_ > stall_) {
-        // We did not run for `gap`: nobody can be blamed for it.
+    if (last_tick_ != Clock::time_point{}) {
+        // We did not run for `lost`: nobody can be blamed for it.
         auto gap = now - last_tick_;
-        for (auto &[n, node] : nodes_) {
-            node.last_ok += gap;
-            if (node.not_before != Clock::time_point{})
-                node.not_before += gap;
+        Clock::duration own = std::max(std::chrono::duration_cast<Clock::duration>(waited), Clock::duration::zero());
+        Clock::duration lost = gap > stall_ ? gap : std::min(own, gap);
+        if (lost > Clock::duration::zero()) {
+            forgiven_ += lost;
+            for (auto &[n, node] : nodes_) {
+                // (never past now: a node that answered within the gap is
+                // not forgiven time before it answered)
+                node.last_ok = std::max(node.last_ok, std::min(node.last_ok + lost, now));
+                if (node.not_before != Clock::time_point{})
+                    node.not_before += lost;
+            }
         }
     }
     last_tick_ = now;

@@ -15,9 +15,15 @@
 // start it afresh.  A node that starts being watched counts as having
 // answered at that moment.
 //
-// Time the caller itself did not run (tick() called after a gap longer
-// than `stall`: the process was starved or stopped) does not count against
-// any node: a controller that was not running cannot tell who was silent.
+// Time the caller itself did not run does not count against any node: a
+// controller that was not running cannot tell who was silent, and the
+// answers may be waiting unread in its sockets.  Two measures of it, the
+// larger taken at each tick(): the gap since the last tick when it is
+// longer than `stall` (the process was stopped, or starved outright), and
+// the caller's own wait for a CPU since the last tick (`waited`, from
+// run_delay.hpp), which also catches a thread starved in many short waits
+// by a machine overloaded as a whole -- every answer then comes late with
+// it.
 //
 // Contract: times never go backwards; node numbers are the caller's.  Not
 // thread safe.
@@ -50,8 +56,11 @@ public:
     // reported before `not_before` (whatever their silence then); a
     // suspect keeps the later of its own and `not_before`.
     bool suspect(uint32_t node, Clock::time_point not_before = {});
-    // Called at least every `stall` by the caller's timer.
-    void tick(Clock::time_point now);
+    // Called at least every `stall` by the caller's timer; `waited`: how
+    // long the caller's thread waited for a CPU since its last tick.
+    void tick(Clock::time_point now, std::chrono::nanoseconds waited = {});
+    // The time forgiven so far (never counted against any node).
+    Clock::duration forgiven() const noexcept { return forgiven_; }
 
     struct Failure {
         uint32_t node;
@@ -82,6 +91,7 @@ private:
     std::chrono::milliseconds timeout_, stall_;
     std::map<uint32_t, Node> nodes_;
     Clock::time_point last_tick_{};
+    Clock::duration forgiven_{};
 };
 
 } // namespace storm::prim

@@ -2,7 +2,7 @@
 // fault_guard.*, fault_monitor.*): the tracker's timing on made-up times (a
 // suspect reported once after the timeout and never again while watched,
 // healthy nodes never reported, readmission only through watch(), the
-// monitor's own stalls not counted against the nodes); the mass-silence
+// monitor's own stalls and waits for a CPU not counted against the nodes); the mass-silence
 // guard's episodes; which silent nodes a tree blames; and the monitor
 // beating agents in one process: a killed agent and a silent one (accepts,
 // never answers) each reported once within the timeout and a little, no
@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/common/run_delay.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/prim/fault_guard.hpp"
 #include "lib/prim/fault_monitor.hpp"
@@ -114,6 +115,62 @@ void test_tracker_own_stall_not_counted(void **)
     auto f = t.expire(t0 + 4000ms);
     assert_int_equal(f.size(), 1);
     assert_int_equal(f[0].silent.count(), 1000);
+}
+
+// Starved in many short waits, never one long gap: the time the caller
+// waited for a CPU is not counted, the rest is.
+void test_tracker_own_wait_not_counted(void **)
+{
+    FaultTracker t(1000ms, 500ms);
+    auto t0 = Clock::now();
+    t.watch({0, 1}, t0);
+    t.tick(t0);
+    t.suspect(0);
+    // 10 ticks 300 ms apart, 250 ms of each waited for a CPU: 3 s of wall
+    // time, 500 ms of it ran.
+    for (int i = 1; i <= 10; ++i) {
+        t.tick(t0 + i * 300ms, 250ms);
+        assert_true(t.expire(t0 + i * 300ms).empty());
+    }
+    assert_int_equal(std::chrono::duration_cast<std::chrono::milliseconds>(t.forgiven()).count(), 2500);
+    // A wait longer than the gap forgives the gap, no more.
+    t.tick(t0 + 3300ms, 900ms);
+    assert_true(t.expire(t0 + 3300ms).empty());
+    // Running freely again: reported once 1 s of its own time has passed.
+    t.tick(t0 + 3600ms);
+    assert_true(t.expire(t0 + 3600ms).empty());
+    t.tick(t0 + 3800ms);
+    auto f = t.expire(t0 + 3800ms);
+    assert_int_equal(f.size(), 1);
+    assert_int_equal(f[0].node, 0);
+    assert_int_equal(f[0].silent.count(), 1000);
+    // Node 1 answers at 3.8 s and goes silent: 200 ms waited after that
+    // are forgiven, so it is due at 5.0 s.
+    t.alive(1, t0 + 3800ms);
+    t.suspect(1);
+    t.tick(t0 + 4100ms, 200ms);
+    t.tick(t0 + 4500ms);
+    t.tick(t0 + 4900ms);
+    assert_true(t.expire(t0 + 4900ms).empty());
+    t.tick(t0 + 5000ms);
+    auto g = t.expire(t0 + 5000ms);
+    assert_int_equal(g.size(), 1);
+    assert_int_equal(g[0].node, 1);
+    assert_int_equal(g[0].silent.count(), 1000);
+}
+
+// The kernel's count of this thread's waits for a CPU: present on Linux,
+// and never going back.
+void test_thread_run_delay(void **)
+{
+    auto a = storm::thread_run_delay();
+    assert_true(a.has_value());
+    volatile unsigned long spin = 0;
+    for (unsigned long i = 0; i < 10000000; ++i)
+        spin = spin + i;
+    auto b = storm::thread_run_delay();
+    assert_true(b.has_value());
+    assert_true(b->count() >= a->count());
 }
 
 void test_tracker_not_before(void **)
@@ -434,6 +491,8 @@ int main()
         cmocka_unit_test(test_tracker_reports_once),
         cmocka_unit_test(test_tracker_suspect_answers),
         cmocka_unit_test(test_tracker_own_stall_not_counted),
+        cmocka_unit_test(test_tracker_own_wait_not_counted),
+        cmocka_unit_test(test_thread_run_delay),
         cmocka_unit_test(test_tracker_not_before),
         cmocka_unit_test(test_monitor_finds_dead_and_silent),
         cmocka_unit_test(test_guard_episodes),
