@@ -180,8 +180,12 @@ void FaultMonitor::guard(Clock::time_point now)
                      format_ms(guard_.hold()).c_str());
         break;
     case MassSilenceGuard::Change::fell:
+        // A mass silence comes and goes in waves on an overloaded machine:
+        // its dips are no time to report whoever is still silent.  Their
+        // silence counts from here.
+        tracker_.restart_silence(now);
         log_.warning("%zu of the %zu watched nodes are silent now (at most %zu) after %s of mass silence: "
-                     "reports resume, the nodes still silent for the timeout are reported",
+                     "reports resume; a node still silent is reported once silent for the timeout from now",
                      silent, watched, guard_.threshold(watched),
                      format_ms(std::chrono::duration_cast<milliseconds>(now - guard_.since())).c_str());
         break;

@@ -45,6 +45,13 @@ bool FaultTracker::suspect(uint32_t node, Clock::time_point not_before)
     return true;
 }
 
+void FaultTracker::restart_silence(Clock::time_point now)
+{
+    for (auto &[n, node] : nodes_)
+        if (node.state == State::suspect)
+            node.last_ok = std::max(node.last_ok, now);
+}
+
 void FaultTracker::tick(Clock::time_point now, std::chrono::nanoseconds waited)
 {
     if (last_tick_ != Clock::time_point{}) {

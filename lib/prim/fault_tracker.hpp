@@ -56,6 +56,9 @@ public:
     // reported before `not_before` (whatever their silence then); a
     // suspect keeps the later of its own and `not_before`.
     bool suspect(uint32_t node, Clock::time_point not_before = {});
+    // Every suspect's silence counts from `now` on (a mass silence just
+    // ended: its time is no one node's fault).
+    void restart_silence(Clock::time_point now);
     // Called at least every `stall` by the caller's timer; `waited`: how
     // long the caller's thread waited for a CPU since its last tick.
     void tick(Clock::time_point now, std::chrono::nanoseconds waited = {});

@@ -159,6 +159,36 @@ void test_tracker_own_wait_not_counted(void **)
     assert_int_equal(g[0].silent.count(), 1000);
 }
 
+// A mass silence ended: the suspects' silence counts from then on, the
+// healthy nodes' clocks are left alone, and a failed node stays failed.
+void test_tracker_restart_silence(void **)
+{
+    FaultTracker t(1000ms, 500ms);
+    auto t0 = Clock::now();
+    t.watch({0, 1, 2}, t0);
+    t.suspect(0);
+    t.suspect(2);
+    for (int i = 1; i <= 3; ++i)
+        t.tick(t0 + i * 300ms);
+    auto f = t.expire(t0 + 1000ms);
+    assert_int_equal(f.size(), 2); // 0 and 2, silent for the timeout
+    t.alive(1, t0 + 1000ms);
+    t.watch({0, 1, 2, 3}, t0 + 1000ms);
+    t.suspect(3);
+    t.tick(t0 + 1200ms);
+    t.tick(t0 + 1500ms);
+    t.restart_silence(t0 + 1500ms);
+    t.tick(t0 + 1900ms);
+    t.tick(t0 + 2400ms);
+    assert_true(t.expire(t0 + 2400ms).empty()); // 3: silent 1.4 s, but only 0.9 s since the restart
+    t.tick(t0 + 2500ms);
+    auto g = t.expire(t0 + 2500ms);
+    assert_int_equal(g.size(), 1);
+    assert_int_equal(g[0].node, 3);
+    assert_true(t.state(0) == State::failed);
+    assert_true(t.state(1) == State::healthy);
+}
+
 // The kernel's count of this thread's waits for a CPU: present on Linux,
 // and never going back.
 void test_thread_run_delay(void **)
@@ -418,7 +448,9 @@ void test_monitor_mass_silence_holds(void **)
     assert_true(failed.empty());
     assert_true(mon.guard().holding());
     assert_int_equal(mon.tracker().in_state(State::suspect).size(), 12);
-    // 8 come back: 4 silent, no longer massive; those 4 are reported then.
+    // 8 come back: 4 silent, no longer massive; those 4 are reported a
+    // timeout after that (their silence counts from the end of the mass
+    // silence), not at once.
     for (uint32_t n = 12; n < 20; ++n)
         cl.restart(n);
     auto t1 = Clock::now();
@@ -428,6 +460,7 @@ void test_monitor_mass_silence_holds(void **)
     for (uint32_t n = 20; n < 24; ++n) {
         assert_int_equal(failed[n], 1);
         assert_true(when[n] - t0 >= 2500ms);
+        assert_true(when[n] - t1 >= 1000ms);
         assert_true(when[n] - t1 < 3000ms); // the hold runs out 3.5 s after t1 at the earliest
     }
     assert_false(mon.guard().holding());
@@ -493,6 +526,7 @@ int main()
         cmocka_unit_test(test_tracker_own_stall_not_counted),
         cmocka_unit_test(test_tracker_own_wait_not_counted),
         cmocka_unit_test(test_thread_run_delay),
+        cmocka_unit_test(test_tracker_restart_silence),
         cmocka_unit_test(test_tracker_not_before),
         cmocka_unit_test(test_monitor_finds_dead_and_silent),
         cmocka_unit_test(test_guard_episodes),
