@@ -19,6 +19,7 @@
 #include "launch_bcast/as_user.hpp"
 #include "launch_bcast/beneath.hpp"
 #include "launch_bcast/fs_worker.hpp"
+#include "lib/common/timeval.hpp"
 
 namespace storm::bcast {
 
@@ -745,10 +746,8 @@ Receiver::Receiver(event_base *base, prim::Engine &engine, Authorizer &auth, Rec
 
 void Receiver::want_sweeps()
 {
-    if (!timer_ || event_pending(timer_, EV_TIMEOUT, nullptr))
-        return;
-    timeval tv{0, 250000};
-    evtimer_add(timer_, &tv);
+    if (timer_)
+        arm_timer(timer_, std::chrono::milliseconds(250));
 }
 
 Receiver::~Receiver()
@@ -1357,7 +1356,7 @@ void Receiver::sweep()
     }
     if (gate_ && ++ticks_ % 4 == 0)
         gate_->sweep();
-    if (timer_ && sessions_.empty() && draining_.empty() && (!gate_ || gate_->idle()))
+    if (sessions_.empty() && draining_.empty() && (!gate_ || gate_->idle()))
         event_del(timer_); // until the next session or removal
 }
 

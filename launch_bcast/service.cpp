@@ -6,6 +6,7 @@
 #include <event2/event.h>
 
 #include "launch_bcast/receiver.hpp"
+#include "lib/common/timeval.hpp"
 
 namespace storm::bcast {
 
@@ -171,10 +172,7 @@ void Service::open(net::Connection &c, std::string_view payload)
     s->conn = c.shared_from_this();
     s->sid = prim::Engine::new_origin();
     sessions_[&c] = s;
-    if (!event_pending(keepalive_, EV_TIMEOUT, nullptr)) {
-        timeval period{0, 250000};
-        event_add(keepalive_, &period);
-    }
+    arm_timer(keepalive_, milliseconds(250));
     auto refuse = [&](const std::string &why) {
         log_.error("broadcast request from uid %u refused: %s", static_cast<unsigned>(c.peer_uid()),
                    why.c_str());

@@ -9,11 +9,11 @@
 // watched nodes are silent at once.  From that moment reports are held
 // until the silent nodes are no more than that again (most answered: the
 // monitor counts the silence of the few still silent from then on, and
-// reports those that stay silent for the timeout) or for `hold` at most (then every node silent
-// for its timeout is reported, held or not: a real failure of a whole rack
-// or switch is reported late, `hold` after it began, never never).  An
-// episode ends when the share falls; while it lasts, the bound is not
-// re-armed.
+// reports those that stay silent for the timeout) or for `hold` at most
+// (then every node silent for its timeout is reported, held or not: a real
+// failure of a whole rack or switch is reported late, `hold` after it
+// began, never never).  An episode ends when the share falls; while it
+// lasts, the bound is not re-armed.
 //
 // Pure bookkeeping on the caller's times (no clock, no network): testable
 // alone.  Contract: times never go backwards.  Not thread safe.

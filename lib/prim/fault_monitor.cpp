@@ -100,10 +100,7 @@ void FaultMonitor::watch(const std::set<uint32_t> &nodes)
     for (auto *s : {&probing_, &blamed_})
         for (auto it = s->begin(); it != s->end();)
             it = nodes.count(*it) ? std::next(it) : s->erase(it);
-    if (!event_pending(timer_, EV_TIMEOUT, nullptr)) {
-        timeval tv = to_timeval(cfg_.interval);
-        event_add(timer_, &tv);
-    }
+    arm_timer(timer_, cfg_.interval);
 }
 
 void FaultMonitor::tick()

@@ -27,6 +27,17 @@ using namespace prim_fixture;
 using State = FaultTracker::State;
 using Clock = FaultTracker::Clock;
 
+// expire() at `at` reports `node` alone, silent for `silent_ms` since it
+// last answered; it is failed from then on.
+void expect_reported(FaultTracker &t, Clock::time_point at, uint32_t node, long silent_ms)
+{
+    auto f = t.expire(at);
+    assert_int_equal(f.size(), 1);
+    assert_int_equal(f[0].node, node);
+    assert_int_equal(f[0].silent.count(), silent_ms);
+    assert_true(t.state(node) == State::failed);
+}
+
 void test_tracker_reports_once(void **)
 {
     FaultTracker t(1000ms, 500ms);
@@ -40,11 +51,7 @@ void test_tracker_reports_once(void **)
     t.tick(t0 + 800ms);
     assert_true(t.expire(t0 + 999ms).empty());
     t.tick(t0 + 1000ms);
-    auto f = t.expire(t0 + 1000ms);
-    assert_int_equal(f.size(), 1);
-    assert_int_equal(f[0].node, 1);
-    assert_int_equal(f[0].silent.count(), 1000);
-    assert_true(t.state(1) == State::failed);
+    expect_reported(t, t0 + 1000ms, 1, 1000);
     // Never again, whatever it answers, while watched.
     t.tick(t0 + 1400ms);
     assert_true(t.expire(t0 + 1400ms).empty());
@@ -112,9 +119,7 @@ void test_tracker_own_stall_not_counted(void **)
     t.tick(t0 + 3800ms);
     assert_true(t.expire(t0 + 3800ms).empty());
     t.tick(t0 + 4000ms);
-    auto f = t.expire(t0 + 4000ms);
-    assert_int_equal(f.size(), 1);
-    assert_int_equal(f[0].silent.count(), 1000);
+    expect_reported(t, t0 + 4000ms, 0, 1000);
 }
 
 // Starved in many short waits, never one long gap: the time the caller
@@ -140,10 +145,7 @@ void test_tracker_own_wait_not_counted(void **)
     t.tick(t0 + 3600ms);
     assert_true(t.expire(t0 + 3600ms).empty());
     t.tick(t0 + 3800ms);
-    auto f = t.expire(t0 + 3800ms);
-    assert_int_equal(f.size(), 1);
-    assert_int_equal(f[0].node, 0);
-    assert_int_equal(f[0].silent.count(), 1000);
+    expect_reported(t, t0 + 3800ms, 0, 1000);
     // Node 1 answers at 3.8 s and goes silent: 200 ms waited after that
     // are forgiven, so it is due at 5.0 s.
     t.alive(1, t0 + 3800ms);
@@ -153,10 +155,7 @@ void test_tracker_own_wait_not_counted(void **)
     t.tick(t0 + 4900ms);
     assert_true(t.expire(t0 + 4900ms).empty());
     t.tick(t0 + 5000ms);
-    auto g = t.expire(t0 + 5000ms);
-    assert_int_equal(g.size(), 1);
-    assert_int_equal(g[0].node, 1);
-    assert_int_equal(g[0].silent.count(), 1000);
+    expect_reported(t, t0 + 5000ms, 1, 1000);
 }
 
 // A mass silence ended: the suspects' silence counts from then on, the
@@ -182,9 +181,7 @@ void test_tracker_restart_silence(void **)
     t.tick(t0 + 2400ms);
     assert_true(t.expire(t0 + 2400ms).empty()); // 3: silent 1.4 s, but only 0.9 s since the restart
     t.tick(t0 + 2500ms);
-    auto g = t.expire(t0 + 2500ms);
-    assert_int_equal(g.size(), 1);
-    assert_int_equal(g[0].node, 3);
+    expect_reported(t, t0 + 2500ms, 3, 1000);
     assert_true(t.state(0) == State::failed);
     assert_true(t.state(1) == State::healthy);
 }
@@ -222,10 +219,7 @@ void test_tracker_not_before(void **)
     assert_int_equal(t.due(t0 + 1800ms), 1);
     assert_true(t.expire(t0 + 1500ms).empty());
     t.tick(t0 + 1800ms);
-    auto f = t.expire(t0 + 1800ms);
-    assert_int_equal(f.size(), 1);
-    assert_int_equal(f[0].node, 0);
-    assert_int_equal(f[0].silent.count(), 1800); // since it last answered
+    expect_reported(t, t0 + 1800ms, 0, 1800);
     t.tick(t0 + 2200ms);
     assert_true(t.expire(t0 + 2200ms).empty());
     t.tick(t0 + 2500ms);
