@@ -314,6 +314,16 @@ void test_guard_episodes(void **)
     assert_false(g.holding());
     assert_true(g.update(1, 24, t0 + 21000ms) == C::none); // over, quietly: nothing was held
     assert_true(g.update(9, 24, t0 + 22000ms) == C::held);
+    // The bound runs on the observer's own time: what it could not run
+    // (forgiven) is left out.  Here it waited 2 s of the first 3.
+    MassSilenceGuard own(0.25, 4, 3000ms);
+    assert_true(own.update(10, 24, t0, 500ms) == C::held);
+    assert_true(own.update(10, 24, t0 + 3000ms, 2500ms) == C::none);
+    assert_true(own.holding());
+    assert_true(own.lasted(t0 + 3000ms, 2500ms) == 1000ms);
+    assert_true(own.update(10, 24, t0 + 4999ms, 2500ms) == C::none);
+    assert_true(own.update(10, 24, t0 + 5000ms, 2500ms) == C::released);
+    assert_false(own.holding());
     // No hold at all: the episode is released at once.
     MassSilenceGuard off(0.25, 4, 0ms);
     assert_true(off.update(10, 24, t0) == C::released);
