@@ -48,8 +48,11 @@
 #              this machine's floor for the same
 #              files: N untars of the tree, two at once (no network), and
 #              their ratio;
-#   faults     with -f TIMEOUT (default 5s; 0: off): the cluster runs with
-#              storm_fault_timeout=TIMEOUT (sched/gang beats every agent)
+#   faults     with -f TIMEOUT (default max(5, N/50) s; 0: off): the cluster
+#              runs with storm_fault_timeout=TIMEOUT (sched/gang beats every
+#              agent; N virtual nodes share this machine's cores, and at
+#              1000 of them a step's launch keeps agents from running for
+#              more than 5 s, which a real node's agent never waits)
 #              and sinfo is sampled every 2 s from start to end: the nodes
 #              ever seen down, drained or not responding, which must be 0
 #              (every node is alive) over the samples taken; nodes out of
@@ -73,7 +76,7 @@ FLOORC=$BUILD/contrib/bench/floor_copy
 FLOOR_GROUP=239.255.77.9 FLOOR_PORT=6839
 VC=$top/contrib/vcluster/storm-vcluster
 NODES="64 256 512 1000" SIZES="12 100" REPS=3 JOB_WAIT=300 MCAST=239.255.77.1:6831 STOCK_TIMEOUT=300 GANGS=yes
-TREE=/usr/share/zoneinfo FAULT=5s
+TREE=/usr/share/zoneinfo FAULT=auto
 work=/var/tmp/storm-bench-scale
 DATA=$work/data.txt
 usage() { echo "usage: $0 [-n NODES] [-s SIZES_MB] [-k REPS] [-m GROUP:PORT] [-t SECONDS] [-d DATAFILE] [-g yes|no] [-T DIR|none] [-f TIMEOUT|0]" >&2; exit 2; }
@@ -100,7 +103,9 @@ for s in $SIZES; do [[ $s =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale: -s takes w
 [[ $MCAST =~ ^[0-9.]+:[0-9]+$ ]] || { echo "bench-scale: -m takes GROUP:PORT (the floor and Storm multicast), not \"$MCAST\"" >&2; exit 2; }
 case $GANGS in yes | no) ;; *) usage ;; esac
 [ "$TREE" = none ] || [ -d "$TREE" ] || { echo "bench-scale: -T takes a directory or none, not \"$TREE\"" >&2; exit 2; }
-[[ $FAULT =~ ^(0|[1-9][0-9]*(ms|s|min)?)$ ]] || { echo "bench-scale: -f takes storm_fault_timeout's value (5s, 0 for off), not \"$FAULT\"" >&2; exit 2; }
+[[ $FAULT =~ ^(auto|0|[1-9][0-9]*(ms|s|min)?)$ ]] || { echo "bench-scale: -f takes storm_fault_timeout's value (5s; auto: max(5, N/50) s; 0 for off), not \"$FAULT\"" >&2; exit 2; }
+# the fault timeout at N nodes
+fault_at() { if [ "$FAULT" = auto ]; then echo "$(($1 / 50 > 5 ? $1 / 50 : 5))s"; else echo "$FAULT"; fi; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: must run as root" >&2; exit 2; }
 for x in "$BCAST" "$GANG" "$FLOORM" "$FLOORC"; do [ -x "$x" ] || { echo "bench-scale: $x not built (run contrib/storm-setup, then make)" >&2; exit 2; }; done
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
@@ -191,11 +196,18 @@ resume_drained() {
 # the median node's p50 and the worst node's p99 of strobe delivery (us)
 strobes() {
     local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i
-    for i in 1 2; do sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null; done
-    local deadline=$((SECONDS + 180)) # pgrep itself is slow with thousands of processes: a deadline, not a count
-    while [ "$(pgrep -fc '^(/usr/bin/)?sleep 900$')" -lt $((2 * n)) ]; do
-        ((SECONDS < deadline)) || { echo "bench-scale: the two jobs' $((2 * n)) tasks did not all start in 3 min" >&2; break; }
-        sleep 1
+    # One job after the other: Slurm's launch of 2N tasks at once on this
+    # machine's cores (2N slurmstepd starting together) overloads it so far
+    # that munge credentials expire on the way (at 1000 nodes: load 2,200,
+    # "Expired credential" 7 minutes on).  Each launch gets max(180, N/4) s;
+    # pgrep itself is slow with thousands of processes: a deadline, not a count.
+    for i in 1 2; do
+        sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null
+        local deadline=$((SECONDS + (n / 4 > 180 ? n / 4 : 180)))
+        while [ "$(pgrep -fc '^(/usr/bin/)?sleep 900$')" -lt $((i * n)) ]; do
+            ((SECONDS < deadline)) || { echo "bench-scale: job $i's $n tasks did not all start in $((n / 4 > 180 ? n / 4 : 180)) s" >&2; break; }
+            sleep 2
+        done
     done
     sleep 40 # each node's window (its last strobes within 30 s) holds the steady state
     "$GANG" nodes > "$work/nodes.$n" 2>&1
@@ -208,10 +220,10 @@ rows=()
 for n in $NODES; do
     "$VC" down > /dev/null 2>&1
     sysctl -qw net.ipv4.neigh.default.gc_thresh1=16384 net.ipv4.neigh.default.gc_thresh2=65536 net.ipv4.neigh.default.gc_thresh3=262144
-    dq=$((n / 8 > 2 ? n / 8 : 2))
+    dq=$((n / 8 > 2 ? n / 8 : 2)) ft=$(fault_at "$n")
     m0=$(mem_avail_mb) t0=$(now)
     if ! "$VC" up "$n" --conf "MessageTimeout=10" --conf "SwitchParameters=storm_mcast=$MCAST" \
-        --conf "SchedulerParameters=storm_gang_quantum=${dq}ms,storm_fault_timeout=$FAULT" \
+        --conf "SchedulerParameters=storm_gang_quantum=${dq}ms,storm_fault_timeout=$ft" \
         --conf "PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
         > "$work/up.out" 2>&1; then
         tail -n 5 "$work/up.out" >&2
@@ -340,7 +352,7 @@ echo "floor = plain C multicast of the file to every node (median of $REPS; lost
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
 echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum;"
 [ "$TREE" != none ] && echo "tree = storm-bcast of $TREE (median of $REPS, s), untar = N untars of it on this machine (two at once), /untar = tree / untar;"
-[ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples, storm_fault_timeout=$FAULT;"
+[ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples, storm_fault_timeout=$(if [ "$FAULT" = auto ]; then echo "max(5, N/50) s"; else echo "$FAULT"; fi);"
 echo "measurements for contrib/model/storm-model: $DATA"
 hdr=$(printf '%6s %6s %11s %7s %6s' nodes start MB/node launch 'ctx(B)')
 for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr copy /copy); done

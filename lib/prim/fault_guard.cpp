@@ -19,12 +19,14 @@ size_t MassSilenceGuard::threshold(size_t watched) const
     return by_share > min_ ? by_share : min_;
 }
 
-MassSilenceGuard::Change MassSilenceGuard::update(size_t silent, size_t watched, Clock::time_point now)
+MassSilenceGuard::Change MassSilenceGuard::update(size_t silent, size_t watched, Clock::time_point now,
+                                                  Clock::duration forgiven)
 {
     bool massive = silent > threshold(watched);
     if (massive && !massive_) {
         massive_ = true;
         since_ = now;
+        forgiven_since_ = forgiven;
         holding_ = hold_.count() > 0;
         return holding_ ? Change::held : Change::released;
     }
@@ -34,7 +36,7 @@ MassSilenceGuard::Change MassSilenceGuard::update(size_t silent, size_t watched,
         holding_ = false;
         return was ? Change::fell : Change::none;
     }
-    if (massive_ && holding_ && now - since_ >= hold_) {
+    if (massive_ && holding_ && lasted(now, forgiven) >= hold_) {
         holding_ = false;
         return Change::released;
     }

@@ -15,6 +15,15 @@
 // began, never never).  An episode ends when the share falls; while it
 // lasts, the bound is not re-armed.
 //
+// `hold` runs on the observer's own time: the caller passes the time it
+// could not run so far (`forgiven`, FaultTracker::forgiven(): it waited
+// for a CPU or was stopped), and that time is not counted against the
+// bound.  On a machine so loaded that slurmctld ran 10 s of each minute,
+// 60 s of holding is 60 s of slurmctld watching, not 60 s of it waiting
+// (at 1000 virtual nodes with two 1000-task jobs starting, every node
+// was released and drained after the wall-clock bound while slurmctld
+// had run for a tenth of it).
+//
 // Pure bookkeeping on the caller's times (no clock, no network): testable
 // alone.  Contract: times never go backwards.  Not thread safe.
 #pragma once
@@ -35,14 +44,22 @@ public:
         fell,     // it is no longer: reports resume
         released, // `hold` passed and it still is: reports resume anyway
     };
-    // `silent` of the `watched` nodes are silent at `now`.
-    Change update(size_t silent, size_t watched, Clock::time_point now);
+    // `silent` of the `watched` nodes are silent at `now`; `forgiven`: the
+    // caller's time not counted so far (never decreasing, and growing by
+    // no more than the time between two calls).
+    Change update(size_t silent, size_t watched, Clock::time_point now, Clock::duration forgiven = {});
     // Whether reports are held now (after the last update()).
     bool holding() const noexcept { return holding_; }
     // How many silent nodes are massive for `watched` (more than this).
     size_t threshold(size_t watched) const;
     std::chrono::milliseconds hold() const noexcept { return hold_; }
-    // Since when the current episode lasts (valid while one does).
+    // Since when the current episode lasts, and how long it has lasted at
+    // `now` on the observer's
+    // own time (valid while one does; `forgiven` as for update()).
+    Clock::duration lasted(Clock::time_point now, Clock::duration forgiven = {}) const noexcept
+    {
+        return (now - since_) - (forgiven - forgiven_since_);
+    }
     Clock::time_point since() const noexcept { return since_; }
 
 private:
@@ -52,6 +69,7 @@ private:
     bool massive_ = false; // an episode is going on
     bool holding_ = false; // and its reports are still held
     Clock::time_point since_{};
+    Clock::duration forgiven_since_{}; // the caller's forgiven time when the episode began
 };
 
 } // namespace storm::prim

@@ -166,7 +166,8 @@ void FaultMonitor::guard(Clock::time_point now)
     // mass silence (nor a warning).
     size_t silent = tracker_.due(now + cfg_.timeout / 2);
     size_t watched = tracker_.size();
-    switch (guard_.update(silent, watched, now)) {
+    auto forgiven = tracker_.forgiven();
+    switch (guard_.update(silent, watched, now, forgiven)) {
     case MassSilenceGuard::Change::none:
         break;
     case MassSilenceGuard::Change::held:
@@ -184,12 +185,14 @@ void FaultMonitor::guard(Clock::time_point now)
         log_.warning("%zu of the %zu watched nodes are silent now (at most %zu) after %s of mass silence: "
                      "reports resume; a node still silent is reported once silent for the timeout from now",
                      silent, watched, guard_.threshold(watched),
-                     format_ms(std::chrono::duration_cast<milliseconds>(now - guard_.since())).c_str());
+                     format_ms(std::chrono::duration_cast<milliseconds>(guard_.lasted(now, forgiven))).c_str());
         break;
     case MassSilenceGuard::Change::released:
-        log_.warning("%zu of the %zu watched nodes are still silent after %s of mass silence: no longer "
-                     "held, the nodes silent for the timeout are reported (a failure this wide is real)",
-                     silent, watched, format_ms(guard_.hold()).c_str());
+        log_.warning("%zu of the %zu watched nodes are still silent after %s of mass silence (%s of it "
+                     "watched, the time this controller could not run left out): no longer held, the nodes "
+                     "silent for the timeout are reported (a failure this wide is real)",
+                     silent, watched, format_ms(std::chrono::duration_cast<milliseconds>(now - guard_.since())).c_str(),
+                     format_ms(guard_.hold()).c_str());
         break;
     }
 }

@@ -51,7 +51,9 @@
 // are no time to report (at 1000 virtual nodes, 253 silent fell to 51, 3 s
 // later rose to 186 again, and the 45 reported in that dip were alive) --
 // or after `mass_hold` at most, their silence counted whole: a real failure
-// that wide (a rack) is reported `mass_hold` late, never never.
+// that wide (a rack) is reported `mass_hold` late, never never.  The hold
+// runs on this controller's own time: what it could not run is left out
+// of it as of the nodes' silence.
 //
 // Why not the remote heartbeat queue (heartbeat.hpp): its global flow
 // control needs every node of the set at the same sequence, and a node
