@@ -171,18 +171,25 @@ tree_once() {
 }
 # watch_faults FILE: every 2 s, the nodes sinfo has down, drained, failing
 # or not responding, appended to FILE (one sample a line: a count, then
-# NAME:STATE of each); runs until killed
+# NAME:STATE of each; "?" where sinfo got no answer from slurmctld: that
+# sample says nothing, and an empty answer is not a sample of none); runs
+# until killed
 watch_faults() {
     while :; do
         local out
-        out=$(sinfo -h -N -t down,drain,fail,no_respond -o %N:%T 2> /dev/null | sort -u | tr '\n' ' ')
-        echo "$(wc -w <<< "$out") $out" >> "$1"
+        if out=$(sinfo -h -N -t down,drain,fail,no_respond -o %N:%T 2> /dev/null | sort -u | tr '\n' ' '); then
+            echo "$(wc -w <<< "$out") $out" >> "$1"
+        else
+            echo "? sinfo failed" >> "$1"
+        fi
         sleep 2
     done
 }
-# faults FILE: "0/SAMPLES" or "K!/SAMPLES" with K the nodes ever out of service
+# faults FILE: "0/SAMPLES" or "K!/SAMPLES" with K the nodes ever out of
+# service, and "+F?" for the F samples sinfo could not take
 faults() {
-    awk '{ n++; for (i = 2; i <= NF; i++) seen[substr($i, 1, index($i, ":") - 1)] = 1 } END { k = length(seen); printf "%s/%d", k ? k "!" : 0, n }' "$1"
+    awk '$1 == "?" { f++; next } { n++; for (i = 2; i <= NF; i++) seen[substr($i, 1, index($i, ":") - 1)] = 1 }
+        END { k = length(seen); printf "%s/%d", k ? k "!" : 0, n; if (f) printf "+%d?", f }' "$1"
 }
 # resume_drained N: nodes out of service now are named (the faults column
 # counts them) and resumed, so that the measurements after still get all N
@@ -334,8 +341,8 @@ for n in $NODES; do
         kill "$watch_pid" 2> /dev/null
         wait "$watch_pid" 2> /dev/null
         watch_pid=
-        row+=$(printf ' %9s' "$(faults "$work/faults.$n")")
-        grep -v '^0 ' "$work/faults.$n" | head -n 3 | cut -c 1-300 | sed "s/^/  out of service ($n nodes): /" >&2
+        row+=$(printf ' %12s' "$(faults "$work/faults.$n")")
+        grep -v '^0 \|^? ' "$work/faults.$n" | head -n 3 | cut -c 1-300 | sed "s/^/  out of service ($n nodes): /" >&2
     fi
     # what slurmctld said of nodes (Storm's fault detection and its own)
     grep -E 'storm|not responding|NODE_FAIL|set node|drain' "$STATE/log/slurmctld.log" > "$work/slurmctld.$n.log" 2> /dev/null
@@ -352,12 +359,12 @@ echo "floor = plain C multicast of the file to every node (median of $REPS; lost
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
 echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum;"
 [ "$TREE" != none ] && echo "tree = storm-bcast of $TREE (median of $REPS, s), untar = N untars of it on this machine (two at once), /untar = tree / untar;"
-[ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples, storm_fault_timeout=$(if [ "$FAULT" = auto ]; then echo "max(5, N/50) s"; else echo "$FAULT"; fi);"
+[ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples taken, +F? samples sinfo could not take, storm_fault_timeout=$(if [ "$FAULT" = auto ]; then echo "max(5, N/50) s"; else echo "$FAULT"; fi);"
 echo "measurements for contrib/model/storm-model: $DATA"
 hdr=$(printf '%6s %6s %11s %7s %6s' nodes start MB/node launch 'ctx(B)')
 for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr copy /copy); done
 [ "$TREE" != none ] && hdr+=$(printf ' %6s %6s %5s' tree untar /untar)
 hdr+=$(printf ' %18s' strobe)
-[ "$FAULT" != 0 ] && hdr+=$(printf ' %9s' faults)
+[ "$FAULT" != 0 ] && hdr+=$(printf ' %12s' faults)
 echo "$hdr"
 for r in "${rows[@]}"; do echo "$r"; done
