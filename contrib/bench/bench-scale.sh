@@ -202,7 +202,7 @@ resume_drained() {
 }
 # the median node's p50 and the worst node's p99 of strobe delivery (us)
 strobes() {
-    local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i
+    local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i launch_wait=$(($1 / 4 > 180 ? $1 / 4 : 180))
     # One job after the other: Slurm's launch of 2N tasks at once on this
     # machine's cores (2N slurmstepd starting together) overloads it so far
     # that munge credentials expire on the way (at 1000 nodes: load 2,200,
@@ -210,9 +210,9 @@ strobes() {
     # pgrep itself is slow with thousands of processes: a deadline, not a count.
     for i in 1 2; do
         sbatch -p gang -N "$n" -o /dev/null -D "$work" --wrap "srun sleep 900" > /dev/null
-        local deadline=$((SECONDS + (n / 4 > 180 ? n / 4 : 180)))
+        local deadline=$((SECONDS + launch_wait))
         while [ "$(pgrep -fc '^(/usr/bin/)?sleep 900$')" -lt $((i * n)) ]; do
-            ((SECONDS < deadline)) || { echo "bench-scale: job $i's $n tasks did not all start in $((n / 4 > 180 ? n / 4 : 180)) s" >&2; break; }
+            ((SECONDS < deadline)) || { echo "bench-scale: job $i's $n tasks did not all start in $launch_wait s" >&2; break; }
             sleep 2
         done
     done

@@ -53,9 +53,9 @@ public:
     // How many silent nodes are massive for `watched` (more than this).
     size_t threshold(size_t watched) const;
     std::chrono::milliseconds hold() const noexcept { return hold_; }
-    // Since when the current episode lasts, and how long it has lasted at
-    // `now` on the observer's
-    // own time (valid while one does; `forgiven` as for update()).
+    // How long the current episode has lasted at `now` on the observer's
+    // own time, and since when it lasts by the clock (valid while one
+    // does; `forgiven` as for update()).
     Clock::duration lasted(Clock::time_point now, Clock::duration forgiven = {}) const noexcept
     {
         return (now - since_) - (forgiven - forgiven_since_);
