@@ -2,11 +2,13 @@
 // (lib/node/step_lister.hpp) hands them to the capabilities, listing again
 // only the steps that need it.
 //
-// Listing one step is the slow part: its slurmstepd walks proctrack's
-// container, which with proctrack/pgid reads every /proc entry of the host
-// (on 1000 virtual nodes sharing one host's /proc, every node's listing
-// reads all of the others' processes too).  The gang switcher lists the
-// steps of its jobs every second or so; where the freezer holds them, the
+// Listing one step is the slow part: a request to its slurmstepd, then
+// either a read of the step's process tree (the host's `list` with
+// proctrack/pgid, whose container listing reads every /proc entry of the
+// host: on 1000 virtual nodes sharing one /proc, each node's listing read
+// all of the others' processes too) or slurmstepd's listing of proctrack's
+// container.  The gang switcher lists the steps of its jobs every second
+// or so; where the freezer holds them, the
 // processes a listing found are in their job's group from then on and the
 // processes they start are born there.  So, given the caller's HeldTest:
 //  - a step whose last listing found processes, every one of them held, is
@@ -20,8 +22,7 @@
 //
 // What a settled step's listing would still find and this leaves out: a
 // process that joins the step's container from outside its job's group
-// (proctrack/pgid: a setpgid() into the step's process group by a process
-// of the same session that was not started by one of the step's).
+// (proctrack/cgroup: one placed into the step's cgroup by hand).
 //
 // Contract: `steps` and `list` may block briefly and throw (the call then
 // throws); `list` returns nullopt for a step that ended or cannot be

@@ -6,14 +6,14 @@
 #
 #   sudo contrib/bench/bench-gang-load.sh [-n NODES]     (default 256)
 #
-# Prints the CPU time the slurmstepds used in the window, the CPU time the
-# whole machine used, the load average, and the strobe delivery delay (the
-# median node's p50, the worst node's p99) with the number of nodes that
-# answered.  The slurmstepds' part is what the gang switcher's listings of
-# each step's processes cost them (sched_gang/README.md: with proctrack/pgid
-# every listing reads all of the host's /proc).  Tasks sleep, so the rest is
-# the switching itself and the daemons' own work.  The cluster is brought
-# down on exit, failed or not.
+# Prints how long the two jobs' tasks took to start and the CPU time their
+# slurmstepds had used by then, the CPU time the slurmstepds used in the
+# window, the CPU time the whole machine used, the load average, and the
+# strobe delivery delay (the median node's p50, the worst node's p99) with
+# the number of nodes that answered.  The slurmstepds' part is what the gang
+# switcher's listings of each step's processes cost them (sched_gang/README.md).
+# Tasks sleep, so the rest is the switching itself and the daemons' own work.
+# The cluster is brought down on exit, failed or not.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$top}
@@ -53,7 +53,10 @@ while [ "$(tasks)" -lt $((2 * N)) ]; do
     ((SECONDS - t < 300)) || { echo "bench-gang-load: the two jobs' $((2 * N)) tasks did not all start in 5 min ($(tasks) did)" >&2; exit 1; }
     sleep 2
 done
-echo "$N nodes, quantum ${dq}ms: $((2 * N)) tasks started in $((SECONDS - t)) s"
+# The slurmstepds are the jobs' own (started with them): their CPU time so
+# far is what the launch cost them.
+echo "$N nodes, quantum ${dq}ms: $((2 * N)) tasks started in $((SECONDS - t)) s;" \
+    "slurmstepds $(stepd_ticks | awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", $1 / hz }') CPU-s so far"
 sleep 20
 s0=$(stepd_ticks) b0=$(busy_ticks) w0=$(date +%s.%N)
 sleep 60

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -22,6 +23,7 @@
 
 #include "agent/step_listing.hpp"
 #include "lib/common/files.hpp"
+#include "lib/common/process_tree.hpp"
 #include "lib/common/procs.hpp"
 #include "slurm_adapter/sbcast_cred.hpp"
 #include "slurm_adapter/slurm_nodes.hpp"
@@ -58,14 +60,28 @@ std::vector<storm::agent::StepListing::Step> running_steps(const std::string &sp
     return out;
 }
 
-// The processes of one step, as its slurmstepd lists them (its proctrack
-// container), kernel threads left out; nullopt if the step just ended.
-// None, without the listing, while the step has tasks and none has been
-// forked: the container holds nothing of the step yet, and with
-// proctrack/pgid the listing would still read all of /proc (a step
-// launching on 1000 virtual nodes is asked every few seconds until its
-// tasks start).  A step without tasks (extern) is listed.
-std::optional<std::vector<pid_t>> list_step(const std::string &spool, const std::string &node,
+// At most this many processes of one step on one node are found through
+// the process tree (beyond, slurmstepd lists its container).
+constexpr size_t kTreeLimit = 65536;
+
+// The processes of one step, kernel threads left out; nullopt if the step
+// just ended.
+//  - None, without listing, until slurmstepd has forked every task of the
+//    step on this node: a listing that finds a task held before its
+//    siblings are forked would settle the step (step_listing.hpp) with
+//    them left out.
+//  - Where the container listing reads the whole host's /proc
+//    (`tree`: proctrack/pgid, whose container is a process group), the
+//    tasks slurmstepd reports and their descendants, from the kernel's
+//    children files (lib/common/process_tree.hpp): a read per process of
+//    the step instead of one of every process on the host, which on 1000
+//    virtual nodes sharing one /proc made every launch cost N² reads.  A
+//    process whose parent exited before it was found (handed to init) is
+//    not found this way.
+//  - Otherwise, and where the kernel has no children files or the tree
+//    passes kTreeLimit, slurmstepd lists its container (proctrack/cgroup:
+//    the cgroup's processes).  A step without tasks (extern) is listed.
+std::optional<std::vector<pid_t>> list_step(const std::string &spool, const std::string &node, bool tree,
                                             const storm::agent::StepListing::Step &s)
 {
     slurm_step_id_t id{};
@@ -78,16 +94,25 @@ std::optional<std::vector<pid_t>> list_step(const std::string &spool, const std:
         return std::nullopt;
     slurmstepd_task_info_t *tasks = nullptr;
     uint32_t ntasks = 0;
-    bool started = true; // not told, or a step without tasks (extern): list
-    if (stepd_task_info(fd, proto, &tasks, &ntasks) == SLURM_SUCCESS && ntasks > 0) {
-        started = false;
-        for (uint32_t i = 0; i < ntasks; ++i)
-            started = started || tasks[i].pid > 0;
+    bool told = stepd_task_info(fd, proto, &tasks, &ntasks) == SLURM_SUCCESS && ntasks > 0;
+    bool forked = true;
+    std::vector<pid_t> roots;
+    for (uint32_t i = 0; told && i < ntasks; ++i) {
+        if (tasks[i].pid > 1 && !tasks[i].exited)
+            roots.push_back(tasks[i].pid);
+        forked = forked && (tasks[i].pid > 0 || tasks[i].exited);
     }
     xfree(tasks);
-    if (!started) {
+    if (told && !forked) {
         close(fd);
         return std::vector<pid_t>{};
+    }
+    if (told && tree) {
+        auto found = storm::process_tree(roots, kTreeLimit);
+        if (found && !found->truncated) {
+            close(fd);
+            return std::move(found->pids);
+        }
     }
     uint32_t *pids = nullptr, count = 0;
     std::optional<std::vector<pid_t>> out;
@@ -192,9 +217,13 @@ std::unique_ptr<agent::NodeAgent> start_node_agent(const agent::AgentConfig &con
         net.auth = storm::shim::daemon_authenticator();
         std::string spool = slurmd_spool_dir();
         net.trusted = {0, slurm_conf.slurmd_user_id};
+        bool tree =
+            slurm_conf.proctrack_type && std::strcmp(slurm_conf.proctrack_type, "proctrack/pgid") == 0;
         auto listing = std::make_shared<storm::agent::StepListing>(
             [spool, me] { return running_steps(spool, me); },
-            [spool, me](const storm::agent::StepListing::Step &s) { return list_step(spool, me, s); });
+            [spool, me, tree](const storm::agent::StepListing::Step &s) {
+                return list_step(spool, me, tree, s);
+            });
         net.step_lister = [listing](const std::set<uint32_t> &jobs, const storm::node::HeldTest &held) {
             return (*listing)(jobs, held);
         };
