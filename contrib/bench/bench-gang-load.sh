@@ -41,6 +41,7 @@ busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
 "$VC" down > /dev/null 2>&1
 dq=$((N / 8 > 2 ? N / 8 : 2))
+hz=$(getconf CLK_TCK)
 if ! "$VC" up "$N" --conf "SchedulerParameters=storm_gang_quantum=${dq}ms" \
     --conf "PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" > "$work/up.out" 2>&1; then
     tail -n 5 "$work/up.out" >&2
@@ -56,12 +57,11 @@ done
 # The slurmstepds are the jobs' own (started with them): their CPU time so
 # far is what the launch cost them.
 echo "$N nodes, quantum ${dq}ms: $((2 * N)) tasks started in $((SECONDS - t)) s;" \
-    "slurmstepds $(stepd_ticks | awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", $1 / hz }') CPU-s so far"
+    "slurmstepds $(stepd_ticks | awk -v hz="$hz" '{ printf "%.1f", $1 / hz }') CPU-s so far"
 sleep 20
 s0=$(stepd_ticks) b0=$(busy_ticks) w0=$(date +%s.%N)
 sleep 60
 s1=$(stepd_ticks) b1=$(busy_ticks) w1=$(date +%s.%N)
-hz=$(getconf CLK_TCK)
 awk -v s0="$s0" -v s1="$s1" -v b0="$b0" -v b1="$b1" -v w0="$w0" -v w1="$w1" -v hz="$hz" -v ld="$(cut -d' ' -f1 /proc/loadavg)" \
     'BEGIN { printf "window %.1f s: slurmstepds %.1f CPU-s (%.0f%% of the CPU used), machine %.1f CPU-s, load %s\n",
              w1 - w0, (s1 - s0) / hz, 100 * (s1 - s0) / (b1 - b0 > 0 ? b1 - b0 : 1), (b1 - b0) / hz, ld }'

@@ -1,54 +1,38 @@
 #include "lib/common/process_tree.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <deque>
 #include <dirent.h>
-#include <fcntl.h>
 #include <set>
 #include <sys/stat.h>
-#include <unistd.h>
+
+#include "lib/common/files.hpp"
 
 namespace storm {
 
 namespace {
 
-// One children file's pids, appended to `out`: false if the file is
-// missing while its thread still exists (no children files in this
-// kernel).  A thread that just ended has nothing to add.
+// One children file's pids (space-separated decimals), appended to `out`:
+// false if the file is missing while its thread still exists (no children
+// files in this kernel).  A thread that just ended has nothing to add.
 bool read_children(const std::string &thread_dir, std::vector<pid_t> &out)
 {
     std::string path = thread_dir + "/children";
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    auto text = read_file(path);
+    if (!text) {
         struct stat st;
-        return !(errno == ENOENT && stat(thread_dir.c_str(), &st) == 0);
+        return !(stat(path.c_str(), &st) != 0 && errno == ENOENT && stat(thread_dir.c_str(), &st) == 0);
     }
-    // Space-separated decimal pids, read in pieces: a number may straddle
-    // two reads.
-    char buf[4096];
-    long cur = -1;
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
+    for (const char *p = text->c_str();;) {
+        char *end;
+        long pid = std::strtol(p, &end, 10);
+        if (end == p)
             break;
-        for (ssize_t i = 0; i < n; ++i) {
-            char c = buf[i];
-            if (c >= '0' && c <= '9') {
-                cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
-                if (cur > 0x7fffffffL)
-                    cur = 0x7fffffffL; // not a pid: dropped below
-            } else {
-                if (cur > 0 && cur < 0x7fffffffL)
-                    out.push_back(static_cast<pid_t>(cur));
-                cur = -1;
-            }
-        }
+        if (pid > 0 && pid < 0x7fffffffL)
+            out.push_back(static_cast<pid_t>(pid));
+        p = end;
     }
-    if (cur > 0 && cur < 0x7fffffffL)
-        out.push_back(static_cast<pid_t>(cur));
-    close(fd);
     return true;
 }
 
