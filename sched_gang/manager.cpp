@@ -383,7 +383,10 @@ void MachineManager::strobe()
     slot_since_ = now;
     slot_ = (slot_ + 1) % slots;
     Strobe s{table_.epoch, static_cast<uint16_t>(slot_), ++seq_, realtime_ns()};
-    bool sent = multicast(s);
+    // With one slot an answered strobe is the heartbeat alone (nothing to
+    // switch, nothing to hurry): the tree's copy reaches every node, and a
+    // datagram would only wake each node a second time.
+    bool sent = !(answered && slots == 1) && multicast(s);
     if (!answered) {
         ++strobes_;
         if (!sent)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -58,6 +59,14 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
     timeval tv{1, 0};
     if (!tick_ || event_add(tick_, &tv) < 0)
         throw std::runtime_error("gang switcher: cannot register its timer");
+    failsafe_ev_ = evtimer_new(base_, on_failsafe_ev, this);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ >= 0)
+        wake_ev_ = event_new(base_, wake_fd_, EV_READ | EV_PERSIST, on_wake, this);
+    if (!failsafe_ev_ || !wake_ev_ || event_add(wake_ev_, nullptr) < 0) {
+        free_events();
+        throw std::runtime_error("gang switcher: cannot register its fail-safe timer and scanner wake-up");
+    }
     if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
         throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
     if (cfg_.freeze && !cfg_.signals_only) {
@@ -123,9 +132,20 @@ Switcher::~Switcher()
         for (auto &p : procs)
             close(p.fd);
     freezer_.reset(); // thaws and gives back every group's processes
-    if (tick_)
-        event_free(tick_);
+    free_events();
     remove_journal();
+}
+
+void Switcher::free_events() noexcept
+{
+    for (event **ev : {&tick_, &failsafe_ev_, &wake_ev_})
+        if (*ev) {
+            event_free(*ev);
+            *ev = nullptr;
+        }
+    if (wake_fd_ >= 0)
+        close(wake_fd_);
+    wake_fd_ = -1;
 }
 
 bool Switcher::stopped(uint32_t job) const
@@ -285,7 +305,7 @@ void Switcher::on_table(const Table &t)
     log_.verbose("table %llu: %zu of its %zu jobs on this node (was %zu), %u slots",
                  static_cast<unsigned long long>(t.epoch), jobs_.size(), t.jobs.size(), before, t.slots);
     write_journal();
-    arm_tick(!jobs_.empty());
+    arm_failsafe();
     std::string why = realtime_.want(!jobs_.empty());
     if (!why.empty())
         log_.warning("cannot run the node agent at real-time priority %u (%s): strobes will be late "
@@ -340,6 +360,7 @@ std::string Switcher::on_strobe(const Strobe &s, bool replay)
     if (replay)
         return ""; // counted when it came
     last_strobe_ = std::chrono::steady_clock::now();
+    arm_failsafe();
     if (failsafe_active_) {
         failsafe_active_ = false;
         log_.info("strobes resumed: switching again");
@@ -455,6 +476,7 @@ void Switcher::halted()
         if (s.epoch == epoch_)
             on_strobe(s, true);
     }
+    arm_failsafe(); // it may have stopped jobs after the timer went off
 }
 
 void Switcher::rescan()
@@ -493,25 +515,30 @@ void Switcher::continue_all(const char *why)
 
 void Switcher::on_tick(int, short, void *arg) { static_cast<Switcher *>(arg)->tick(); }
 
-void Switcher::arm_tick(bool fast)
-{
-    if (fast == tick_fast_)
-        return;
-    timeval tv{fast ? 0 : 1, fast ? 50000 : 0};
-    if (event_add(tick_, &tv) == 0) // reschedules the pending tick
-        tick_fast_ = fast;
-}
-
 void Switcher::tick()
 {
-    // The scanner's latest processes.
+    if (freezer_)
+        freezer_->retry();
+    publish_stats();
+}
+
+void Switcher::on_wake(int fd, short, void *arg)
+{
+    uint64_t n;
+    while (read(fd, &n, sizeof n) > 0) {
+    }
+    static_cast<Switcher *>(arg)->take_found();
+}
+
+void Switcher::take_found()
+{
     std::map<uint32_t, std::vector<Proc>> found;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        if (found_ready_) {
-            found.swap(found_);
-            found_ready_ = false;
-        }
+        if (!found_ready_)
+            return;
+        found.swap(found_);
+        found_ready_ = false;
     }
     for (auto &[id, procs] : found) {
         auto it = jobs_.find(id);
@@ -541,24 +568,45 @@ void Switcher::tick()
         if (it->second.stopped)  // processes it started since the last scan
             signal_job(id, it->second, SIGSTOP);
     }
-    auto now = std::chrono::steady_clock::now();
-    if (failsafe_ms_ && !failsafe_active_ && now - last_strobe_ > std::chrono::milliseconds(failsafe_ms_)) {
-        bool any = std::any_of(jobs_.begin(), jobs_.end(), [](const auto &j) { return j.second.stopped; });
-        if (any) {
-            failsafe_active_ = true;
-            ++failsafes_;
-            continue_all(("no strobe for " + ms_text(failsafe_ms_)).c_str());
-        }
-    }
-    if (now - last_publish_ >= std::chrono::seconds(1)) {
-        last_publish_ = now;
-        if (freezer_)
-            freezer_->retry();
-        publish_stats();
-    }
     all_held_ = freezer_ && !jobs_.empty() &&
                 std::all_of(jobs_.begin(), jobs_.end(), [](const auto &j) { return j.second.procs.empty(); });
-    arm_tick(!jobs_.empty());
+}
+
+void Switcher::arm_failsafe()
+{
+    if (!failsafe_ms_ || jobs_.empty()) {
+        event_del(failsafe_ev_);
+        return;
+    }
+    auto due = last_strobe_ + std::chrono::milliseconds(failsafe_ms_);
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(due - std::chrono::steady_clock::now());
+    if (left.count() < 0)
+        left = {};
+    timeval tv{static_cast<time_t>(left.count() / 1000000), static_cast<suseconds_t>(left.count() % 1000000)};
+    event_add(failsafe_ev_, &tv);
+}
+
+void Switcher::on_failsafe_ev(int, short, void *arg) { static_cast<Switcher *>(arg)->on_failsafe(); }
+
+void Switcher::on_failsafe()
+{
+    if (!failsafe_ms_)
+        return;
+    if (std::chrono::steady_clock::now() - last_strobe_ < std::chrono::milliseconds(failsafe_ms_)) {
+        arm_failsafe(); // a strobe came meanwhile
+        return;
+    }
+    bool any = std::any_of(jobs_.begin(), jobs_.end(), [](const auto &j) { return j.second.stopped; });
+    if (!any)
+        return;
+    // Counted and logged once until strobes resume; a job a late halt
+    // stopped after that is continued too (halted() re-arms the timer).
+    std::string why = "no strobe for " + ms_text(failsafe_ms_);
+    if (!failsafe_active_) {
+        failsafe_active_ = true;
+        ++failsafes_;
+    }
+    continue_all(why.c_str());
 }
 
 void Switcher::publish_stats()
@@ -665,6 +713,10 @@ void Switcher::scanner() noexcept
                 close(p.fd);
         found_ = std::move(out);
         found_ready_ = true;
+        uint64_t one = 1;
+        if (write(wake_fd_, &one, sizeof one) < 0) {
+            // full (2^64 - 2 unread): the loop has a wake-up pending anyway
+        }
     }
 }
 

@@ -218,12 +218,21 @@ private:
     // a job Slurm suspended, whose SIGSTOP must hold).
     void continue_job(uint32_t id, Job &j, bool sigcont = true);
     void continue_all(const char *why);
+    // Wake-ups, so that an agent wakes for strobes and little else (at
+    // 1000 virtual nodes on one host every wake-up of every agent counts):
+    //  - the tick, every second: statistics, and the freezer's retries;
+    //  - the scanner's eventfd, when a scan has found the jobs' processes
+    //    (take_found());
+    //  - the fail-safe timer, one-shot at the last strobe plus the table's
+    //    fail-safe time, pushed back by every strobe (arm_failsafe()).
     void tick();
-    // The tick runs every 50 ms while the table holds jobs of this node
-    // (the scanner's finds, the fail-safe), every second otherwise (the
-    // statistics alone): an idle agent wakes once a second, not 20 times.
-    void arm_tick(bool fast);
     static void on_tick(int, short, void *arg);
+    static void on_wake(int fd, short, void *arg);
+    void take_found();
+    void arm_failsafe();
+    void on_failsafe();
+    static void on_failsafe_ev(int, short, void *arg);
+    void free_events() noexcept;
     void scanner() noexcept;
     void write_journal();
     // Removes the journal and the record beside it (a clean stop, nothing
@@ -237,7 +246,9 @@ private:
     SwitcherConfig cfg_;
     Logger log_;
     event *tick_ = nullptr;
-    bool tick_fast_ = false;
+    event *failsafe_ev_ = nullptr;
+    event *wake_ev_ = nullptr;
+    int wake_fd_ = -1; // eventfd: the scanner posted found_
     // The freezer holds every process found of the table's jobs (the
     // loop thread sets it, the scanner reads it: cfg_.rescan_held).
     std::atomic<bool> all_held_{false};
@@ -275,7 +286,6 @@ private:
     };
     std::vector<Delay> delays_us_; // ring of the last kDelays
     size_t delay_next_ = 0;
-    std::chrono::steady_clock::time_point last_publish_{};
 
     // Scanner thread: wanted_ (the table's jobs) in, found_ (pidfds) out.
     std::mutex mu_;

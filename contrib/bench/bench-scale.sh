@@ -35,7 +35,9 @@
 #              cluster: on one machine N nodes share two cores and one
 #              page cache, so both grow with N, and their ratio should not;
 #   strobe     with -g yes (default): two jobs alternating on every node
-#              (storm_gang_quantum N/8 ms, at least 2 ms), each node's strobe
+#              (storm_gang_quantum N/2 ms, at least 2 ms: N virtual
+#              nodes strobed every N/2 ms cost this host's two cores the same
+#              at every N; at N/8 ms, 1000 agents took 1.5 of them), each node's strobe
 #              delivery delay over its last strobes, the median node's p50
 #              and the worst node's p99 (storm-gang nodes), strobes by
 #              multicast;
@@ -200,9 +202,20 @@ resume_drained() {
     echo "  $1 nodes: out of service before a job of all of them: $out ($(sinfo -h -R -o '%E' | sort -u | paste -sd ';' -)); resumed" >&2
     scontrol update nodename="$out" state=resume 2> /dev/null
 }
+# The gang quantum at N nodes: N/2 ms, at least 2 ms.  Every strobe wakes
+# every agent, and N agents share this host's two cores: at N/2 ms the host
+# carries 2,000 node-strobes a second at every N (at N/8 ms, 8,000: at 1000
+# nodes the agents alone took 1.5 of the two cores, and the jobs' launch
+# no longer fit).
+quantum_ms() { echo $(($1 / 2 > 2 ? $1 / 2 : 2)); }
+# Slurm's MessageTimeout at N nodes: max(10, N/16) s.  At 1000 nodes each
+# task's slurmstepd answers srun's launch on a host running N slurmd and
+# 2N slurmstepd; at 10 s those answers time out ("Failed to send
+# RESPONSE_LAUNCH_TASKS: Socket timed out") and srun fails the step.
+message_timeout() { echo $(($1 / 16 > 10 ? $1 / 16 : 10)); }
 # the median node's p50 and the worst node's p99 of strobe delivery (us)
 strobes() {
-    local n=$1 dq=$(($1 / 8 > 2 ? $1 / 8 : 2)) i launch_wait=$(($1 / 4 > 180 ? $1 / 4 : 180))
+    local n=$1 dq=$(quantum_ms "$1") i launch_wait=$(($1 / 4 > 180 ? $1 / 4 : 180))
     # One job after the other: Slurm's launch of 2N tasks at once on this
     # machine's cores (2N slurmstepd starting together) overloads it so far
     # that munge credentials expire on the way (at 1000 nodes: load 2,200,
@@ -227,9 +240,9 @@ rows=()
 for n in $NODES; do
     "$VC" down > /dev/null 2>&1
     sysctl -qw net.ipv4.neigh.default.gc_thresh1=16384 net.ipv4.neigh.default.gc_thresh2=65536 net.ipv4.neigh.default.gc_thresh3=262144
-    dq=$((n / 8 > 2 ? n / 8 : 2)) ft=$(fault_at "$n")
+    dq=$(quantum_ms "$n") ft=$(fault_at "$n")
     m0=$(mem_avail_mb) t0=$(now)
-    if ! "$VC" up "$n" --conf "MessageTimeout=10" --conf "SwitchParameters=storm_mcast=$MCAST" \
+    if ! "$VC" up "$n" --conf "MessageTimeout=$(message_timeout "$n")" --conf "SwitchParameters=storm_mcast=$MCAST" \
         --conf "SchedulerParameters=storm_gang_quantum=${dq}ms,storm_fault_timeout=$ft" \
         --conf "PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP Default=NO" \
         > "$work/up.out" 2>&1; then
