@@ -21,17 +21,13 @@
 #include "lib/common/realtime.hpp"
 #include "lib/common/signals.hpp"
 #include "lib/common/thread_name.hpp"
+#include "lib/common/timeval.hpp"
 
 namespace storm::gang {
 
 namespace {
 
 constexpr size_t kRtts = 4096;
-
-timeval to_timeval(std::chrono::microseconds us)
-{
-    return {static_cast<time_t>(us.count() / 1000000), static_cast<suseconds_t>(us.count() % 1000000)};
-}
 
 std::string percentiles(std::vector<uint32_t> d)
 {

@@ -19,6 +19,7 @@
 #include "lib/common/realtime.hpp"
 #include "lib/common/stop_thread.hpp"
 #include "lib/common/thread_name.hpp"
+#include "lib/common/timeval.hpp"
 #include "sched_gang/step_guard.hpp"
 
 namespace storm::gang {
@@ -579,11 +580,9 @@ void Switcher::arm_failsafe()
         return;
     }
     auto due = last_strobe_ + std::chrono::milliseconds(failsafe_ms_);
-    auto left = std::chrono::duration_cast<std::chrono::microseconds>(due - std::chrono::steady_clock::now());
-    if (left.count() < 0)
-        left = {};
-    timeval tv{static_cast<time_t>(left.count() / 1000000), static_cast<suseconds_t>(left.count() % 1000000)};
-    event_add(failsafe_ev_, &tv);
+    timeval tv = to_timeval(
+        std::chrono::duration_cast<std::chrono::microseconds>(due - std::chrono::steady_clock::now()));
+    event_add(failsafe_ev_, &tv); // a pending timer is moved
 }
 
 void Switcher::on_failsafe_ev(int, short, void *arg) { static_cast<Switcher *>(arg)->on_failsafe(); }
