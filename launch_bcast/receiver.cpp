@@ -848,12 +848,15 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
     want_sweeps();
     // The credential is checked on the worker: munge may keep it waiting
     // (a busy munged), and the loop answers heartbeats and every other
-    // broadcast meanwhile.
-    s->worker->submit("checking the credential", [this, s, req]() -> FsWorker::Done {
+    // broadcast meanwhile.  It waits for munged three quarters of the step's
+    // deadline (5 s at least), so that munged's last answer comes before
+    // the sweep gives up on the step.
+    const auto patience = net::Patience::worker_for(s->deadline * 3 / 4);
+    s->worker->submit("checking the credential", [this, s, req, patience]() -> FsWorker::Done {
         std::string refused;
         Grant grant;
         try {
-            grant = auth_.authorize(req->cred, net::Patience::worker);
+            grant = auth_.authorize(req->cred, patience);
         } catch (const std::exception &e) {
             refused = e.what();
         }

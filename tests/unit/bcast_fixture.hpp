@@ -53,7 +53,7 @@ class FakeAuthorizer : public Authorizer {
 public:
     // Tests: runs first, on the calling thread (a munged slow to answer).
     std::function<void()> on_authorize;
-    Grant authorize(std::string_view cred, net::Patience) override
+    Grant authorize(std::string_view cred, const net::Patience &) override
     {
         if (on_authorize)
             on_authorize();
