@@ -36,9 +36,9 @@ class Authorizer {
 public:
     virtual ~Authorizer() = default;
     // `patience`: how long a busy munged is waited for (munge_auth.hpp):
-    // Patience::loop on an event loop, Patience::worker on a thread of its
-    // own.  Safe to call from several threads at once.
-    virtual Grant authorize(std::string_view cred, net::Patience patience) = 0;
+    // Patience::loop on an event loop, Patience::worker(_for) on a thread
+    // of its own.  Safe to call from several threads at once.
+    virtual Grant authorize(std::string_view cred, const net::Patience &patience) = 0;
 };
 
 } // namespace storm::bcast

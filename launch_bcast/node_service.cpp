@@ -33,7 +33,7 @@ NodeService::NodeService(node::Host &host, NodeSetup setup)
     receiver_.recover();
     host.engine->add_async_sink("bcast:",
                                 [this](const std::string &ev, uint64_t origin, uint64_t, uint64_t,
-                                       std::string_view data, bool sealed, prim::Engine::ChunkDone done) {
+                                       const net::DataRef &data, bool sealed, prim::Engine::ChunkDone done) {
                                     receiver_.on_chunk(ev, origin, data, sealed, std::move(done));
                                 });
     host.engine->on_service_frames([this](net::Connection &c, const net::FrameHeader &h,

@@ -20,6 +20,7 @@
 #include "launch_bcast/beneath.hpp"
 #include "launch_bcast/fs_worker.hpp"
 #include "lib/common/timeval.hpp"
+#include "lib/net/mcast.hpp"
 
 namespace storm::bcast {
 
@@ -168,10 +169,15 @@ struct Receiver::Session {
     // job queued for them takes all that came meanwhile and writes them
     // as the user in one go.  `chunk_job`: such a job is queued and has
     // not taken them yet (a chunk that comes then joins it).
+    // Its bytes: `kept`, in the buffer `owner` keeps (Engine::AsyncChunkSink),
+    // or `copy` where the engine gave none.  `n`: the bytes it holds.
     struct Chunk {
         uint64_t wait, n;
         bool sealed;
-        std::string bytes;
+        std::shared_ptr<const void> owner;
+        std::string_view kept;
+        std::string copy;
+        std::string_view bytes() const noexcept { return owner ? kept : std::string_view(copy); }
     };
     std::mutex chunks_mu;
     std::vector<Chunk> chunks;
@@ -784,7 +790,7 @@ Receiver::~Receiver()
     recovery_.reset();
 }
 
-void Receiver::on_chunk(const std::string &event, uint64_t sid, std::string_view payload, bool sealed,
+void Receiver::on_chunk(const std::string &event, uint64_t sid, const net::DataRef &chunk, bool sealed,
                         Done done)
 {
     // "bcast:<kind>:<sid>"
@@ -792,11 +798,12 @@ void Receiver::on_chunk(const std::string &event, uint64_t sid, std::string_view
     if (colon == std::string::npos || colon < 6 || event.substr(colon + 1) != session_hex(sid))
         return done("malformed broadcast event " + event);
     std::string kind = event.substr(6, colon - 6);
+    const std::string_view payload(chunk.ptr, chunk.len);
     try {
         if (kind == "open")
             return open(sid, payload, done);
         if (kind == "data")
-            return data(sid, payload, sealed, done);
+            return data(sid, chunk, sealed, done);
         if (kind == "commit")
             return commit(sid, done);
         if (kind == "finish")
@@ -841,12 +848,15 @@ void Receiver::open(uint64_t sid, std::string_view payload, Done done)
     want_sweeps();
     // The credential is checked on the worker: munge may keep it waiting
     // (a busy munged), and the loop answers heartbeats and every other
-    // broadcast meanwhile.
-    s->worker->submit("checking the credential", [this, s, req]() -> FsWorker::Done {
+    // broadcast meanwhile.  It waits for munged three quarters of the step's
+    // deadline (5 s at least), so that munged's last answer comes before
+    // the sweep gives up on the step.
+    const auto patience = net::Patience::worker_for(s->deadline * 3 / 4);
+    s->worker->submit("checking the credential", [this, s, req, patience]() -> FsWorker::Done {
         std::string refused;
         Grant grant;
         try {
-            grant = auth_.authorize(req->cred, net::Patience::worker);
+            grant = auth_.authorize(req->cred, patience);
         } catch (const std::exception &e) {
             refused = e.what();
         }
@@ -1035,7 +1045,7 @@ void Receiver::wait(uint64_t sid, Done done)
     done("");
 }
 
-void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done done)
+void Receiver::data(uint64_t sid, const net::DataRef &payload, bool sealed, Done done)
 {
     std::string why;
     Ptr s = session(sid, why);
@@ -1046,7 +1056,10 @@ void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done do
     if (s->state != Session::open)
         return done("data for " + s->dest +
                     (s->state == Session::opening ? " before it was opened" : " after its commit"));
-    uint64_t n = payload.size();
+    // Kept in its buffer where the engine gave an owner (no copy of every
+    // chunk on every node), counted at that buffer's size.
+    const bool keep = payload.owner != nullptr;
+    uint64_t n = keep ? std::max<uint64_t>(payload.len, net::kMcastChunkSize) : payload.len;
     if (s->queued + n > kMaxQueuedBytes || queued_ + n > kMaxQueuedBytesAll)
         return refuse(sid,
                       std::to_string((s->queued + n > kMaxQueuedBytes ? s->queued : queued_) >> 20) +
@@ -1062,7 +1075,9 @@ void Receiver::data(uint64_t sid, std::string_view payload, bool sealed, Done do
     bool submit;
     {
         std::lock_guard<std::mutex> l(s->chunks_mu);
-        s->chunks.push_back(Session::Chunk{w, n, sealed, std::string(payload)});
+        s->chunks.push_back(Session::Chunk{w, n, sealed, payload.owner,
+                                           std::string_view(payload.ptr, payload.len),
+                                           keep ? std::string() : std::string(payload.ptr, payload.len)});
         submit = !s->chunk_job;
         s->chunk_job = true;
     }
@@ -1096,7 +1111,7 @@ FsWorker::Done Receiver::write_chunks(const Ptr &s)
                 try {
                     if (!as && s->failed.empty())
                         as.emplace(s->grant.uid, s->grant.gid, s->groups);
-                    r.why = write_chunk(*s, c.bytes, c.sealed, r.files_done);
+                    r.why = write_chunk(*s, c.bytes(), c.sealed, r.files_done);
                 } catch (const std::exception &e) {
                     r.why = s->failed = e.what();
                 }

@@ -48,7 +48,8 @@
 // waiting for an answer are answered with that, and its removal is queued
 // behind the stuck step (the journal has it for the next start if that
 // never ends); the loop goes on meanwhile.  Memory waiting for a worker is
-// bounded: a session with kMaxQueuedBytes of chunks queued, or a node with
+// bounded (a chunk kept in its multicast buffer counts that buffer's
+// size): a session with kMaxQueuedBytes of chunks queued, or a node with
 // kMaxQueuedBytesAll over all sessions, fails the chunk and the session
 // (the head's window normally keeps far below).  At most kMaxSessions
 // sessions (stuck ones included) hold a worker; more are refused.  The
@@ -120,9 +121,10 @@ public:
     // node cannot take the chunk, at once or once its work ran on the
     // session's worker.  Each data chunk carries the CRC-32C of its bytes,
     // checked unless `sealed` (Engine::ChunkSink): the seal proved them the
-    // sender's, which checked it.
+    // sender's, which checked it.  A data chunk whose bytes have an owner
+    // (a multicast chunk's buffer) is kept by it until written, not copied.
     using Done = prim::Engine::ChunkDone;
-    void on_chunk(const std::string &event, uint64_t sid, std::string_view data, bool sealed, Done done);
+    void on_chunk(const std::string &event, uint64_t sid, const net::DataRef &data, bool sealed, Done done);
     // Aborts the sessions that stalled or whose file system stopped
     // answering; run four times a second by a timer while a session, a
     // removal or the launch gate's record of one is here.
@@ -155,7 +157,7 @@ private:
     void fail_open(const Ptr &s, const std::string &why);
     // Keeps why `sid` failed here, for later events of it (bounded).
     void failed(uint64_t sid, const std::string &why);
-    void data(uint64_t sid, std::string_view payload, bool sealed, Done done);
+    void data(uint64_t sid, const net::DataRef &payload, bool sealed, Done done);
     // The worker's job for the chunks data() queued: writes all that came
     // (in order, as the user) and answers them on the loop.
     FsWorker::Done write_chunks(const Ptr &s);

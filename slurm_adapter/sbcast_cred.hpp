@@ -41,7 +41,7 @@ public:
             index_.emplace(table[i].name, static_cast<uint32_t>(i));
     }
 
-    bcast::Grant authorize(std::string_view cred, net::Patience patience) override
+    bcast::Grant authorize(std::string_view cred, const net::Patience &patience) override
     {
         bcast::Grant g;
         std::string nodes;

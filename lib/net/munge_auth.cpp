@@ -31,16 +31,17 @@ std::string describe(munge_err_t e, munge_ctx_t ctx)
 }
 
 // Calls f() (a munge call on ctx) until it returns anything but
-// EMUNGE_SOCKET: on a loop 8 times at most, sleeping 10 ms, then twice as
-// long each time up to 100 ms (450 ms in all); on a worker until 5 s have
-// passed, the pauses growing to 250 ms.  `attempts` says how many calls
-// were made, `waited` for how long.
+// EMUNGE_SOCKET (munged's socket busy, or its answer timed out): on a loop
+// 8 times at most, sleeping 10 ms, then twice as long each time up to
+// 100 ms (450 ms in all); on a worker until the patience's budget passed
+// (5 s, or what its caller gave), the pauses growing to 250 ms.
+// `attempts` says how many calls were made, `waited` for how long.
 template <typename F>
-munge_err_t with_retries(F f, Patience patience, int &attempts, std::chrono::milliseconds &waited)
+munge_err_t with_retries(F f, const Patience &patience, int &attempts, std::chrono::milliseconds &waited)
 {
     using namespace std::chrono;
-    const bool loop = patience == Patience::loop;
-    const milliseconds cap(loop ? 100 : 250), budget(loop ? 450 : 5000);
+    const bool loop = patience.on_loop;
+    const milliseconds cap(loop ? 100 : 250), budget(patience.budget);
     const auto start = steady_clock::now();
     milliseconds pause(10);
     munge_err_t e = EMUNGE_SOCKET;
@@ -104,12 +105,12 @@ std::string MungeAuth::encode(std::string_view payload) const
 
 MungeAuth::Credential MungeAuth::decode(std::string_view cred) const { return decode(cred, false, Patience::loop); }
 
-MungeAuth::Credential MungeAuth::decode_allow_replay(std::string_view cred, Patience patience) const
+MungeAuth::Credential MungeAuth::decode_allow_replay(std::string_view cred, const Patience &patience) const
 {
     return decode(cred, true, patience);
 }
 
-MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok, Patience patience) const
+MungeAuth::Credential MungeAuth::decode(std::string_view cred, bool replay_ok, const Patience &patience) const
 {
     CtxPtr ctx = make_ctx(socket_);
     std::string text(cred); // munge wants a NUL-terminated string

@@ -249,10 +249,17 @@ public:
     // The sink must call `done` within the route's timeout (it bounds its
     // own work), or the parent counts this node as failed.  `done` may be
     // called after the engine is gone (it then does nothing).
+    //
+    // The chunk's bytes are data.ptr[0, data.len).  Where data.owner is set,
+    // holding it keeps those bytes alive and unchanged: the sink may keep
+    // them beyond the call instead of copying them (the buffer it holds is
+    // the chunk's own: a multicast chunk's, at least net::kMcastChunkSize
+    // bytes).  Where it is null the bytes live only during the call (they
+    // lie in a connection's input, which a kept view would pin).
     using ChunkDone = std::function<void(const std::string &why)>;
     using AsyncChunkSink =
         std::function<void(const std::string &event, uint64_t origin, uint64_t offset, uint64_t total,
-                           std::string_view data, bool sealed, ChunkDone done)>;
+                           const net::DataRef &data, bool sealed, ChunkDone done)>;
     void add_async_sink(const std::string &prefix, AsyncChunkSink sink)
     {
         sinks_.emplace_back(prefix, std::move(sink));
@@ -420,8 +427,10 @@ private:
     // asynchronous sink that has not answered yet, comes later: the
     // returned wait, which join() adds to the hop's answer.
     struct LocalWait;
+    // `data`: see AsyncChunkSink (its owner is set only for a buffer of the
+    // chunk's own).
     std::shared_ptr<LocalWait> apply_chunk(const std::string &event, uint64_t origin, uint64_t offset,
-                                           uint64_t total, std::string_view data, Answer &local,
+                                           uint64_t total, const net::DataRef &data, Answer &local,
                                            bool sealed = false); // sealed: see ChunkSink
     // `finish`, called with the children's answer and, once it came, the
     // local one of `wait` (null: nothing to wait for).

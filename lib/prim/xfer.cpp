@@ -124,16 +124,17 @@ void Engine::start_chunks(const std::shared_ptr<Transfer> &t)
 void Engine::add_sink(const std::string &prefix, ChunkSink sink)
 {
     add_async_sink(prefix, [sink = std::move(sink)](const std::string &event, uint64_t origin,
-                                                    uint64_t offset, uint64_t total, std::string_view data,
+                                                    uint64_t offset, uint64_t total, const net::DataRef &data,
                                                     bool sealed, ChunkDone done) {
-        done(sink(event, origin, offset, total, data, sealed));
+        done(sink(event, origin, offset, total, std::string_view(data.ptr, data.len), sealed));
     });
 }
 
 std::shared_ptr<Engine::LocalWait> Engine::apply_chunk(const std::string &event, uint64_t origin,
-                                                       uint64_t offset, uint64_t total, std::string_view data,
-                                                       Answer &local, bool sealed)
+                                                       uint64_t offset, uint64_t total,
+                                                       const net::DataRef &ref, Answer &local, bool sealed)
 {
+    const std::string_view data(ref.ptr, ref.len);
     for (const auto &sink : sinks_) {
         if (event.compare(0, sink.first.size(), sink.first) != 0)
             continue;
@@ -151,7 +152,7 @@ std::shared_ptr<Engine::LocalWait> Engine::apply_chunk(const std::string &event,
             }
         };
         try {
-            sink.second(event, origin, offset, total, data, sealed, done);
+            sink.second(event, origin, offset, total, ref, sealed, done);
         } catch (const std::exception &e) {
             done(e.what());
         }
@@ -225,7 +226,8 @@ void Engine::handle_xfer(Connection &c, uint64_t op, std::string_view payload)
     Answer local;
     if (route.unanswered() && (offset != 0 || total != data.size()))
         throw net::FrameError("an unanswered transfer in pieces");
-    auto wait = apply_chunk(event, origin, offset, total, data, local);
+    auto wait =
+        apply_chunk(event, origin, offset, total, net::DataRef{nullptr, data.data(), data.size()}, local);
     std::weak_ptr<Connection> up = c.shared_from_this();
     Finish answer = [this, up, op](const Answer &a) { reply(up, MsgType::xfer_ack, op, a); };
     if (set.size() == 1) { // a leaf: nothing to forward, only its own answer to wait for
@@ -256,7 +258,7 @@ void Engine::xfer_unacked(const RangeSet &set, const std::string &event, std::st
     uint64_t origin = random_id();
     if (set.nth(0) == cfg_.self) {
         Answer local;
-        apply_chunk(event, origin, 0, buf->size(), *buf, local);
+        apply_chunk(event, origin, 0, buf->size(), ref, local);
     }
     spread(set, Route{static_cast<uint8_t>(std::clamp(cfg_.fanout, 1u, 64u)), 0}, event, origin, ref);
 }
@@ -294,7 +296,8 @@ void Engine::send_chunk(const RangeSet &set, unsigned fanout, std::chrono::milli
         done(xfer_result(a.failed, a.reasons, event));
     };
     if (set.nth(0) == cfg_.self) {
-        auto wait = apply_chunk(event, origin, offset, total, std::string_view(data.ptr, data.len), local);
+        auto wait =
+            apply_chunk(event, origin, offset, total, net::DataRef{nullptr, data.ptr, data.len}, local);
         forward_chunk(set, route, origin, event, offset, total, std::move(data), local,
                       join(std::move(wait), std::move(finish)));
         return;

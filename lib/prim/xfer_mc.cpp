@@ -262,8 +262,10 @@ void Engine::mc_pump(uint64_t origin)
         Answer local;
         std::shared_ptr<LocalWait> wait;
         try {
+            // A multicast chunk's buffer is its own (the sink may keep it);
+            // a repair's bytes lie in a connection's input.
             wait = apply_chunk(x.chunk.event, x.chunk.origin, x.chunk.offset, x.chunk.total,
-                               std::string_view(d.ptr, d.len), local, sealed);
+                               sealed ? d : net::DataRef{nullptr, d.ptr, d.len}, local, sealed);
         } catch (const std::exception &e) {
             local.add_failure(RangeSet::single(cfg_.self), e.what());
         }

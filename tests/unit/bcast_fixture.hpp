@@ -53,7 +53,7 @@ class FakeAuthorizer : public Authorizer {
 public:
     // Tests: runs first, on the calling thread (a munged slow to answer).
     std::function<void()> on_authorize;
-    Grant authorize(std::string_view cred, net::Patience) override
+    Grant authorize(std::string_view cred, const net::Patience &) override
     {
         if (on_authorize)
             on_authorize();
@@ -128,21 +128,21 @@ struct BcastCluster {
                                                            Logger("node" + std::to_string(i))));
             receivers.back()->recover();
             auto chunks = std::make_shared<unsigned>(0);
-            cl.agents[i]->add_async_sink("bcast:", [this, i, chunks](const std::string &ev, uint64_t origin,
-                                                                     uint64_t, uint64_t,
-                                                                     std::string_view data, bool sealed,
-                                                                     prim::Engine::ChunkDone done) {
-                if (ev.rfind("bcast:data:", 0) == 0 && on_data)
-                    on_data(i, ++*chunks);
-                if (refuse) {
-                    std::string why = refuse(i, ev);
-                    if (!why.empty())
-                        return done(why);
-                }
-                if (!receivers[i])
-                    return done("no receiver");
-                receivers[i]->on_chunk(ev, origin, data, sealed, std::move(done));
-            });
+            cl.agents[i]->add_async_sink(
+                "bcast:", [this, i, chunks](const std::string &ev, uint64_t origin, uint64_t, uint64_t,
+                                            const storm::net::DataRef &data, bool sealed,
+                                            prim::Engine::ChunkDone done) {
+                    if (ev.rfind("bcast:data:", 0) == 0 && on_data)
+                        on_data(i, ++*chunks);
+                    if (refuse) {
+                        std::string why = refuse(i, ev);
+                        if (!why.empty())
+                            return done(why);
+                    }
+                    if (!receivers[i])
+                        return done("no receiver");
+                    receivers[i]->on_chunk(ev, origin, data, sealed, std::move(done));
+                });
             services.push_back(std::make_unique<Service>(cl.base, *cl.agents[i], authz,
                                                          ServiceConfig{i, names, control_fanout},
                                                          Logger("head" + std::to_string(i))));
@@ -299,7 +299,12 @@ struct OneReceiver {
     std::string ask(const std::string &kind, uint64_t sid, std::string_view data = {}, bool sealed = false)
     {
         auto got = std::make_shared<std::optional<std::string>>();
-        rx->on_chunk(event_name(kind.c_str(), sid), sid, data, sealed, [got](const std::string &why) {
+        // As the engine gives them: sealed bytes (a multicast chunk's) in a
+        // buffer of their own, which the receiver keeps; others for the
+        // call only, which it copies.
+        auto own = sealed ? std::make_shared<const std::string>(data) : nullptr;
+        storm::net::DataRef ref{own, own ? own->data() : data.data(), data.size()};
+        rx->on_chunk(event_name(kind.c_str(), sid), sid, ref, sealed, [got](const std::string &why) {
             if (!*got)
                 *got = why;
         });

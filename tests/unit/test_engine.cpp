@@ -523,11 +523,12 @@ void test_async_sink_answers_late(void **)
     std::vector<std::pair<unsigned, Engine::ChunkDone>> waiting;
     unsigned forwarded = 0;
     for (unsigned i = 0; i < 5; ++i)
-        cl.agents[i]->add_async_sink("late:", [&, i](const std::string &, uint64_t, uint64_t, uint64_t,
-                                                     std::string_view, bool, Engine::ChunkDone done) {
-            ++forwarded;
-            waiting.emplace_back(i, std::move(done));
-        });
+        cl.agents[i]->add_async_sink("late:",
+                                     [&, i](const std::string &, uint64_t, uint64_t, uint64_t,
+                                            const storm::net::DataRef &, bool, Engine::ChunkDone done) {
+                                         ++forwarded;
+                                         waiting.emplace_back(i, std::move(done));
+                                     });
     for (bool fail : {true, false}) {
         waiting.clear();
         forwarded = 0;
