@@ -169,15 +169,12 @@ struct Receiver::Session {
     // job queued for them takes all that came meanwhile and writes them
     // as the user in one go.  `chunk_job`: such a job is queued and has
     // not taken them yet (a chunk that comes then joins it).
-    // Its bytes: `kept`, in the buffer `owner` keeps (Engine::AsyncChunkSink),
-    // or `copy` where the engine gave none.  `n`: the bytes it holds.
+    // `bytes`: in the buffer the engine gave (Engine::AsyncChunkSink), or
+    // in a copy of them where it gave none.  `n`: the bytes it holds.
     struct Chunk {
         uint64_t wait, n;
         bool sealed;
-        std::shared_ptr<const void> owner;
-        std::string_view kept;
-        std::string copy;
-        std::string_view bytes() const noexcept { return owner ? kept : std::string_view(copy); }
+        net::DataRef bytes;
     };
     std::mutex chunks_mu;
     std::vector<Chunk> chunks;
@@ -1072,12 +1069,15 @@ void Receiver::data(uint64_t sid, const net::DataRef &payload, bool sealed, Done
     s->queued += n;
     queued_ += n;
     uint64_t w = s->wait(std::move(done));
+    net::DataRef bytes = payload;
+    if (!keep) {
+        auto copy = std::make_shared<const std::string>(payload.ptr, payload.len);
+        bytes = net::DataRef{copy, copy->data(), copy->size()};
+    }
     bool submit;
     {
         std::lock_guard<std::mutex> l(s->chunks_mu);
-        s->chunks.push_back(Session::Chunk{w, n, sealed, payload.owner,
-                                           std::string_view(payload.ptr, payload.len),
-                                           keep ? std::string() : std::string(payload.ptr, payload.len)});
+        s->chunks.push_back(Session::Chunk{w, n, sealed, std::move(bytes)});
         submit = !s->chunk_job;
         s->chunk_job = true;
     }
@@ -1111,7 +1111,8 @@ FsWorker::Done Receiver::write_chunks(const Ptr &s)
                 try {
                     if (!as && s->failed.empty())
                         as.emplace(s->grant.uid, s->grant.gid, s->groups);
-                    r.why = write_chunk(*s, c.bytes(), c.sealed, r.files_done);
+                    r.why =
+                        write_chunk(*s, std::string_view(c.bytes.ptr, c.bytes.len), c.sealed, r.files_done);
                 } catch (const std::exception &e) {
                     r.why = s->failed = e.what();
                 }
