@@ -28,7 +28,7 @@
 #              300: it fails at scale), and the floor: the same file
 #              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
 #              node writing its copy, nothing of Storm in it (the least
-#              flow control: at most 4 MiB beyond the slowest node), and the
+#              flow control: at most 1 MiB beyond the slowest node), and the
 #              sealed floor: the same, every byte sealed and checked by
 #              AES-128-GCM as Storm seals its chunks (each node decrypts
 #              its copy, and here N nodes do so on two cores);

@@ -94,7 +94,10 @@ mcast_floor() {
     t0=$(sed -n 's/^start //p' "$work/floor/1.out")
     t1=$(cat "$work"/floor/*.out | sed -n 's/^\(done\|sent\) //p' | sort -n | tail -n 1)
     done_n=$(cat "$work"/floor/*.out | grep -c '^done ')
-    if [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
+    if grep -q 'lost a datagram' "$work/floor/1.out"; then
+        echo lost
+        echo "  floor: $(grep -m 1 'lost a datagram' "$work/floor/1.out")" >&2
+    elif [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
         echo failed
         sed 's/^/  floor: /' "$work/floor/1.out" | tail -n 3 >&2
     elif [ "$done_n" != $((n - 1)) ]; then

@@ -23,8 +23,7 @@
  * Flow control, the least there is: each receiver tells the sender (a
  * datagram to SENDER, port PORT + 1) how many bytes it holds, every STEP
  * bytes and again while it waits; the sender keeps at most WINDOW bytes
- * beyond what the slowest of the RECEIVERS holds.  Without it, at 1000
- * virtual nodes the bridge dropped datagrams and the floor never finished.
+ * beyond what the slowest of the RECEIVERS holds.
  *
  * "sealed": the same work as Storm's sealed chunks, AES-128-GCM (OpenSSL)
  * over every byte: the sender encrypts each 256 KiB piece and sends it
@@ -35,9 +34,11 @@
  * two cores.
  *
  * A datagram lost or out of order, a piece that fails its tag, or nothing
- * for 30 s makes the receiver exit 1 with the offset it stopped at: the
- * floor assumes a network that loses nothing, and the caller reports such
- * a run as failed; a sender that hears nothing for 30 s gives up too.
+ * for 30 s makes the receiver exit 1 with the offset it stopped at, after
+ * telling the sender, which then stops every receiver and exits 3 ("lost a
+ * datagram"): the floor assumes a network that loses nothing, and the
+ * caller reports such a run as lost.  A sender that hears nothing for 30 s
+ * stops them too, and exits 1.
  * Every segment is an 8-byte offset and MTU - 36 bytes of data.
  */
 #define _GNU_SOURCE
@@ -68,7 +69,9 @@
 enum { HDR = 8, IPUDP = 28, BATCH = 65000, PIECE = 256 << 10, TAG = 16 };
 /* Flow control: a receiver speaks every STEP bytes, and every 100 ms while
  * it waits (IDLE_TICKS of them: 30 s); the sender keeps WINDOW in flight. */
-enum { STEP = 512 << 10, WINDOW = 4 << 20, IDLE_TICKS = 300 };
+enum { STEP = 256 << 10, WINDOW = 1 << 20, IDLE_TICKS = 300 };
+/* A receiver's word that it lost a datagram and gave up: the sender stops. */
+#define LOST (~0ull)
 
 static void die(const char *what)
 {
@@ -236,6 +239,7 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
             if (hdr[i] != got + i * data) {
                 fprintf(stderr, "floor_mcast: lost or reordered datagram at %llu (got %llu)\n",
                         got + i * data, (unsigned long long)hdr[i]);
+                tell(back, &to, LOST);
                 return 1;
             }
         got += bytes;
@@ -278,7 +282,7 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
 struct acks {
     uint32_t *addr;          /* open addressing, 0: free */
     unsigned long long *got; /* per slot */
-    size_t slots, known, expected;
+    size_t slots, known, expected, lost;
 };
 
 /* The least any receiver holds (0 until every one has spoken). */
@@ -317,9 +321,18 @@ static int hear(int fd, struct acks *a, int ms)
             a->addr[i] = k;
             a->known++;
         }
-        if (v > a->got[i])
+        if (v == LOST)
+            a->lost++;
+        else if (v > a->got[i])
             a->got[i] = v;
     }
+}
+
+/* A datagram at offset LOST: every receiver gives up at once. */
+static void stop_receivers(int fd, const struct sockaddr_in *to)
+{
+    uint64_t h = LOST;
+    sendto(fd, &h, sizeof h, 0, (const struct sockaddr *)to, sizeof *to);
 }
 
 static int send_file(struct in_addr group, unsigned port, struct in_addr iface, const char *source,
@@ -373,7 +386,7 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
             ready += (size_t)r + (sealed ? TAG : 0);
         }
         hear(back, &a, 0);
-        while (off >= (low = slowest(&a)) + WINDOW) {
+        while (!a.lost && off >= (low = slowest(&a)) + WINDOW) {
             if (hear(back, &a, 100))
                 waited = 0;
             else if (++waited > IDLE_TICKS) {
@@ -381,8 +394,14 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
                         "floor_mcast: %zu of %zu receivers spoke, the slowest holds %llu of %zu bytes: "
                         "nothing more for 30 s\n",
                         a.known, a.expected, low, total);
+                stop_receivers(fd, &to);
                 return 1;
             }
+        }
+        if (a.lost) {
+            fprintf(stderr, "floor_mcast: %zu receivers lost a datagram\n", a.lost);
+            stop_receivers(fd, &to);
+            return 3;
         }
         size_t n = 0;
         for (size_t i = 0; i < take && off < total; i++) {
