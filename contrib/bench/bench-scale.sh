@@ -27,7 +27,11 @@
 #              last node), stock sbcast (once, at most -t SECONDS, default
 #              300: it fails at scale), and the floor: the same file
 #              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
-#              node writing its copy, nothing of Storm in it;
+#              node writing its copy, nothing of Storm in it (the least
+#              flow control: at most 1 MiB beyond the slowest node), and the
+#              sealed floor: the same, every byte sealed and checked by
+#              AES-128-GCM as Storm seals its chunks (each node decrypts
+#              its copy, and here N nodes do so on two cores);
 #              and the copy limit: N copies of the file written on this
 #              machine by two writers at once, no network, in plain C
 #              (contrib/bench/floor_copy: no process per copy);
@@ -64,7 +68,7 @@
 #              measurements "no job").
 # Every measurement also goes to DATAFILE (-d, default
 # /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
-# which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor,
+# which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor, floor-sealed,
 # copy, launch, read, write, writeback-mb).  A failed run prints as "failed" and is not written
 # there.  Clusters are brought down on exit, failed or not.
 set -uo pipefail
@@ -297,12 +301,12 @@ for n in $NODES; do
     done
     if [ $started = no ]; then
         echo "bench-scale: the $n-node job did not start in $JOB_WAIT s ($(squeue -h -j "$jid" -o %r)): no broadcast measured" >&2
-        for s in $SIZES; do row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "no job" - - - - - -); done
+        for s in $SIZES; do row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s' "no job" - - - - - - - -); done
         [ "$TREE" != none ] && row+=$(printf ' %6s %6s %5s' "no job" - -)
     fi
     for s in $SIZES; do
         [ $started = yes ] || break
-        f=$work/f$s xs=() fs=()
+        f=$work/f$s xs=() fs=() ss=()
         clean_dest
         storm_once "$n" "$f" > /dev/null # warm-up: the first writes on a fresh cluster fault in memory
         for ((r = 0; r < REPS; r++)); do
@@ -314,6 +318,10 @@ for n in $NODES; do
             t=$(mcast_floor "$n" "$f")
             record "$n" "$s" floor "$t"
             fs+=("${t/#lost/held}")
+            clean_dest
+            t=$(mcast_floor "$n" "$f" sealed)
+            record "$n" "$s" floor-sealed "$t"
+            ss+=("${t/#lost/held}")
         done
         clean_dest
         st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
@@ -321,11 +329,12 @@ for n in $NODES; do
         clean_dest
         copy=$(copy_limit "$n" "$f" c)
         record "$n" "$s" copy "$copy"
-        x=$(median "${xs[@]}") fl=$(median "${fs[@]}")
+        x=$(median "${xs[@]}") fl=$(median "${fs[@]}") sl=$(median "${ss[@]}")
         [ "$fl" = held ] && fl=lost
-        echo "  $n nodes $s MB: storm ${xs[*]} floor ${fs[*]} copy $copy sbcast $st" >&2
-        row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
-            "$copy" "$(ratio "$x" "$copy" "%.2f")")
+        [ "$sl" = held ] && sl=lost
+        echo "  $n nodes $s MB: storm ${xs[*]} floor ${fs[*]} sealed floor ${ss[*]} copy $copy sbcast $st" >&2
+        row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
+            "$sl" "$(ratio "$x" "$sl" "%.2f")" "$copy" "$(ratio "$x" "$copy" "%.2f")")
     done
     if [ "$TREE" != none ] && [ $started = yes ]; then
         xs=()
@@ -368,14 +377,15 @@ echo "Scale: Storm's suite on stock Slurm daemons, multicast on $MCAST, links un
 echo "start = storm-vcluster up (s); MB/node = memory the cluster holds per node, pss/avail (its processes' PSS; MemAvailable's drop); launch = srun /bin/true (s, median of $REPS);"
 echo "ctx(B) = bytes of a step's context (STORM_CTX), which Slurm's launch carries through every hop;"
 echo "for each size: storm = storm-bcast (median of $REPS), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s), ratio = stock / storm,"
-echo "floor = plain C multicast of the file to every node (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
+echo "floor = plain C multicast of the file to every node, flow-controlled (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
+echo "sealed = the same floor with every byte sealed by AES-128-GCM as Storm's chunks (each node decrypts its copy on these shared cores), /sld = storm / sealed;"
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
 echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum;"
 [ "$TREE" != none ] && echo "tree = storm-bcast of $TREE (median of $REPS, s), untar = N untars of it on this machine (two at once), /untar = tree / untar;"
 [ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples taken, +F? samples sinfo could not take, storm_fault_timeout=$(if [ "$FAULT" = auto ]; then echo "max(5, N/50) s"; else echo "$FAULT"; fi);"
 echo "measurements for contrib/model/storm-model: $DATA"
 hdr=$(printf '%6s %6s %11s %7s %6s' nodes start MB/node launch 'ctx(B)')
-for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr copy /copy); done
+for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr sealed /sld copy /copy); done
 [ "$TREE" != none ] && hdr+=$(printf ' %6s %6s %5s' tree untar /untar)
 hdr+=$(printf ' %18s' strobe)
 [ "$FAULT" != 0 ] && hdr+=$(printf ' %12s' faults)

@@ -66,20 +66,21 @@ timed() {
 }
 
 # shellcheck disable=SC2154 # VC, work, FLOORM, FLOOR_*, addrs, mtu are the caller's
-# mcast_floor N FILE: seconds of floor_mcast from vn1 to vn2..vnN (the node
-# addresses in $addrs); "lost" if a node lost a datagram (the floor has no
-# repairs: such a run is left out of the median), "failed" otherwise.
+# mcast_floor N FILE [sealed]: seconds of floor_mcast from vn1 to vn2..vnN
+# (the node addresses in $addrs), bare or sealed (AES-GCM, as Storm's
+# chunks); "lost" if a node lost a datagram (the floor has no repairs: such
+# a run is left out of the median), "failed" otherwise.
 # Needs VC, work, FLOORM, FLOOR_GROUP, FLOOR_PORT, addrs (vnI's address at
 # index I), mtu (the links' MTU) and an array floor_pids (the receivers,
 # for the caller's exit trap to kill)
 mcast_floor() {
-    local n=$1 f=$2 size i t0 t1 done_n
+    local n=$1 f=$2 seal=${3:-} size i t0 t1 done_n
     size=$(stat -c %s "$f")
     rm -rf "$work/floor" && mkdir -p "$work/floor"
     floor_pids=()
     for ((i = 2; i <= n; i++)); do
         "$VC" exec "vn$i" "$FLOORM" recv "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[i]}" /tmp/bench.floor "$size" \
-            "$mtu" > "$work/floor/$i.out" 2>&1 &
+            "$mtu" "${addrs[1]}" $seal > "$work/floor/$i.out" 2>&1 &
         floor_pids+=($!)
     done
     for _ in $(seq 1 600); do # until every receiver joined the group
@@ -87,13 +88,16 @@ mcast_floor() {
         sleep 0.1
     done
     "$VC" exec vn1 "$FLOORM" send "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[1]}" "$f" /tmp/bench.floor "$mtu" \
-        > "$work/floor/1.out" 2>&1
+        $((n - 1)) $seal > "$work/floor/1.out" 2>&1
     for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done # a receiver that lost one gives up at once or in 30 s
     floor_pids=()
     t0=$(sed -n 's/^start //p' "$work/floor/1.out")
     t1=$(cat "$work"/floor/*.out | sed -n 's/^\(done\|sent\) //p' | sort -n | tail -n 1)
     done_n=$(cat "$work"/floor/*.out | grep -c '^done ')
-    if [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
+    if grep -q 'lost a datagram' "$work/floor/1.out"; then
+        echo lost
+        echo "  floor: $(grep -m 1 'lost a datagram' "$work/floor/1.out")" >&2
+    elif [ -z "$t0" ] || ! grep -q '^sent ' "$work/floor/1.out"; then
         echo failed
         sed 's/^/  floor: /' "$work/floor/1.out" | tail -n 3 >&2
     elif [ "$done_n" != $((n - 1)) ]; then

@@ -1,26 +1,45 @@
 /* floor_mcast: the machine's floor for broadcasting a file to every node by
  * multicast, with nothing of Storm in it: plain blocking C, one sender, no
- * encryption, no checksums, no announcements, no repairs, no flow control
- * beyond the sender's socket buffer.  Each receiver takes the datagrams
- * straight into its write buffer (one system call per 64 KiB where the
- * kernel coalesces them, UDP GRO) and writes the file in 256 KiB pieces;
- * the sender sends in 64 KiB batches (UDP GSO), like Storm's agents.
- * bench-bcast runs it on the same virtual nodes, in turns with Storm, so
- * that Storm's time can be read against what the kernel alone costs here:
- * the datagrams through the bridge and every node's page cache.
+ * checksums, no announcements, no repairs.  Each receiver takes the
+ * datagrams straight into its write buffer (one system call per 64 KiB
+ * where the kernel coalesces them, UDP GRO) and writes the file in
+ * 256 KiB pieces; the sender sends in 64 KiB batches (UDP GSO), like
+ * Storm's agents.  bench-bcast and bench-scale run it on the same virtual
+ * nodes, in turns with Storm, so that Storm's time can be read against
+ * what the kernel alone costs here: the datagrams through the bridge and
+ * every node's page cache.
  *
- *   floor_mcast recv GROUP PORT ADDR FILE SIZE MTU   (in a node's namespace)
- *   floor_mcast send GROUP PORT ADDR SOURCE COPY MTU (in another one)
+ *   floor_mcast recv GROUP PORT ADDR FILE SIZE MTU SENDER [sealed]
+ *                                                  (in a node's namespace)
+ *   floor_mcast send GROUP PORT ADDR SOURCE COPY MTU RECEIVERS [sealed]
+ *                                                  (in another one)
  *
  * ADDR is the node's own address (the interface of the group).  A receiver
  * joins the group, prints "ready", writes SIZE bytes to FILE (created or
  * truncated) and prints "done NS", CLOCK_MONOTONIC in ns.  The sender
  * prints "start NS", sends SOURCE, writing it to COPY as it goes (the
- * sender's node gets its copy too), and prints "sent NS".  A datagram lost
- * or out of order, or none for 30 s, makes the receiver exit 1 with the
- * offset it stopped at: the floor assumes a network that loses nothing,
- * and the caller reports such a run as failed.  Every segment is an 8-byte
- * offset and MTU - 36 bytes of data.
+ * sender's node gets its copy too), and prints "sent NS".
+ *
+ * Flow control, the least there is: each receiver tells the sender (a
+ * datagram to SENDER, port PORT + 1) how many bytes it holds, every STEP
+ * bytes and again while it waits; the sender keeps at most WINDOW bytes
+ * beyond what the slowest of the RECEIVERS holds.
+ *
+ * "sealed": the same work as Storm's sealed chunks, AES-128-GCM (OpenSSL)
+ * over every byte: the sender encrypts each 256 KiB piece and sends it
+ * with its 16-byte tag; each receiver decrypts and checks it before
+ * writing it.  bench-scale reports the ratio to both floors: the plain one
+ * is what the kernel costs, the sealed one what any broadcast that keeps
+ * a job's bytes its own costs here, where every node decrypts on the same
+ * two cores.
+ *
+ * A datagram lost or out of order, a piece that fails its tag, or nothing
+ * for 30 s makes the receiver exit 1 with the offset it stopped at, after
+ * telling the sender, which then stops every receiver and exits 3 ("lost a
+ * datagram"): the floor assumes a network that loses nothing, and the
+ * caller reports such a run as lost.  A sender that hears nothing for 30 s
+ * stops them too, and exits 1.
+ * Every segment is an 8-byte offset and MTU - 36 bytes of data.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -28,6 +47,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <openssl/evp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +66,12 @@
 #define UDP_GRO 104
 #endif
 
-enum { HDR = 8, IPUDP = 28, BATCH = 65000, PIECE = 256 << 10 };
+enum { HDR = 8, IPUDP = 28, BATCH = 65000, PIECE = 256 << 10, TAG = 16 };
+/* Flow control: a receiver speaks every STEP bytes, and every 100 ms while
+ * it waits (IDLE_TICKS of them: 30 s); the sender keeps WINDOW in flight. */
+enum { STEP = 256 << 10, WINDOW = 1 << 20, IDLE_TICKS = 300 };
+/* A receiver's word that it lost a datagram and gave up: the sender stops. */
+#define LOST (~0ull)
 
 static void die(const char *what)
 {
@@ -105,7 +131,7 @@ static int group_socket(struct in_addr group, unsigned port, struct in_addr ifac
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = group};
         struct ip_mreq m = {.imr_multiaddr = group, .imr_interface = iface};
         int rcv = 32 << 20;
-        struct timeval idle = {.tv_sec = 30};
+        struct timeval idle = {.tv_usec = 100000}; /* IDLE_TICKS of them: 30 s */
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
             bind(fd, (struct sockaddr *)&a, sizeof a) < 0)
             die("bind");
@@ -127,26 +153,65 @@ static int group_socket(struct in_addr group, unsigned port, struct in_addr ifac
     return fd;
 }
 
+/* The stream on the wire: the file itself, or, sealed, each PIECE of it
+ * encrypted and followed by its tag. */
+static unsigned long long stream_size(unsigned long long size, int sealed)
+{
+    return sealed ? size + (size + PIECE - 1) / PIECE * TAG : size;
+}
+
+/* AES-128-GCM of one piece (IV: its index); the key is fixed, the floor
+ * keeps nothing secret, it only does the work. */
+static int gcm(EVP_CIPHER_CTX *c, int enc, unsigned long long piece, const unsigned char *in, size_t n,
+               unsigned char *out, unsigned char *tag)
+{
+    static const unsigned char key[16] = "floor_mcast key";
+    unsigned char iv[12] = {0};
+    int len = 0, fin = 0;
+    memcpy(iv, &piece, sizeof piece);
+    if (EVP_CipherInit_ex(c, EVP_aes_128_gcm(), NULL, key, iv, enc) != 1)
+        return 0;
+    if (!enc && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, TAG, tag) != 1)
+        return 0;
+    if (EVP_CipherUpdate(c, out, &len, in, (int)n) != 1 || EVP_CipherFinal_ex(c, out + len, &fin) != 1)
+        return 0;
+    return !enc || EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, TAG, tag) == 1;
+}
+
+/* A receiver's word to the sender: the bytes of the stream it holds. */
+static void tell(int fd, const struct sockaddr_in *to, unsigned long long got)
+{
+    uint64_t v = got;
+    sendto(fd, &v, sizeof v, 0, (const struct sockaddr *)to, sizeof *to);
+}
+
 /* Segments of one file: SEG bytes each on the wire, SEG - HDR of data. */
 static int receive(struct in_addr group, unsigned port, struct in_addr iface, const char *file,
-                   unsigned long long size, size_t seg)
+                   unsigned long long size, size_t seg, struct in_addr sender, int sealed)
 {
-    size_t data = seg - HDR, per = BATCH / seg;
-    int fd = group_socket(group, port, iface, 1);
+    size_t data = seg - HDR, per = BATCH / seg, unit = sealed ? PIECE + TAG : PIECE;
+    unsigned long long total = stream_size(size, sealed), told = 0, piece = 0;
+    int fd = group_socket(group, port, iface, 1), back = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)(port + 1)), .sin_addr = sender};
+    if (back < 0)
+        die("socket");
     int out = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (out < 0)
         die(file);
     /* a piece and one batch beyond it: a batch never wraps */
-    char *buf = malloc(PIECE + per * data);
+    char *buf = malloc(unit + per * data), *plain = malloc(PIECE);
     uint64_t *hdr = calloc(per, sizeof *hdr);
     struct iovec *iov = calloc(2 * per, sizeof *iov);
-    if (!buf || !hdr || !iov)
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    if (!buf || !plain || !hdr || !iov || !c)
         die("memory");
     printf("ready\n");
     fflush(stdout);
     unsigned long long got = 0, written = 0;
     size_t fill = 0;
-    while (got < size) {
+    int idle = 0;
+    while (got < total) {
         for (size_t i = 0; i < per; i++) {
             iov[2 * i] = (struct iovec){&hdr[i], HDR};
             iov[2 * i + 1] = (struct iovec){buf + fill + i * data, data};
@@ -155,11 +220,16 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
         ssize_t n = recvmsg(fd, &m, 0);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && errno == EAGAIN && ++idle < IDLE_TICKS) {
+            tell(back, &to, got); /* the sender may have missed the last word */
+            continue;
+        }
         if (n < 0) {
-            fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: %s\n", got, size,
+            fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: %s\n", got, total,
                     errno == EAGAIN ? "nothing for 30 s" : strerror(errno));
             return 1;
         }
+        idle = 0;
         if (m.msg_flags & MSG_TRUNC) {
             fprintf(stderr, "floor_mcast: a datagram larger than %zu bytes at %llu\n", per * seg, got);
             return 1;
@@ -169,24 +239,104 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
             if (hdr[i] != got + i * data) {
                 fprintf(stderr, "floor_mcast: lost or reordered datagram at %llu (got %llu)\n",
                         got + i * data, (unsigned long long)hdr[i]);
+                tell(back, &to, LOST);
                 return 1;
             }
         got += bytes;
         fill += bytes;
-        if (fill >= PIECE || got >= size) {
-            write_all(out, buf, fill, (off_t)written);
-            written += fill;
-            fill = 0;
+        /* whole pieces out of the buffer, what follows them moved to its start */
+        size_t at = 0;
+        while (fill - at >= unit || (got >= total && at < fill)) {
+            size_t n_in = fill - at < unit ? fill - at : unit, n_out = sealed ? n_in - TAG : n_in;
+            const char *p = buf + at;
+            if (sealed) {
+                if (n_in <= TAG || !gcm(c, 0, piece, (const unsigned char *)p, n_out, (unsigned char *)plain,
+                                        (unsigned char *)p + n_out)) {
+                    fprintf(stderr, "floor_mcast: piece %llu fails its tag\n", piece);
+                    return 1;
+                }
+                p = plain;
+            }
+            write_all(out, p, n_out, (off_t)written);
+            written += n_out;
+            at += n_in;
+            piece++;
+        }
+        if (at > 0) {
+            memmove(buf, buf + at, fill - at);
+            fill -= at;
+        }
+        if (got - told >= STEP || got >= total) {
+            tell(back, &to, got);
+            told = got;
         }
     }
     if (close(out) < 0)
         die("close");
     printf("done %llu\n", now_ns());
+    EVP_CIPHER_CTX_free(c);
     return 0;
 }
 
+/* The sender's view of its receivers: what each holds, by address. */
+struct acks {
+    uint32_t *addr;          /* open addressing, 0: free */
+    unsigned long long *got; /* per slot */
+    size_t slots, known, expected, lost;
+};
+
+/* The least any receiver holds (0 until every one has spoken). */
+static unsigned long long slowest(const struct acks *a)
+{
+    if (a->known < a->expected)
+        return 0;
+    unsigned long long min = ~0ull;
+    for (size_t i = 0; i < a->slots; i++)
+        if (a->addr[i] && a->got[i] < min)
+            min = a->got[i];
+    return min;
+}
+
+/* Takes every word waiting on `fd`; waits up to `ms` for the first. */
+static int hear(int fd, struct acks *a, int ms)
+{
+    int heard = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, heard ? 0 : ms) <= 0)
+            return heard;
+        uint64_t v;
+        struct sockaddr_in from;
+        socklen_t fl = sizeof from;
+        if (recvfrom(fd, &v, sizeof v, MSG_DONTWAIT, (struct sockaddr *)&from, &fl) != sizeof v)
+            continue;
+        heard = 1;
+        uint32_t k = from.sin_addr.s_addr;
+        size_t i = (k * 2654435761u) % a->slots;
+        while (a->addr[i] && a->addr[i] != k)
+            i = (i + 1) % a->slots;
+        if (!a->addr[i]) {
+            if (a->known == a->expected)
+                continue; /* not one of ours */
+            a->addr[i] = k;
+            a->known++;
+        }
+        if (v == LOST)
+            a->lost++;
+        else if (v > a->got[i])
+            a->got[i] = v;
+    }
+}
+
+/* A datagram at offset LOST: every receiver gives up at once. */
+static void stop_receivers(int fd, const struct sockaddr_in *to)
+{
+    uint64_t h = LOST;
+    sendto(fd, &h, sizeof h, 0, (const struct sockaddr *)to, sizeof *to);
+}
+
 static int send_file(struct in_addr group, unsigned port, struct in_addr iface, const char *source,
-                     const char *copy, size_t seg)
+                     const char *copy, size_t seg, size_t receivers, int sealed)
 {
     size_t data = seg - HDR, per = BATCH / seg;
     int gso = (int)seg;
@@ -198,31 +348,67 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
         die(source);
     if (out < 0)
         die(copy);
+    int back = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), rcv = 4 << 20;
+    struct sockaddr_in me = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)(port + 1)), .sin_addr = iface};
+    if (back < 0 || bind(back, (struct sockaddr *)&me, sizeof me) < 0)
+        die("binding the receivers' port");
+    if (setsockopt(back, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) < 0)
+        setsockopt(back, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    struct acks a = {.slots = 2 * receivers + 1, .expected = receivers};
+    a.addr = calloc(a.slots, sizeof *a.addr);
+    a.got = calloc(a.slots, sizeof *a.got);
     int gsok = setsockopt(fd, SOL_UDP, UDP_SEGMENT, &gso, sizeof gso) == 0;
-    size_t size = (size_t)st.st_size;
-    char *file = malloc(size + 1), *batch = malloc(per * seg);
-    if (!file || !batch)
+    size_t size = (size_t)st.st_size, total = (size_t)stream_size(size, sealed);
+    char *file = malloc(size + 1), *stream = sealed ? malloc(total + 1) : file, *batch = malloc(per * seg);
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    if (!file || !stream || !batch || !a.addr || !a.got || !c)
         die("memory");
     printf("start %llu\n", now_ns());
     fflush(stdout);
-    /* Batches of full segments across the whole file (only the file's last
-     * segment is short), the file read and copied a piece ahead of them. */
+    /* Batches of full segments across the whole stream (only its last
+     * segment is short), the file read, copied and sealed a piece ahead of
+     * them, never more than WINDOW beyond the slowest receiver. */
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = group};
-    size_t have = 0, take = gsok ? per : 1;
-    for (size_t off = 0; off < size;) {
-        while (have < size && have < off + take * data) {
+    size_t have = 0, ready = 0, take = gsok ? per : 1;
+    unsigned long long low = 0;
+    int waited = 0;
+    for (size_t off = 0; off < total;) {
+        while (ready < total && ready < off + take * data) {
             ssize_t r = pread(in, file + have, size - have < PIECE ? size - have : PIECE, (off_t)have);
             if (r <= 0)
                 die(source);
             write_all(out, file + have, (size_t)r, (off_t)have);
+            if (sealed && !gcm(c, 1, have / PIECE, (unsigned char *)file + have, (size_t)r,
+                               (unsigned char *)stream + ready, (unsigned char *)stream + ready + r))
+                die("sealing");
             have += (size_t)r;
+            ready += (size_t)r + (sealed ? TAG : 0);
+        }
+        hear(back, &a, 0);
+        while (!a.lost && off >= (low = slowest(&a)) + WINDOW) {
+            if (hear(back, &a, 100))
+                waited = 0;
+            else if (++waited > IDLE_TICKS) {
+                fprintf(stderr,
+                        "floor_mcast: %zu of %zu receivers spoke, the slowest holds %llu of %zu bytes: "
+                        "nothing more for 30 s\n",
+                        a.known, a.expected, low, total);
+                stop_receivers(fd, &to);
+                return 1;
+            }
+        }
+        if (a.lost) {
+            fprintf(stderr, "floor_mcast: %zu receivers lost a datagram\n", a.lost);
+            stop_receivers(fd, &to);
+            return 3;
         }
         size_t n = 0;
-        for (size_t i = 0; i < take && off < size; i++) {
-            size_t d = size - off < data ? size - off : data;
+        for (size_t i = 0; i < take && off < total; i++) {
+            size_t d = total - off < data ? total - off : data;
             uint64_t h = off;
             memcpy(batch + n, &h, HDR);
-            memcpy(batch + n + HDR, file + off, d);
+            memcpy(batch + n + HDR, stream + off, d);
             n += HDR + d;
             off += d;
         }
@@ -233,26 +419,36 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
     if (close(out) < 0)
         die("close");
     printf("sent %llu\n", now_ns());
+    EVP_CIPHER_CTX_free(c);
     return 0;
+}
+
+static int mtu_of(const char *s)
+{
+    unsigned long mtu = number(s, "MTU");
+    if (mtu < 576 || mtu > 9000) {
+        fprintf(stderr, "floor_mcast: MTU %lu outside 576-9000\n", mtu);
+        exit(2);
+    }
+    return (int)mtu;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 8 && !strcmp(argv[1], "recv")) {
-        unsigned long mtu = number(argv[7], "MTU");
-        if (mtu < 576 || mtu > 9000)
-            return fprintf(stderr, "floor_mcast: MTU %lu outside 576-9000\n", mtu), 2;
+    int sealed = argc == 10 && !strcmp(argv[9], "sealed");
+    if ((argc == 9 || sealed) && !strcmp(argv[1], "recv"))
         return receive(address(argv[2], "group"), (unsigned)number(argv[3], "port"),
-                       address(argv[4], "address"), argv[5], number(argv[6], "size"), mtu - IPUDP);
-    }
-    if (argc == 8 && !strcmp(argv[1], "send")) {
-        unsigned long mtu = number(argv[7], "MTU");
-        if (mtu < 576 || mtu > 9000)
-            return fprintf(stderr, "floor_mcast: MTU %lu outside 576-9000\n", mtu), 2;
+                       address(argv[4], "address"), argv[5], number(argv[6], "size"),
+                       (size_t)mtu_of(argv[7]) - IPUDP, address(argv[8], "sender"), sealed);
+    if ((argc == 9 || sealed) && !strcmp(argv[1], "send")) {
+        unsigned long receivers = number(argv[8], "receivers");
+        if (receivers < 1 || receivers > 65536)
+            return fprintf(stderr, "floor_mcast: receivers %lu outside 1-65536\n", receivers), 2;
         return send_file(address(argv[2], "group"), (unsigned)number(argv[3], "port"),
-                         address(argv[4], "address"), argv[5], argv[6], mtu - IPUDP);
+                         address(argv[4], "address"), argv[5], argv[6], (size_t)mtu_of(argv[7]) - IPUDP,
+                         receivers, sealed);
     }
-    fprintf(stderr, "usage: floor_mcast recv GROUP PORT ADDR FILE SIZE MTU\n"
-                    "       floor_mcast send GROUP PORT ADDR SOURCE COPY MTU\n");
+    fprintf(stderr, "usage: floor_mcast recv GROUP PORT ADDR FILE SIZE MTU SENDER [sealed]\n"
+                    "       floor_mcast send GROUP PORT ADDR SOURCE COPY MTU RECEIVERS [sealed]\n");
     return 2;
 }

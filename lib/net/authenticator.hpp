@@ -4,8 +4,10 @@
 //
 // Contract: verify() returns the payload the credential carries only if it
 // is genuine, unexpired and not replayed, and throws AuthError otherwise.
-// Both may block briefly (munge talks to munged over a unix socket) and are
-// called only when a connection is set up.
+// Both may block (munge talks to munged over a unix socket) and are called
+// only when a connection is set up: on its loop, or, where the loop has an
+// AuthOffload, on the offload's threads, several at once.  So an
+// Authenticator is thread-safe; trusted() is called on the loop.
 #pragma once
 
 #include <string>

@@ -140,12 +140,12 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
 {
     auto *c = static_cast<Connection *>(arg);
     auto keep = c->shared_from_this();
-    if (c->closed_ || c->paused_)
+    if (c->closed_ || c->paused_ || c->authenticating_)
         return;
     // Frames read before a pause, handed over first (resume_reading()).
     if (c->in_need_ == 0 && c->in_end_ - c->in_begin_ >= kHeaderSize) {
         c->handle_input();
-        if (c->closed_ || c->paused_)
+        if (c->closed_ || c->paused_ || c->authenticating_)
             return;
     }
     try {
@@ -170,7 +170,7 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
 }
 
 std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr_in &addr, uint32_t peer,
-                                                Authenticator &auth)
+                                                Authenticator &auth, AuthOffload *offload)
 {
     // Our own socket, close-on-exec: slurmd forks and execs slurmstepd.
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -182,6 +182,7 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
         throw std::runtime_error("bufferevent_socket_new failed");
     }
     std::shared_ptr<Connection> c(new Connection(base, bev, auth, true, peer));
+    c->offload_ = offload;
     c->name_ = "agent " + std::to_string(peer) + " (" + addr_str(addr) + ")";
     c->self_ref_ = c;
     bufferevent_setcb(bev, nullptr, nullptr, event_cb, c.get());
@@ -198,7 +199,7 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
 }
 
 std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_t self, Authenticator &auth,
-                                               bool users)
+                                               bool users, AuthOffload *offload)
 {
     bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
@@ -207,6 +208,7 @@ std::shared_ptr<Connection> Connection::accept(event_base *base, int fd, uint32_
     }
     std::shared_ptr<Connection> c(new Connection(base, bev, auth, false, self));
     c->users_ = users;
+    c->offload_ = offload;
     sockaddr_in a{};
     socklen_t len = sizeof a;
     getpeername(fd, reinterpret_cast<sockaddr *>(&a), &len);
@@ -367,8 +369,7 @@ void Connection::pause_reading()
     if (paused_ || closed_)
         return;
     paused_ = true;
-    if (rev_)
-        event_del(rev_);
+    update_reads();
 }
 
 void Connection::resume_reading()
@@ -376,16 +377,12 @@ void Connection::resume_reading()
     if (!paused_)
         return;
     paused_ = false;
-    if (closed_ || !rev_)
-        return;
-    event_add(rev_, nullptr);
-    if (in_end_ - in_begin_ >= kHeaderSize)
-        event_active(rev_, EV_READ, 0); // the frames already read, from the loop
+    update_reads(); // the frames already read, from the loop
 }
 
 void Connection::handle_input()
 {
-    while (!closed_ && !paused_) {
+    while (!closed_ && !paused_ && !authenticating_) {
         size_t avail = in_end_ - in_begin_;
         in_need_ = 0;
         if (avail < kHeaderSize)
@@ -439,20 +436,62 @@ void Connection::handle_input()
     }
 }
 
-// A hello or hello_ok payload: a credential whose payload is a Storm
-// hello, "storm:v1:<to>:<from>:<nonce>".
-Connection::Hello Connection::verify_hello(std::string_view payload)
+// The hello inside a verified credential ("storm:v2:<to>:<from>:<nonce>:
+// <challenge>").
+Connection::Hello Connection::parse_verified(const Authenticator::Verified &v)
 {
-    Reader r(payload);
-    std::string cred(r.bytes(kMaxCredential));
-    r.finish();
-    auto v = auth_.verify(cred);
-    peer_uid_ = v.uid;
-    trusted_ = auth_.trusted(v.uid);
     Hello h;
     if (!parse_hello(v.payload, h.to, h.from, h.nonce, h.challenge))
         throw AuthError("credential payload \"" + v.payload + "\" is not a Storm hello");
     return h;
+}
+
+void Connection::authenticate(std::function<Apply()> work)
+{
+    // Off the loop where there is an offload: `work` holds copies of what
+    // it needs, never the connection.
+    auto run = [work = std::move(work)]() -> Apply {
+        try {
+            return work();
+        } catch (const std::exception &e) {
+            std::string why = e.what();
+            return [why](Connection &c) { c.close("authentication of " + c.name_ + " failed: " + why); };
+        }
+    };
+    if (!offload_) {
+        run()(*this);
+        return;
+    }
+    authenticating_ = true;
+    update_reads();
+    std::weak_ptr<Connection> weak = shared_from_this();
+    offload_->submit([run = std::move(run), weak]() -> AuthOffload::Done {
+        Apply apply = run();
+        return [apply = std::move(apply), weak] {
+            auto c = weak.lock();
+            if (!c || c->closed_)
+                return;
+            c->authenticating_ = false;
+            apply(*c);
+            c->update_reads(); // frames that came meanwhile, now in order
+        };
+    });
+}
+
+// Reads are watched while nothing holds them: not closed, not paused by
+// the handler, no handshake at work.  Frames already read are handed over
+// from the loop once they are.
+void Connection::update_reads()
+{
+    if (!rev_)
+        return;
+    if (closed_ || paused_ || authenticating_) {
+        event_del(rev_);
+        return;
+    }
+    event_add(rev_, nullptr);
+    if (in_end_ - in_begin_ >= kHeaderSize)
+        event_active(rev_, EV_READ, 0);
 }
 
 void Connection::handle_challenge(std::string_view payload)
@@ -465,14 +504,39 @@ void Connection::handle_challenge(std::string_view payload)
     challenged_ = true;
     challenge_ = std::move(challenge);
     nonce_ = make_nonce();
-    Writer w;
-    w.bytes(auth_.credential(hello_payload(peer_, kNoIndex, nonce_, challenge_)));
-    send(MsgType::hello, 0, w.data());
+    authenticate([auth = &auth_, hello = hello_payload(peer_, kNoIndex, nonce_, challenge_)]() -> Apply {
+        Writer w;
+        w.bytes(auth->credential(hello));
+        return [payload = w.data()](Connection &c) { c.send(MsgType::hello, 0, payload); };
+    });
 }
 
 void Connection::handle_hello(std::string_view payload)
 {
-    Hello h = verify_hello(payload);
+    Reader r(payload);
+    std::string cred(r.bytes(kMaxCredential));
+    r.finish();
+    // The client's credential verified, and ours made for the nonces it
+    // names (checked on the loop before it is sent).
+    authenticate([auth = &auth_, cred = std::move(cred), self = self_]() -> Apply {
+        auto v = auth->verify(cred);
+        Hello h = parse_verified(v);
+        Writer w;
+        w.bytes(auth->credential(hello_payload(kNoIndex, self, h.nonce, h.challenge)));
+        return [uid = v.uid, h, ok = w.data()](Connection &c) {
+            try {
+                c.accept_hello(uid, h, ok);
+            } catch (const AuthError &e) {
+                c.close("authentication of " + c.name_ + " failed: " + e.what());
+            }
+        };
+    });
+}
+
+void Connection::accept_hello(uid_t uid, const Hello &h, const std::string &hello_ok)
+{
+    peer_uid_ = uid;
+    trusted_ = auth_.trusted(uid);
     if (!trusted_ && !users_)
         throw AuthError("credential of uid " + std::to_string(peer_uid_) + ", which is not a Slurm daemon's");
     if (h.to != self_)
@@ -483,17 +547,34 @@ void Connection::handle_hello(std::string_view payload)
                         "another connection)");
     peer_ = h.from;
     // Mutual: prove to the client that this is the agent it asked for.
-    Writer w;
-    w.bytes(auth_.credential(hello_payload(kNoIndex, self_, h.nonce, h.challenge)));
     ready_ = true;
-    send(MsgType::hello_ok, 0, w.data());
+    send(MsgType::hello_ok, 0, hello_ok);
     if (ready_handler_)
         ready_handler_(*this);
 }
 
 void Connection::handle_hello_ok(std::string_view payload)
 {
-    Hello h = verify_hello(payload);
+    Reader r(payload);
+    std::string cred(r.bytes(kMaxCredential));
+    r.finish();
+    authenticate([auth = &auth_, cred = std::move(cred)]() -> Apply {
+        auto v = auth->verify(cred);
+        Hello h = parse_verified(v);
+        return [uid = v.uid, h](Connection &c) {
+            try {
+                c.accept_hello_ok(uid, h);
+            } catch (const AuthError &e) {
+                c.close("authentication of " + c.name_ + " failed: " + e.what());
+            }
+        };
+    });
+}
+
+void Connection::accept_hello_ok(uid_t uid, const Hello &h)
+{
+    peer_uid_ = uid;
+    trusted_ = auth_.trusted(uid);
     if (!trusted_)
         throw AuthError("the agent's credential is of uid " + std::to_string(peer_uid_) +
                         ", which is not a Slurm daemon's");

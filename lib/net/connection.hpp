@@ -13,6 +13,9 @@
 // Any framing error, an unexpected frame before authentication, a failed
 // verification, EOF or a socket error closes the connection: the close
 // handler runs once, with the reason, and nothing more is delivered.
+// With an AuthOffload, the munge calls of the handshake run on its threads
+// (auth_offload.hpp: a slow munged never holds the loop), and the
+// connection reads nothing meanwhile; without one, on the loop.
 //
 // I/O: a frame sent while nothing is queued goes to the kernel at once
 // (one sendmsg of header, payload and referenced data; the rest, if any, is
@@ -36,6 +39,7 @@
 #include <string>
 #include <string_view>
 
+#include "lib/net/auth_offload.hpp"
 #include "lib/net/authenticator.hpp"
 #include "lib/net/frame.hpp"
 
@@ -67,16 +71,17 @@ public:
     using ReadyHandler = std::function<void(Connection &)>;
 
     // Starts a non-blocking connect to `addr`, as the agent with index
-    // `peer` expects.  on_ready runs once hello_ok arrives.
+    // `peer` expects.  on_ready runs once hello_ok arrives (and is
+    // verified).  `offload`, if given, outlives the connection's handshake.
     static std::shared_ptr<Connection> connect(event_base *base, const sockaddr_in &addr, uint32_t peer,
-                                               Authenticator &auth);
+                                               Authenticator &auth, AuthOffload *offload = nullptr);
     // Wraps an accepted socket; `self` is this agent's index, which the
     // client's credential must name.  With `users`, a client whose
     // credential is a user's (not a daemon's) is accepted as untrusted
     // (its frames are the receiver's to filter); without, it is refused.
     // A server must always prove a daemon's identity to its client.
     static std::shared_ptr<Connection> accept(event_base *base, int fd, uint32_t self, Authenticator &auth,
-                                              bool users = false);
+                                              bool users = false, AuthOffload *offload = nullptr);
 
     ~Connection();
 
@@ -128,7 +133,18 @@ private:
         uint32_t to, from;
         std::string nonce, challenge;
     };
-    Hello verify_hello(std::string_view payload);
+    // What a handshake's munge calls produce (off the loop, with an
+    // offload), applied on the loop: nothing of the connection is touched
+    // before.  authenticate() runs `work` and applies its result, or
+    // closes the connection with the error it threw.
+    using Apply = std::function<void(Connection &)>;
+    void authenticate(std::function<Apply()> work);
+    static Hello parse_verified(const Authenticator::Verified &v);
+    // On the loop, with the munge calls' results: the checks, then ready.
+    // Throw AuthError.
+    void accept_hello(uid_t uid, const Hello &h, const std::string &hello_ok);
+    void accept_hello_ok(uid_t uid, const Hello &h);
+    void update_reads();
     void handle_challenge(std::string_view payload);
     void handle_hello(std::string_view payload);
     void handle_hello_ok(std::string_view payload);
@@ -165,6 +181,8 @@ private:
     bool closed_by_peer_ = false;
     int error_ = 0;
     bool users_ = false;
+    AuthOffload *offload_ = nullptr;
+    bool authenticating_ = false; // a handshake's munge call is at work: nothing is read
     uid_t peer_uid_ = static_cast<uid_t>(-1);
     bool trusted_ = false;
     std::string nonce_;     // client: its own nonce

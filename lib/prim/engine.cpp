@@ -36,6 +36,8 @@ Engine::Engine(event_base *base, EngineConfig config, net::Authenticator &auth, 
         this);
     timeval tv = to_timeval(cfg_.timeout);
     evtimer_add(sweep_, &tv);
+    if (cfg_.auth_threads > 0)
+        auth_offload_ = std::make_unique<net::AuthOffload>(base_, cfg_.auth_threads);
     if (cfg_.hello_timeout.count() <= 0 || cfg_.max_unauthenticated == 0 ||
         cfg_.max_unauthenticated_per_address == 0)
         throw std::invalid_argument("engine: the hello deadline and the caps on unauthenticated connections "
@@ -167,7 +169,8 @@ void Engine::on_accept(int fd)
     }
     std::shared_ptr<Connection> c;
     try {
-        c = Connection::accept(base_, fd, cfg_.self, auth_, static_cast<bool>(service_frames_));
+        c = Connection::accept(base_, fd, cfg_.self, auth_, static_cast<bool>(service_frames_),
+                               auth_offload_.get());
     } catch (const std::exception &e) {
         log_.error("cannot accept a connection: %s", e.what());
         return;
@@ -207,7 +210,7 @@ std::shared_ptr<Connection> Engine::peer(uint32_t index)
     auto down = down_.find(index);
     if (down != down_.end() && std::chrono::steady_clock::now() < down->second.until)
         throw std::runtime_error("failed recently");
-    auto c = Connection::connect(base_, cfg_.nodes[index], index, auth_);
+    auto c = Connection::connect(base_, cfg_.nodes[index], index, auth_, auth_offload_.get());
     std::weak_ptr<bool> alive = alive_;
     c->on_frame([this](Connection &conn, const net::FrameHeader &h, std::string_view p) {
         on_frame(conn, h, p, false);

@@ -108,6 +108,9 @@ struct EngineConfig {
     std::chrono::milliseconds hello_timeout{10000};
     unsigned max_unauthenticated = 256;
     unsigned max_unauthenticated_per_address = 32;
+    // Threads for the munge calls of connections' handshakes
+    // (net::AuthOffload): a slow munged then holds no loop.  0: on the loop.
+    unsigned auth_threads = 4;
     // Multicast data path (lib/net/mcast.hpp), on an agent whose
     // mcast.port is set; an iface of 0.0.0.0 means this node's address.
     net::McastConfig mcast;
@@ -336,6 +339,9 @@ private:
     event_base *base_;
     EngineConfig cfg_;
     net::Authenticator &auth_;
+    // The handshakes' munge calls, off the loop (cfg_.auth_threads; null:
+    // on it).  Before the connections: destroyed after them.
+    std::unique_ptr<net::AuthOffload> auth_offload_;
     Logger log_;
     evconnlistener *listener_ = nullptr;
     event *sweep_ = nullptr;

@@ -4,11 +4,14 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <vector>
@@ -31,12 +34,18 @@ using net::RangeSet;
 class FakeAuth : public net::Authenticator {
 public:
     explicit FakeAuth(uid_t uid = 0) : uid_(uid) {}
+    // Thread-safe, as the contract wants (engines call it from their
+    // AuthOffload's threads).  `delay`: each call takes this long, as a
+    // busy munged's.
     std::string credential(std::string_view payload) override
     {
+        std::this_thread::sleep_for(delay);
         return "FAKE:" + std::to_string(++serial()) + ":" + std::to_string(uid_) + ":" + std::string(payload);
     }
     Verified verify(std::string_view cred) override
     {
+        std::this_thread::sleep_for(delay);
+        std::lock_guard<std::mutex> l(mu_);
         std::string c(cred);
         if (c.rfind("FAKE:", 0) != 0)
             throw net::AuthError("Invalid credential");
@@ -51,13 +60,16 @@ public:
     }
     bool trusted(uid_t uid) const override { return uid == 0; }
 
+    std::chrono::milliseconds delay{0};
+
 private:
-    static uint64_t &serial()
+    static std::atomic<uint64_t> &serial()
     {
-        static uint64_t s = 0;
+        static std::atomic<uint64_t> s{0};
         return s;
     }
     uid_t uid_;
+    std::mutex mu_;
     std::set<std::string> seen_;
 };
 

@@ -5,8 +5,9 @@
 // forwards) stays intact while later frames are read.  Also the send path:
 // frames of every size, from a header alone to several MiB, arrive intact.
 // A frame other than the hello exchange is refused on its header before
-// authentication.  A raw socket plays the client, with a credential of the
-// fake authenticator (prim_fixture.hpp).
+// authentication.  With an AuthOffload, the handshake's munge calls leave
+// the loop free, and a refusal found on its thread still closes both ends.  A raw socket plays the client,
+// with a credential of the fake authenticator (prim_fixture.hpp).
 #include "tests/unit/cmocka.hpp"
 
 #include <arpa/inet.h>
@@ -313,6 +314,100 @@ void test_refused_on_its_header_before_authentication(void **)
     assert_true(test_helpers::contains(p.closed, "xfer frame before authentication"));
 }
 
+// A client and a server Connection over loopback, both handing their
+// handshakes' munge calls to `off` (or none); the loop's longest pause
+// while they shake hands, timed by a 5 ms timer.
+struct Handshake {
+    event_base *base = event_base_new();
+    FakeAuth auth;
+    std::unique_ptr<net::AuthOffload> off;
+    std::shared_ptr<net::Connection> client, server;
+    std::vector<std::string> got;
+    std::string client_closed, server_closed;
+    std::chrono::steady_clock::duration longest{};
+    std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+
+    Handshake(std::chrono::milliseconds delay, uint32_t server_index, bool offload)
+    {
+        auth.delay = delay;
+        if (offload)
+            off = std::make_unique<net::AuthOffload>(base, 4);
+        sockaddr_in a;
+        int listener = listen_loopback(&a);
+        client = net::Connection::connect(base, a, 0, auth, off.get());
+        client->on_close([this](net::Connection &, const std::string &why) { client_closed = why; });
+        client->send(net::MsgType::caw, 1, "early"); // held until hello_ok
+        event *tick = event_new(
+            base, -1, EV_PERSIST,
+            [](evutil_socket_t, short, void *arg) {
+                auto *h = static_cast<Handshake *>(arg);
+                auto now = std::chrono::steady_clock::now();
+                h->longest = std::max(h->longest, now - h->last);
+                h->last = now;
+            },
+            this);
+        timeval tv{0, 5000};
+        event_add(tick, &tv);
+        auto until = std::chrono::steady_clock::now() + 10s;
+        while (std::chrono::steady_clock::now() < until && got.empty() && client_closed.empty() &&
+               server_closed.empty()) {
+            int fd = server ? -1 : accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0) {
+                server = net::Connection::accept(base, fd, server_index, auth, false, off.get());
+                server->on_frame([this](net::Connection &, const net::FrameHeader &, std::string_view pl) {
+                    got.emplace_back(pl);
+                });
+                server->on_close([this](net::Connection &, const std::string &why) { server_closed = why; });
+            }
+            event_base_loop(base, EVLOOP_ONCE);
+        }
+        event_free(tick);
+        close(listener);
+    }
+    ~Handshake()
+    {
+        if (client)
+            client->close("test over");
+        if (server)
+            server->close("test over");
+        client.reset();
+        server.reset();
+        off.reset();
+        event_base_free(base);
+    }
+};
+
+void test_handshake_off_the_loop(void **)
+{
+    // munge calls of 200 ms each (a busy munged): four in a handshake.
+    // With an offload the loop keeps running meanwhile (its timer never
+    // waits a whole call) and the handshake completes, the frame held
+    // before hello_ok delivered; on the loop, each call holds it.
+    Handshake h(200ms, 0, true);
+    assert_true(h.client->ready());
+    assert_true(h.server->ready());
+    assert_int_equal(h.got.size(), 1);
+    assert_true(h.got[0] == "early");
+    assert_true(h.off->threads() >= 1);
+    assert_true(h.longest < 150ms);
+
+    Handshake inline_(200ms, 0, false);
+    assert_int_equal(inline_.got.size(), 1);
+    assert_true(inline_.longest >= 190ms);
+}
+
+void test_handshake_refused_off_the_loop(void **)
+{
+    // A hello meant for another agent, verified on the offload's thread:
+    // refused on the loop with the reason, nothing delivered, the client
+    // never ready.
+    Handshake h(0ms, 7, true);
+    assert_true(h.got.empty());
+    assert_true(test_helpers::contains(h.server_closed, "credential meant for agent 0, this is agent 7"));
+    assert_false(h.server->ready());
+    assert_false(h.client->ready());
+}
+
 } // namespace
 
 int main()
@@ -325,6 +420,8 @@ int main()
         cmocka_unit_test(test_send_path),
         cmocka_unit_test(test_truncated_frame_then_eof),
         cmocka_unit_test(test_refused_on_its_header_before_authentication),
+        cmocka_unit_test(test_handshake_off_the_loop),
+        cmocka_unit_test(test_handshake_refused_off_the_loop),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
