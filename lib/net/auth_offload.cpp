@@ -44,13 +44,34 @@ AuthOffload::~AuthOffload()
 
 void AuthOffload::submit(Job job)
 {
+    Job here; // run on the loop: no thread could be started, and none runs
     {
         std::lock_guard<std::mutex> l(mu_);
         jobs_.push_back(std::move(job));
-        if (idle_ < jobs_.size() && threads_.size() < max_threads_)
-            threads_.emplace_back([this] { work(); });
+        if (idle_ < jobs_.size() && threads_.size() < max_threads_) {
+            try {
+                threads_.emplace_back([this] { work(); });
+            } catch (const std::system_error &) {
+                // No thread to be had (the process's limit): the threads
+                // there are take it, or, with none, the loop does, as
+                // without an offload.
+                if (threads_.empty()) {
+                    here = std::move(jobs_.back());
+                    jobs_.pop_back();
+                }
+            }
+        }
     }
     cv_.notify_one();
+    if (here) {
+        Done done;
+        try {
+            done = here();
+        } catch (...) {
+        }
+        if (done)
+            done();
+    }
 }
 
 unsigned AuthOffload::threads() const

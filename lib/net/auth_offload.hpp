@@ -13,8 +13,9 @@
 // Contract: submit() from the loop thread only.  A job runs on one of at
 // most `max_threads` threads (started as jobs wait, kept until the
 // destructor), and touches nothing of the loop's; the function it returns
-// runs on the loop, in the order results arrive.  A job that throws is
-// dropped (jobs catch what they report).  The destructor drops what has not
+// runs on the loop, in the order results arrive.  Where no thread can be
+// started and none runs, submit() runs the job and its result at once, on
+// the loop.  A job that throws is dropped (jobs catch what they report).  The destructor drops what has not
 // started, waits for the jobs at work (each a munge call, bounded by its
 // own retries) and runs none of their results.
 #pragma once

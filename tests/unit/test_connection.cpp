@@ -379,21 +379,21 @@ struct Handshake {
 
 void test_handshake_off_the_loop(void **)
 {
-    // munge calls of 200 ms each (a busy munged): four in a handshake.
+    // munge calls of 400 ms each (a busy munged): four in a handshake.
     // With an offload the loop keeps running meanwhile (its timer never
     // waits a whole call) and the handshake completes, the frame held
     // before hello_ok delivered; on the loop, each call holds it.
-    Handshake h(200ms, 0, true);
+    Handshake h(400ms, 0, true);
     assert_true(h.client->ready());
     assert_true(h.server->ready());
     assert_int_equal(h.got.size(), 1);
     assert_true(h.got[0] == "early");
     assert_true(h.off->threads() >= 1);
-    assert_true(h.longest < 150ms);
+    assert_true(h.longest < 300ms); // not one whole call (a loaded machine may pause it a little)
 
-    Handshake inline_(200ms, 0, false);
+    Handshake inline_(400ms, 0, false);
     assert_int_equal(inline_.got.size(), 1);
-    assert_true(inline_.longest >= 190ms);
+    assert_true(inline_.longest >= 390ms);
 }
 
 void test_handshake_refused_off_the_loop(void **)
