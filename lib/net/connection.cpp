@@ -140,12 +140,12 @@ void Connection::on_readable(evutil_socket_t fd, short, void *arg)
 {
     auto *c = static_cast<Connection *>(arg);
     auto keep = c->shared_from_this();
-    if (c->closed_ || c->paused_ || c->authenticating_)
+    if (c->reads_held())
         return;
     // Frames read before a pause, handed over first (resume_reading()).
     if (c->in_need_ == 0 && c->in_end_ - c->in_begin_ >= kHeaderSize) {
         c->handle_input();
-        if (c->closed_ || c->paused_ || c->authenticating_)
+        if (c->reads_held())
             return;
     }
     try {
@@ -382,7 +382,7 @@ void Connection::resume_reading()
 
 void Connection::handle_input()
 {
-    while (!closed_ && !paused_ && !authenticating_) {
+    while (!reads_held()) {
         size_t avail = in_end_ - in_begin_;
         in_need_ = 0;
         if (avail < kHeaderSize)
@@ -459,7 +459,7 @@ void Connection::authenticate(std::function<Apply()> work)
         }
     };
     if (!offload_) {
-        run()(*this);
+        apply_auth(run());
         return;
     }
     authenticating_ = true;
@@ -472,10 +472,21 @@ void Connection::authenticate(std::function<Apply()> work)
             if (!c || c->closed_)
                 return;
             c->authenticating_ = false;
-            apply(*c);
+            c->apply_auth(apply);
             c->update_reads(); // frames that came meanwhile, now in order
         };
     });
+}
+
+// A handshake step's result, applied on the loop: a check it fails
+// (AuthError) closes the connection with the reason.
+void Connection::apply_auth(const Apply &apply)
+{
+    try {
+        apply(*this);
+    } catch (const AuthError &e) {
+        close("authentication of " + name_ + " failed: " + e.what());
+    }
 }
 
 // Reads are watched while nothing holds them: not closed, not paused by
@@ -485,7 +496,7 @@ void Connection::update_reads()
 {
     if (!rev_)
         return;
-    if (closed_ || paused_ || authenticating_) {
+    if (reads_held()) {
         event_del(rev_);
         return;
     }
@@ -523,13 +534,7 @@ void Connection::handle_hello(std::string_view payload)
         Hello h = parse_verified(v);
         Writer w;
         w.bytes(auth->credential(hello_payload(kNoIndex, self, h.nonce, h.challenge)));
-        return [uid = v.uid, h, ok = w.data()](Connection &c) {
-            try {
-                c.accept_hello(uid, h, ok);
-            } catch (const AuthError &e) {
-                c.close("authentication of " + c.name_ + " failed: " + e.what());
-            }
-        };
+        return [uid = v.uid, h, ok = w.data()](Connection &c) { c.accept_hello(uid, h, ok); };
     });
 }
 
@@ -561,13 +566,7 @@ void Connection::handle_hello_ok(std::string_view payload)
     authenticate([auth = &auth_, cred = std::move(cred)]() -> Apply {
         auto v = auth->verify(cred);
         Hello h = parse_verified(v);
-        return [uid = v.uid, h](Connection &c) {
-            try {
-                c.accept_hello_ok(uid, h);
-            } catch (const AuthError &e) {
-                c.close("authentication of " + c.name_ + " failed: " + e.what());
-            }
-        };
+        return [uid = v.uid, h](Connection &c) { c.accept_hello_ok(uid, h); };
     });
 }
 

@@ -136,15 +136,20 @@ private:
     // What a handshake's munge calls produce (off the loop, with an
     // offload), applied on the loop: nothing of the connection is touched
     // before.  authenticate() runs `work` and applies its result, or
-    // closes the connection with the error it threw.
+    // closes the connection with the error it threw; a result that throws
+    // AuthError closes it too (apply_auth).
     using Apply = std::function<void(Connection &)>;
     void authenticate(std::function<Apply()> work);
+    void apply_auth(const Apply &apply);
     static Hello parse_verified(const Authenticator::Verified &v);
     // On the loop, with the munge calls' results: the checks, then ready.
     // Throw AuthError.
     void accept_hello(uid_t uid, const Hello &h, const std::string &hello_ok);
     void accept_hello_ok(uid_t uid, const Hello &h);
     void update_reads();
+    // Nothing is read while the connection is closed, paused by its
+    // handler, or waiting for a handshake's munge call.
+    bool reads_held() const { return closed_ || paused_ || authenticating_; }
     void handle_challenge(std::string_view payload);
     void handle_hello(std::string_view payload);
     void handle_hello_ok(std::string_view payload);
