@@ -86,6 +86,7 @@ void NodeAgent::start_services()
     ec.nodes = net.nodes;
     ec.fanout = config_.fanout;
     ec.mcast = config_.mcast;
+    ec.hello_timeout = net.hello_timeout;
     engine_ = std::make_unique<prim::Engine>(base_, ec, *net.auth, log_);
     host_.base = base_;
     host_.engine = engine_.get();

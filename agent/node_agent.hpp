@@ -42,6 +42,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -75,6 +76,11 @@ struct AgentNetwork {
     std::vector<std::string> names; // node names by index (may be empty)
     node::StepLister step_lister;   // the processes of jobs' steps here (may be empty)
     std::vector<uid_t> trusted;     // may speak on the control sockets (root, SlurmdUser)
+    // An accepted connection's hello must come within this (slurmd: Slurm's
+    // MessageTimeout, at least 10 s: at 2048 virtual nodes a parent's
+    // hello, two munge calls on a munged shared by many nodes, took longer
+    // than 10 s on 176 nodes, and the first broadcast failed there).
+    std::chrono::milliseconds hello_timeout{10000};
     std::optional<bcast::NodeSetup> bcast;
     std::optional<gang::NodeSetup> gang; // storm_gang_* and storm_rt_priority come from AgentConfig
     std::optional<rdma::NodeSetup> pool;

@@ -56,10 +56,16 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
     : base_(base), engine_(engine), lister_(std::move(lister)), cfg_(std::move(config)),
       log_(log.child("gang"))
 {
+    // Whatever throws leaves no event or descriptor behind: the journal's
+    // folder first, free_events() on the failures after.
+    if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
+        throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
     tick_ = event_new(base_, -1, EV_PERSIST, on_tick, this);
     timeval tv{1, 0};
-    if (!tick_ || event_add(tick_, &tv) < 0)
+    if (!tick_ || event_add(tick_, &tv) < 0) {
+        free_events();
         throw std::runtime_error("gang switcher: cannot register its timer");
+    }
     failsafe_ev_ = evtimer_new(base_, on_failsafe_ev, this);
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ >= 0)
@@ -68,8 +74,6 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
         free_events();
         throw std::runtime_error("gang switcher: cannot register its fail-safe timer and scanner wake-up");
     }
-    if (!cfg_.journal_dir.empty() && mkdir(cfg_.journal_dir.c_str(), 0700) < 0 && errno != EEXIST)
-        throw std::system_error(errno, std::generic_category(), "gang switcher: mkdir " + cfg_.journal_dir);
     if (cfg_.freeze && !cfg_.signals_only) {
         try {
             freezer_ = std::make_unique<Freezer>(*cfg_.freeze, log); // names itself
@@ -97,10 +101,15 @@ Switcher::Switcher(event_base *base, prim::Engine &engine, StepLister lister, Sw
                          e.what());
         }
     }
-    thread_ = std::thread([this] {
-        name_thread("storm-scan");
-        scanner();
-    });
+    try {
+        thread_ = std::thread([this] {
+            name_thread("storm-scan");
+            scanner();
+        });
+    } catch (...) {
+        free_events();
+        throw;
+    }
 }
 
 void Switcher::on_datagram(std::string_view d)

@@ -427,8 +427,6 @@ void Connection::handle_input()
             } else if (frame_handler_) { // ready: anything else was refused on its header
                 frame_handler_(*this, h, payload);
             }
-        } catch (const AuthError &e) {
-            close("authentication of " + name_ + " failed: " + e.what());
         } catch (const std::exception &e) {
             close("bad " + std::string(msg_type_name(h.type)) + " frame from " + name_ + ": " + e.what());
         }
@@ -455,7 +453,7 @@ void Connection::authenticate(std::function<Apply()> work)
             return work();
         } catch (const std::exception &e) {
             std::string why = e.what();
-            return [why](Connection &c) { c.close("authentication of " + c.name_ + " failed: " + why); };
+            return [why](Connection &) -> void { throw AuthError(why); }; // apply_auth closes
         }
     };
     if (!offload_) {

@@ -135,9 +135,9 @@ private:
     };
     // What a handshake's munge calls produce (off the loop, with an
     // offload), applied on the loop: nothing of the connection is touched
-    // before.  authenticate() runs `work` and applies its result, or
-    // closes the connection with the error it threw; a result that throws
-    // AuthError closes it too (apply_auth).
+    // before.  authenticate() runs `work` and applies its result; an
+    // error `work` throws, or AuthError the result throws, closes the
+    // connection with the reason (apply_auth, the one place that does).
     using Apply = std::function<void(Connection &)>;
     void authenticate(std::function<Apply()> work);
     void apply_auth(const Apply &apply);

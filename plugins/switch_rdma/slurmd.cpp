@@ -11,6 +11,7 @@
 // the new slurmd's agent starts once the old slurmd has exited.
 #include "plugins/switch_rdma/parts.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -217,6 +218,7 @@ std::unique_ptr<agent::NodeAgent> start_node_agent(const agent::AgentConfig &con
         net.auth = storm::shim::daemon_authenticator();
         std::string spool = slurmd_spool_dir();
         net.trusted = {0, slurm_conf.slurmd_user_id};
+        net.hello_timeout = std::chrono::seconds(std::max<unsigned>(10, slurm_conf.msg_timeout));
         bool tree =
             slurm_conf.proctrack_type && std::strcmp(slurm_conf.proctrack_type, "proctrack/pgid") == 0;
         auto listing = std::make_shared<storm::agent::StepListing>(

@@ -6,7 +6,8 @@
 #    window (32 MiB), not by what it sends (hole 2);
 #  - unauthenticated TCP connections: 200 idle connections from one address
 #    to an agent are held 32 at a time and all closed after the 10 s hello
-#    deadline, each with one log line (hole 3);
+#    deadline (Slurm's MessageTimeout, set to 10 here), each with one log
+#    line (hole 3);
 #  - unix sockets: the launch gate closes a user's connection at once, a
 #    user holds at most 512 connections to the buffer pool's socket, and
 #    connections that send no first request are closed after the 10 s
@@ -16,7 +17,8 @@
 t_require_root
 t_require_installed
 N=3
-vc_up "$N"
+# The agents' hello deadline is Slurm's MessageTimeout (at least 10 s).
+vc_up "$N" --conf MessageTimeout=10
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
 LOG=$STATE/log
 BCAST="$STORM_BUILDDIR/tools/storm-bcast"
