@@ -333,11 +333,12 @@ for n in $NODES; do
         # that cluster then lacked them).  It runs only where N copies of
         # the file fit in the memory available (slurmd held about half of
         # them there); else "skipped".
-        if ((n * s <= $(mem_avail_mb))); then
+        avail=$(mem_avail_mb)
+        if ((n * s <= avail)); then
             st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
         else
             st=skipped
-            echo "bench-scale: stock sbcast of $s MB to $n nodes skipped: $((n * s)) MB of copies, $(mem_avail_mb) MB available" >&2
+            echo "bench-scale: stock sbcast of $s MB to $n nodes skipped: $((n * s)) MB of copies, $avail MB available" >&2
         fi
         record "$n" "$s" sbcast "$st"
         clean_dest
