@@ -33,8 +33,9 @@
 # multicast, each run also measures this machine's floor for the same
 # broadcast (contrib/bench/floor_mcast, group 239.255.77.9:6839): plain C,
 # the file multicast from vn1 to the other nodes, each writing its copy,
-# with no encryption, checks, announcements, repairs or flow control; the
-# time from its first send to the last copy written.  It is what the
+# with no encryption, checks, announcements or repairs and the least flow
+# control (at most 4 MiB beyond the slowest node); the time from its first
+# send to the last copy written.  It is what the
 # kernel alone costs here to deliver the datagrams through the bridge and
 # write every copy, and "storm/floor" divides Storm's time by it.  A floor
 # run that lost a datagram (it has no repairs) is left out of the median

@@ -30,10 +30,11 @@
 #              memory on its way), and the floor: the same file
 #              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
 #              node writing its copy, nothing of Storm in it (the least
-#              flow control: at most 1 MiB beyond the slowest node), and the
+#              flow control: at most 4 MiB beyond the slowest node), and the
 #              sealed floor: the same, every byte sealed and checked by
-#              AES-128-GCM as Storm seals its chunks (each node decrypts
-#              its copy, and here N nodes do so on two cores);
+#              AES-128-GCM as Storm seals its chunks, by the library its
+#              agents choose (each node decrypts its copy, and here N
+#              nodes do so on two cores);
 #              and the copy limit: N copies of the file written on this
 #              machine by two writers at once, no network, in plain C
 #              (contrib/bench/floor_copy: no process per copy);
@@ -117,7 +118,7 @@ fault_at() { if [ "$FAULT" = auto ]; then echo "$(($1 / 50 > 5 ? $1 / 50 : 5))s"
 [ "$(id -u)" = 0 ] || { echo "bench-scale: must run as root" >&2; exit 2; }
 for x in "$BCAST" "$GANG" "$FLOORM" "$FLOORC"; do [ -x "$x" ] || { echo "bench-scale: $x not built (run contrib/storm-setup, then make)" >&2; exit 2; }; done
 STATE=${STORM_VC_STATE:-/var/lib/storm-vcluster}
-floor_pids=() watch_pid=
+floor_pids=() watch_pid='' cipher=''
 # The page cache may hold 60% of memory dirty (the kernel's default is 20%)
 # while the benchmark runs: every node's copy lands in this one machine's
 # page cache, and at hundreds of nodes the default limit would make the
@@ -258,6 +259,7 @@ for n in $NODES; do
     fi
     start=$(secs "$t0" "$(now)")
     sleep 5 # the agents' start-up settles
+    cipher=$(agents_cipher "$STATE")
     per_node=$(awk -v p="$(cluster_pss_mb)" -v a="$m0" -v b="$(mem_avail_mb)" -v n="$n" \
         'BEGIN { printf "%.1f/%.1f", p / n, (a - b) / n }')
     eval "$("$VC" env)"
@@ -311,19 +313,32 @@ for n in $NODES; do
         f=$work/f$s xs=() fs=() ss=()
         clean_dest
         storm_once "$n" "$f" > /dev/null # warm-up: the first writes on a fresh cluster fault in memory
+        # Each repetition runs the three in turn, starting one further
+        # along each time: at hundreds of nodes a run costs more or less
+        # depending on what the run before it left (the page cache it
+        # filled and freed, memory the host took back), and no one of the
+        # three should always follow the same other.
         for ((r = 0; r < REPS; r++)); do
-            clean_dest
-            t=$(storm_once "$n" "$f")
-            record "$n" "$s" storm-mcast "$t"
-            xs+=("$t")
-            clean_dest
-            t=$(mcast_floor "$n" "$f")
-            record "$n" "$s" floor "$t"
-            fs+=("${t/#lost/held}")
-            clean_dest
-            t=$(mcast_floor "$n" "$f" sealed)
-            record "$n" "$s" floor-sealed "$t"
-            ss+=("${t/#lost/held}")
+            for ((k = 0; k < 3; k++)); do
+                clean_dest
+                case $(((r + k) % 3)) in
+                0)
+                    t=$(storm_once "$n" "$f")
+                    record "$n" "$s" storm-mcast "$t"
+                    xs+=("$t")
+                    ;;
+                1)
+                    t=$(mcast_floor "$n" "$f")
+                    record "$n" "$s" floor "$t"
+                    fs+=("${t/#lost/held}")
+                    ;;
+                2)
+                    t=$(mcast_floor "$n" "$f" sealed)
+                    record "$n" "$s" floor-sealed "$t"
+                    ss+=("${t/#lost/held}")
+                    ;;
+                esac
+            done
         done
         clean_dest
         # Stock sbcast holds the file in slurmd's memory on its way down
@@ -393,7 +408,7 @@ echo "start = storm-vcluster up (s); MB/node = memory the cluster holds per node
 echo "ctx(B) = bytes of a step's context (STORM_CTX), which Slurm's launch carries through every hop;"
 echo "for each size: storm = storm-bcast (median of $REPS), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s; skipped where N copies exceed the memory available), ratio = stock / storm,"
 echo "floor = plain C multicast of the file to every node, flow-controlled (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
-echo "sealed = the same floor with every byte sealed by AES-128-GCM as Storm's chunks (each node decrypts its copy on these shared cores), /sld = storm / sealed;"
+echo "sealed = the same floor with every byte sealed by AES-128-GCM as Storm's chunks, by ${cipher:-?} as the agents (each node decrypts its copy on these shared cores), /sld = storm / sealed;"
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
 echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum;"
 [ "$TREE" != none ] && echo "tree = storm-bcast of $TREE (median of $REPS, s), untar = N untars of it on this machine (two at once), /untar = tree / untar;"
