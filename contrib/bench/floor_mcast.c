@@ -512,8 +512,11 @@ static int mtu_of(const char *s)
 int main(int argc, char **argv)
 {
     const char *w = getenv("FLOOR_WINDOW");
-    if (w)
-        window = number(w, "FLOOR_WINDOW");
+    if (w && (window = number(w, "FLOOR_WINDOW")) < BATCH) {
+        /* the sender could not send its first batch: it would wait 30 s */
+        fprintf(stderr, "floor_mcast: FLOOR_WINDOW %llu below one batch (%d bytes)\n", window, BATCH);
+        return 2;
+    }
     int sealed = argc == 10 && !strcmp(argv[9], "sealed");
     if ((argc == 9 || sealed) && !strcmp(argv[1], "recv"))
         return receive(address(argv[2], "group"), (unsigned)number(argv[3], "port"),
