@@ -1059,8 +1059,12 @@ void Receiver::data(uint64_t sid, const net::DataRef &payload, bool sealed, Done
         return done("data for " + s->dest +
                     (s->state == Session::opening ? " before it was opened" : " after its commit"));
     // Kept in its buffer where the engine gave an owner (no copy of every
-    // chunk on every node), counted at that buffer's size.
-    const bool keep = payload.owner != nullptr;
+    // chunk on every node), counted at that buffer's size.  A chunk of
+    // less than half a buffer (storm-bcast -s) is copied out of it and
+    // counted at its own size: kept, the 80 chunks of 16 KiB a slower node
+    // had waiting for its writes counted 63 MiB and failed the broadcast as
+    // "too slow" (1.3 MB of bytes).
+    const bool keep = payload.owner != nullptr && payload.len >= net::kMcastChunkSize / 2;
     uint64_t n = keep ? std::max<uint64_t>(payload.len, net::kMcastChunkSize) : payload.len;
     if (s->queued + n > kMaxQueuedBytes || queued_ + n > kMaxQueuedBytesAll)
         return refuse(sid,

@@ -931,6 +931,27 @@ void test_hung_file_system_does_not_stop_the_loop(void **)
     n.settle();
     assert_int_equal(lstat((t.path + "/.slow.storm-0000000000000036").c_str(), &st), -1);
 
+    // Small chunks in multicast buffers (an owner given, storm-bcast -s
+    // 16k) count at their own size, not the buffer's: 100 of them wait
+    // behind a blocked write (1.6 MB; 75 MiB at the buffers' size).
+    assert_string_equal(n.ask("open", 56, request("small")).c_str(), "");
+    gate.close("/.small.storm-");
+    const std::string small(16u << 10, 's');
+    answers.clear();
+    for (int i = 0; i < 100; ++i) {
+        auto a = std::make_shared<std::optional<std::string>>();
+        auto owned = std::make_shared<const std::string>(small);
+        n.rx->on_chunk(event_name("data", 56), 56, storm::net::DataRef{owned, owned->data(), owned->size()},
+                       true, [a](const std::string &why) { *a = why; });
+        answers.push_back(a);
+    }
+    for (auto &a : answers)
+        assert_false(a->has_value()); // all queued, none refused
+    n.rx->on_chunk(event_name("abort", 56), 56, bytes_of(""), false, [](const std::string &) {});
+    gate.open();
+    n.settle();
+    assert_int_equal(lstat((t.path + "/.small.storm-0000000000000038").c_str(), &st), -1);
+
     // Stopping while a worker is stuck: bounded.
     assert_string_equal(n.ask("open", 55, request("slow")).c_str(), "");
     gate.close("/.slow.storm-");
