@@ -49,7 +49,8 @@
 // behind the stuck step (the journal has it for the next start if that
 // never ends); the loop goes on meanwhile.  Memory waiting for a worker is
 // bounded (a chunk kept in its multicast buffer counts that buffer's
-// size): a session with kMaxQueuedBytes of chunks queued, or a node with
+// size; one of less than half a buffer is copied out, counted at its
+// own): a session with kMaxQueuedBytes of chunks queued, or a node with
 // kMaxQueuedBytesAll over all sessions, fails the chunk and the session
 // (the head's window normally keeps far below).  At most kMaxSessions
 // sessions (stuck ones included) hold a worker; more are refused.  The
