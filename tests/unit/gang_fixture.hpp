@@ -30,17 +30,6 @@ using namespace storm;
 using namespace storm::gang;
 using namespace std::chrono_literals;
 
-inline pid_t sleeper()
-{
-    pid_t p = fork();
-    if (p == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); // a failed test leaves none behind
-        for (;;)
-            pause();
-    }
-    return p;
-}
-
 // 'S' (sleeping), 'T' (stopped), ...
 inline char state(pid_t pid)
 {
@@ -49,6 +38,22 @@ inline char state(pid_t pid)
     std::getline(f, s);
     size_t r = s.rfind(')');
     return r == std::string::npos || r + 2 >= s.size() ? '?' : s[r + 2];
+}
+
+// A child asleep in pause(), returned once it sleeps there (10 s at most):
+// on a loaded machine a child not yet run reads 'R', and the tests' checks
+// that a process the switcher left alone is 'S' would fail for that alone.
+inline pid_t sleeper()
+{
+    pid_t p = fork();
+    if (p == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); // a failed test leaves none behind
+        for (;;)
+            pause();
+    }
+    for (int i = 0; p > 0 && i < 1000 && state(p) != 'S'; ++i)
+        usleep(10000);
+    return p;
 }
 
 inline void reap(std::vector<pid_t> pids)
