@@ -6,12 +6,21 @@
  * job it launches first, srun_first_job under srun_first_job_lock
  * (srun_job.c, set by pre_launch_srun_job just before the launch): looked
  * up at run time, as the plugin is loaded by sbatch and salloc too.
+ *
+ * The launch state's `abort` is set for more than srun's own ending: a node
+ * whose launch failed (step_launch.c, _fail_step_tasks: its slurmd is down)
+ * and the step's completion (_job_complete_handler) set it too, after
+ * marking tasks exited.  Those are no signal: the broadcast then goes on
+ * until it ends by itself, mostly with its own error naming the node, or
+ * until srun's exit.  So an abort counts while no task has exited (at the
+ * launch no task has, unless a node failed it).
  */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 
 #include "src/api/step_launch.h"
+#include "src/common/bitstring.h"
 #include "src/common/step_ctx.h"
 #include "src/srun/srun_job.h"
 
@@ -34,9 +43,15 @@ int storm_srun_step_aborted(void)
 		srun_job_t *job = *first;
 		if (job->state >= SRUN_JOB_CANCELLED)
 			aborted = 1;
-		else if (job->step_ctx && job->step_ctx->launch_state &&
-			 job->step_ctx->launch_state->abort)
-			aborted = 1;
+		else if (job->step_ctx && job->step_ctx->launch_state) {
+			step_launch_state_t *sls = job->step_ctx->launch_state;
+
+			pthread_mutex_lock(&sls->lock);
+			if (sls->abort && (!sls->tasks_exited ||
+					   !bit_set_count(sls->tasks_exited)))
+				aborted = 1;
+			pthread_mutex_unlock(&sls->lock);
+		}
 	}
 	pthread_mutex_unlock(lock);
 	return aborted;

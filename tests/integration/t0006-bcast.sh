@@ -257,11 +257,17 @@ t_check "the restarted vn5 takes a broadcast to every node again within 3 s ($ms
     [ "$ms" -le 3000 ]
 
 # srun --bcast with vn8 killed mid-transfer, while the step launches: the
-# tasks start nowhere, srun says why, and no node keeps a copy.
+# tasks start nowhere, srun says why, and no node keeps a copy.  vn8 is
+# killed once its slurmd got the step's launch, which srun sends once every
+# node opened the broadcast (the 12 MB take a second at 100 Mbit/s).
 "$VC" shape 100mbit > /dev/null
+vn8_log=$(stat -c %s "$STATE/log/slurmd-vn8.log")
 as_user srun --jobid="$job" -N "$N" --bcast=/tmp/killed2 "$SRC/prog" ok > "$T_WORK/srun5.out" 2>&1 &
 spid=$!
-sleep 0.5
+for _ in $(seq 200); do
+    tail -c +$((vn8_log + 1)) "$STATE/log/slurmd-vn8.log" | grep -q "launch task StepId=$job\." && break
+    sleep 0.05
+done
 kill -9 "$(cat "$STATE/run/slurmd-vn8.pid")"
 wait $spid
 rc=$?
