@@ -53,6 +53,20 @@ t_nap() {
     [ -n "${T_NAP_FD:-}" ] || exec {T_NAP_FD}<> <(:) # a pipe nobody writes to
     read -r -t "$1" -u "$T_NAP_FD" _ || :
 }
+# node_log_size NODE: the size of NODE's slurmd log now, a mark for
+# wait_node_log.
+node_log_size() { stat -c %s "$STATE/log/slurmd-$1.log"; }
+# wait_node_log NODE MARK TRIES PERIOD PATTERN: waits until what NODE's
+# slurmd logged past MARK (node_log_size) holds PATTERN (grep), looking
+# TRIES times, PERIOD seconds apart; fails if it never does.
+wait_node_log() {
+    local _
+    for _ in $(seq "$3"); do
+        tail -c +$(($2 + 1)) "$STATE/log/slurmd-$1.log" | grep -q "$5" && return 0
+        sleep "$4"
+    done
+    return 1
+}
 # t_prim ARGS...: runs tools/storm-prim ARGS, its output as diagnostics;
 # passes on its exit status.
 t_prim() {

@@ -261,13 +261,10 @@ t_check "the restarted vn5 takes a broadcast to every node again within 3 s ($ms
 # killed once its slurmd got the step's launch, which srun sends once every
 # node opened the broadcast (the 12 MB take a second at 100 Mbit/s).
 "$VC" shape 100mbit > /dev/null
-vn8_log=$(stat -c %s "$STATE/log/slurmd-vn8.log")
+vn8_log=$(node_log_size vn8)
 as_user srun --jobid="$job" -N "$N" --bcast=/tmp/killed2 "$SRC/prog" ok > "$T_WORK/srun5.out" 2>&1 &
 spid=$!
-for _ in $(seq 200); do
-    tail -c +$((vn8_log + 1)) "$STATE/log/slurmd-vn8.log" | grep -q "launch task StepId=$job\." && break
-    sleep 0.05
-done
+wait_node_log vn8 "$vn8_log" 200 0.05 "launch task StepId=$job\."
 kill -9 "$(cat "$STATE/run/slurmd-vn8.pid")"
 wait $spid
 rc=$?

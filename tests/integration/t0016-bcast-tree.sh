@@ -113,14 +113,14 @@ t_check "  and no temporaries" no_trace /nonexistent
 # 4 s): once while the nodes stage its 404 entries, once while the data
 # flows (vn4 said it is receiving).
 for when in staging data; do
-    before=$(stat -c %s "$STATE/log/slurmd-vn4.log")
+    before=$(node_log_size vn4)
     "$VC" shape 100mbit > /dev/null
     b -f -p "$NEW" /scratch/env &
     bpid=$!
     if [ $when = staging ]; then
         for _ in $(seq 400); do [ -n "$(ls -A "$STATE"/nodes/vn4/scratch/.env.storm-*/d 2>/dev/null)" ] && break; sleep 0.01; done
     else
-        for _ in $(seq 200); do tail -c +$((before + 1)) "$STATE/log/slurmd-vn4.log" | grep -q "receiving /scratch/env" && break; sleep 0.05; done
+        wait_node_log vn4 "$before" 200 0.05 "receiving /scratch/env"
         sleep 0.5
     fi
     vn4_part=$(find "$STATE"/nodes/vn4/scratch/.env.storm-* 2>/dev/null | wc -l)
@@ -132,10 +132,7 @@ for when in staging data; do
     t_check "  naming vn4" grep -q "vn4: " "$T_WORK/b.out"
     vn4_left=$(find "$STATE/nodes/vn4/scratch" -maxdepth 1 -name '.env.storm-*' 2>/dev/null | wc -l)
     "$VC" start vn4 > /dev/null
-    for _ in $(seq 50); do
-        tail -c +$((before + 1)) "$STATE/log/slurmd-vn4.log" | grep -q "left by a broadcast that did not finish" && break
-        sleep 0.2
-    done
+    wait_node_log vn4 "$before" 50 0.2 "left by a broadcast that did not finish"
     scontrol update nodename=vn4 state=resume > /dev/null 2>&1
     t_check "  vn4 had staged part of it ($vn4_left staging directory), its restarted slurmd removed it" \
         bash -c "[ $vn4_left = 1 ] && [ \$(ls -a '$STATE/nodes/vn4/scratch' | grep -c storm-) = 0 ]"
