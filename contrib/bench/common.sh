@@ -74,7 +74,7 @@ timed() {
 # index I), mtu (the links' MTU) and an array floor_pids (the receivers,
 # for the caller's exit trap to kill)
 mcast_floor() {
-    local n=$1 f=$2 seal=${3:-} size i t0 t1 done_n
+    local n=$1 f=$2 seal=${3:-} size i t0 t1 done_n ready last still
     size=$(stat -c %s "$f")
     rm -rf "$work/floor" && mkdir -p "$work/floor"
     floor_pids=()
@@ -83,10 +83,23 @@ mcast_floor() {
             "$mtu" "${addrs[1]}" $seal > "$work/floor/$i.out" 2>&1 &
         floor_pids+=($!)
     done
-    for _ in $(seq 1 600); do # until every receiver joined the group
-        [ "$(cat "$work"/floor/*.out 2> /dev/null | grep -c '^ready$')" -ge $((n - 1)) ] && break
+    # Until every receiver joined the group, as long as more keep joining:
+    # on a slow 2-core machine, 511 receivers took more than the minute this
+    # once waited in all, and the sender then ran with half of them absent.
+    ready=0 last=0 still=0
+    while [ "$ready" -lt $((n - 1)) ] && [ $still -lt 300 ]; do # 30 s with none more
         sleep 0.1
+        ready=$(cat "$work"/floor/*.out 2> /dev/null | grep -c '^ready$')
+        if [ "$ready" = "$last" ]; then still=$((still + 1)); else still=0 last=$ready; fi
     done
+    if [ "$ready" -lt $((n - 1)) ]; then
+        echo "  floor: $ready of $((n - 1)) receivers ready, none more for 30 s" >&2
+        pkill -f "^$FLOORM recv $FLOOR_GROUP $FLOOR_PORT " 2> /dev/null
+        for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done
+        floor_pids=()
+        echo failed
+        return
+    fi
     "$VC" exec vn1 "$FLOORM" send "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[1]}" "$f" /tmp/bench.floor "$mtu" \
         $((n - 1)) $seal > "$work/floor/1.out" 2>&1
     for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done # a receiver that lost one gives up at once or in 30 s

@@ -1,7 +1,8 @@
 /* floor_copy: the machine's floor for writing N copies of a file, one per
  * virtual node, with nothing of Storm in it and no process per copy: plain
  * blocking C, the file read once into memory, WRITERS threads each writing
- * every WRITERS-th copy (created or truncated, 256 KiB write()s, closed).
+ * every WRITERS-th copy (created or truncated, write()s of 63 pages:
+ * contrib/bench/floor_mcast.c says why not 64, closed).
  * Every virtual node shares this machine's page cache, disk and cores, so
  * this is what writing the copies alone costs here; the benchmarks print
  * Storm's broadcast time over it.  (A shell loop of cat or dd pays a fork
@@ -51,7 +52,7 @@ static int write_copy(int node)
         return -1;
     }
     for (size_t done = 0; done < size;) {
-        size_t n = size - done < (256u << 10) ? size - done : (256u << 10);
+        size_t n = size - done < (63u << 12) ? size - done : (63u << 12);
         ssize_t w = write(fd, data + done, n);
         if (w < 0 && errno == EINTR)
             continue;

@@ -3,7 +3,7 @@
  * checksums, no announcements, no repairs.  Each receiver takes the
  * datagrams straight into its write buffer (one system call per 64 KiB
  * where the kernel coalesces them, UDP GRO) and writes the file in
- * 256 KiB pieces; the sender sends in 64 KiB batches (UDP GSO), like
+ * pieces of 63 pages (PIECE, below); the sender sends in 64 KiB batches (UDP GSO), like
  * Storm's agents.  bench-bcast and bench-scale run it on the same virtual
  * nodes, in turns with Storm, so that Storm's time can be read against
  * what the kernel alone costs here: the datagrams through the bridge and
@@ -34,7 +34,7 @@
  * "sealed": the same work as Storm's sealed chunks, AES-128-GCM over every
  * byte, by the library Storm's agents choose (Intel's multi-buffer crypto
  * library where it has its VAES code for the CPU, else OpenSSL; the sender
- * prints "cipher NAME"): the sender encrypts each 256 KiB piece and sends
+ * prints "cipher NAME"): the sender encrypts each piece and sends
  * it with its 16-byte tag; each receiver decrypts and checks it before
  * writing it.  bench-scale reports the ratio to both floors: the plain one
  * is what the kernel costs, the sealed one what any broadcast that keeps
@@ -42,7 +42,7 @@
  * two cores.
  *
  * A datagram lost or out of order, a piece that fails its tag, or nothing
- * for 30 s makes the receiver exit 1 with the offset it stopped at, after
+ * for 30 s (10 minutes before the first datagram) makes the receiver exit 1 with the offset it stopped at, after
  * telling the sender, which then stops every receiver and exits 3 ("lost a
  * datagram"): the floor assumes a network that loses nothing, and the
  * caller reports such a run as lost.  A sender that hears nothing for 30 s
@@ -78,10 +78,26 @@
 #define UDP_GRO 104
 #endif
 
-enum { HDR = 8, IPUDP = 28, BATCH = 65000, PIECE = 256 << 10, TAG = 16 };
+/* PIECE: 63 pages, not 64.  On the project's 2-core test machine (Linux
+ * 6.18, ext4, a VM) writes of 256 KiB at offsets aligned to 256 KiB cost
+ * the kernel's copy into the page cache several times what other sizes do,
+ * as Storm's agents found for their chunks (lib/net/mcast.hpp): 12 MB to
+ * 256 nodes in turns, 3 runs each, took 6.3-7.3 s in 256 KiB pieces,
+ * 2.7-4.9 s in pieces of 63 pages and 2.6-3.6 s in pieces of 64,000 bytes
+ * (more writes), against storm-bcast's 3.5-5.6 s; pieces of 255 pages took
+ * 7.5-9.9 s and of 546 segments (Storm's chunk) 3.7-5.8 s (a receiver
+ * answers after each piece's write: the sender, its window full, may wait
+ * on larger pieces; not measured apart). */
+enum { HDR = 8, IPUDP = 28, BATCH = 65000, PIECE = 63 << 12, TAG = 16 };
 /* Flow control: a receiver speaks every STEP bytes, and every 100 ms while
  * it waits (IDLE_TICKS of them: 30 s); the sender keeps WINDOW in flight. */
 enum { STEP = 256 << 10, WINDOW = 4 << 20, IDLE_TICKS = 300 };
+/* Before its first datagram a receiver waits START_TICKS (10 min): the
+ * caller starts the sender once every receiver is ready, and on the
+ * project's 2-core test machine starting 511 receivers took more than 30 s,
+ * so the first ones gave up before the sender began (a run at 512 nodes
+ * then failed every time, those receivers holding nothing). */
+enum { START_TICKS = 6000 };
 static unsigned long long window = WINDOW; /* FLOOR_WINDOW overrides it (bytes) */
 
 /* A receiver's word that it lost a datagram and gave up: the sender stops. */
@@ -302,13 +318,14 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
         ssize_t n = recvmsg(fd, &m, 0);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN && ++idle < IDLE_TICKS) {
-            tell(back, &to, got); /* the sender may have missed the last word */
+        if (n < 0 && errno == EAGAIN && ++idle < (got ? IDLE_TICKS : START_TICKS)) {
+            if (got || idle % 10 == 0) /* once a second until the sender starts */
+                tell(back, &to, got);  /* the sender may have missed the last word */
             continue;
         }
         if (n < 0) {
             fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: %s\n", got, total,
-                    errno == EAGAIN ? "nothing for 30 s" : strerror(errno));
+                    errno != EAGAIN ? strerror(errno) : got ? "nothing for 30 s" : "nothing in 10 min");
             return 1;
         }
         idle = 0;
