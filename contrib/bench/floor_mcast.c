@@ -2,10 +2,10 @@
  * multicast, with nothing of Storm in it: plain blocking C, one sender, no
  * checksums, no announcements, no repairs.  Each receiver takes the
  * datagrams straight into its write buffer (one system call per 64 KiB
- * where the kernel coalesces them, UDP GRO) and writes the file in
- * pieces of 63 pages (PIECE, below); the sender sends in 64 KiB batches (UDP GSO), like
- * Storm's agents.  bench-bcast and bench-scale run it on the same virtual
- * nodes, in turns with Storm, so that Storm's time can be read against
+ * where the kernel coalesces them, UDP GRO) and writes the file in pieces
+ * of 63 pages (PIECE, below); the sender sends in 64 KiB batches (UDP GSO),
+ * like Storm's agents.  bench-bcast and bench-scale run it on the same
+ * virtual nodes, in turns with Storm, so that Storm's time can be read against
  * what the kernel alone costs here: the datagrams through the bridge and
  * every node's page cache.
  *
@@ -42,11 +42,11 @@
  * two cores.
  *
  * A datagram lost or out of order, a piece that fails its tag, or nothing
- * for 30 s (10 minutes before the first datagram) makes the receiver exit 1 with the offset it stopped at, after
- * telling the sender, which then stops every receiver and exits 3 ("lost a
- * datagram"): the floor assumes a network that loses nothing, and the
- * caller reports such a run as lost.  A sender that hears nothing for 30 s
- * stops them too, and exits 1.
+ * for 30 s (10 minutes before the first datagram) makes the receiver exit 1
+ * with the offset it stopped at, after telling the sender, which then stops
+ * every receiver and exits 3 ("lost a datagram"): the floor assumes a
+ * network that loses nothing, and the caller reports such a run as lost.
+ * A sender that hears nothing for 30 s stops them too, and exits 1.
  * Every segment is an 8-byte offset and MTU - 36 bytes of data.
  */
 #define _GNU_SOURCE
