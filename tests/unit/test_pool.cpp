@@ -626,7 +626,10 @@ void test_swap_waits_for_stop(void **)
     auto t0 = std::chrono::steady_clock::now();
     b.pool->swap({700}, {701}, 3);
     b.pool->release({701}, 3);
-    assert_true(std::chrono::steady_clock::now() - t0 < 20ms); // the switch did not wait
+    // The switch did not wait: one that waited for the task would take until
+    // it stops or 100 ms (the bound is loose: another process may hold this
+    // test's core for tens of milliseconds).
+    assert_true(std::chrono::steady_clock::now() - t0 < 80ms);
     assert_int_equal(b.pool->resident_context(), 1);
     {
         Ticker tick(b.base);
@@ -635,7 +638,7 @@ void test_swap_waits_for_stop(void **)
         // The loop ran the whole time: the ticker fired again and again
         // (libevent's timers are coarser than 1 ms here).
         assert_true(tick.ticks >= 3);
-        assert_true(std::chrono::steady_clock::now() - t0 < 60ms);
+        assert_true(std::chrono::steady_clock::now() - t0 < 120ms); // not 30 + 100
     }
     assert_int_equal(b.pool->resident_context(), 1); // still waiting, nothing copied
     assert_string_equal(bt.next(b).c_str(), "");
@@ -682,7 +685,7 @@ void test_swap_waits_for_stop(void **)
     t0 = std::chrono::steady_clock::now();
     b.pool->swap({701}, {700}, 6);
     b.pool->release({700}, 6);
-    assert_true(std::chrono::steady_clock::now() - t0 < 20ms);
+    assert_true(std::chrono::steady_clock::now() - t0 < 80ms);
     b.spin(150ms);
     set_log_sink(nullptr);
     assert_true(logged("rdma: context 2: rank 0 (pid " + std::to_string(getpid()) +
