@@ -24,8 +24,11 @@
 #   MB storm / stock / floor
 #              for each size (-s, MB): storm-bcast into a job on every node
 #              (median of REPS, every copy's md5 checked on the first and
-#              last node), stock sbcast (once, at most -t SECONDS, default
-#              300: it fails at scale; skipped where N copies of the file
+#              last node; each run, like srun's and sbcast's, at most -t
+#              SECONDS, default 300, else "failed": at 1000 virtual nodes
+#              on two cores a 12 MB storm-bcast takes 70-130 s, so give
+#              -t 150 or more there), stock sbcast (once; it fails at
+#              scale; skipped where N copies of the file
 #              exceed the memory available: slurmd holds the file in
 #              memory on its way), and the floor: the same file
 #              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
@@ -406,7 +409,7 @@ echo
 echo "Scale: Storm's suite on stock Slurm daemons, multicast on $MCAST, links unshaped, $(nproc) cores shared by every node"
 echo "start = storm-vcluster up (s); MB/node = memory the cluster holds per node, pss/avail (its processes' PSS; MemAvailable's drop); launch = srun /bin/true (s, median of $REPS);"
 echo "ctx(B) = bytes of a step's context (STORM_CTX), which Slurm's launch carries through every hop;"
-echo "for each size: storm = storm-bcast (median of $REPS), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s; skipped where N copies exceed the memory available), ratio = stock / storm,"
+echo "for each size: storm = storm-bcast (median of $REPS, a run failed past ${STOCK_TIMEOUT} s), stock = sbcast (once, failed past ${STOCK_TIMEOUT} s; skipped where N copies exceed the memory available), ratio = stock / storm,"
 echo "floor = plain C multicast of the file to every node, flow-controlled (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
 echo "sealed = the same floor with every byte sealed by AES-128-GCM as Storm's chunks, by ${cipher:-?} as the agents (each node decrypts its copy on these shared cores), /sld = storm / sealed;"
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"

@@ -57,12 +57,18 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 # timed OUTFILE CMD...: the seconds CMD took (its output to OUTFILE), or
 # "failed" if it failed or outlasted the caller's STOCK_TIMEOUT seconds
+# (the benchmark's -t; OUTFILE then ends by saying so)
 # shellcheck disable=SC2154 # STOCK_TIMEOUT is the caller's
 timed() {
-    local out=$1 t0
+    local out=$1 t0 rc
     shift
     t0=$(now)
-    if timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1; then secs "$t0" "$(now)"; else echo failed; fi
+    timeout "$STOCK_TIMEOUT" "$@" > "$out" 2>&1
+    rc=$?
+    if ((rc == 0)); then secs "$t0" "$(now)"; else
+        ((rc != 124)) || echo "killed after ${STOCK_TIMEOUT} s, the benchmark's limit of a run (-t)" >> "$out"
+        echo failed
+    fi
 }
 
 # shellcheck disable=SC2154 # VC, work, FLOORM, FLOOR_*, addrs, mtu are the caller's

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <netinet/tcp.h>
 #include <sys/random.h>
@@ -184,6 +185,7 @@ std::shared_ptr<Connection> Connection::connect(event_base *base, const sockaddr
     std::shared_ptr<Connection> c(new Connection(base, bev, auth, true, peer));
     c->offload_ = offload;
     c->name_ = "agent " + std::to_string(peer) + " (" + addr_str(addr) + ")";
+    c->started_ = std::chrono::steady_clock::now();
     c->self_ref_ = c;
     bufferevent_setcb(bev, nullptr, nullptr, event_cb, c.get());
     tune(bev);
@@ -355,13 +357,36 @@ void Connection::event_cb(bufferevent *bev, short what, void *arg)
 void Connection::close_by_peer()
 {
     closed_by_peer_ = true;
-    close("connection closed by " + name_);
+    close("connection closed by " + name_ + handshake_stage());
 }
 
 void Connection::close_on_error(int err)
 {
     error_ = err;
-    close(std::string("connection error with ") + name_ + ": " + evutil_socket_error_to_string(err));
+    close(std::string("connection error with ") + name_ + ": " + evutil_socket_error_to_string(err) +
+          (challenged_ ? handshake_stage() : std::string()));
+}
+
+std::string Connection::handshake_stage() const
+{
+    if (!client_ || ready_)
+        return "";
+    auto now = std::chrono::steady_clock::now();
+    auto secs = [](std::chrono::steady_clock::duration d) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
+        return std::string(b);
+    };
+    if (!challenged_)
+        return " before its challenge, " + secs(now - started_) +
+               " after connecting: an agent closes a new connection at once while too many others are "
+               "unauthenticated, or when it stops";
+    std::string after = secs(now - started_) + " after connecting";
+    if (hello_sent_ != std::chrono::steady_clock::time_point{})
+        after += " and " + secs(now - hello_sent_) + " after this node's hello";
+    return " during the handshake, " + after +
+           ": the agent refused the hello, had not verified it within its hello deadline, or stopped (its log "
+           "says which)";
 }
 
 void Connection::pause_reading()
@@ -516,7 +541,10 @@ void Connection::handle_challenge(std::string_view payload)
     authenticate([auth = &auth_, hello = hello_payload(peer_, kNoIndex, nonce_, challenge_)]() -> Apply {
         Writer w;
         w.bytes(auth->credential(hello));
-        return [payload = w.data()](Connection &c) { c.send(MsgType::hello, 0, payload); };
+        return [payload = w.data()](Connection &c) {
+            c.hello_sent_ = std::chrono::steady_clock::now();
+            c.send(MsgType::hello, 0, payload);
+        };
     });
 }
 

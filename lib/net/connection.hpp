@@ -32,6 +32,7 @@
 // while libevent may call it).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -157,6 +158,12 @@ private:
     // The peer closed it in order (EOF); a socket error `err` closed it.
     void close_by_peer();
     void close_on_error(int err);
+    // For a client's close before hello_ok, how far the handshake had come
+    // and when (" during the handshake, 12.3 s after connecting and 0.1 s
+    // after this node's hello: ..."), with the limits of the peer that fit
+    // it (at accept: its cap on unauthenticated connections; after: its
+    // hello deadline); "" otherwise.
+    std::string handshake_stage() const;
     // Sends header, head and data (may be null) in this order.
     void write_now(const char *header, std::string_view head, const DataRef *data);
     // Makes room in the input block to read into (see in_).  Throws
@@ -190,6 +197,8 @@ private:
     bool authenticating_ = false; // a handshake's munge call is at work: nothing is read
     uid_t peer_uid_ = static_cast<uid_t>(-1);
     bool trusted_ = false;
+    std::chrono::steady_clock::time_point started_; // client: connect()
+    std::chrono::steady_clock::time_point hello_sent_{}; // client: its hello went out (epoch: not yet)
     std::string nonce_;     // client: its own nonce
     std::string challenge_; // server: the nonce it sent; client: the one it answered
     bool challenged_ = false;

@@ -6,7 +6,8 @@
 // frames of every size, from a header alone to several MiB, arrive intact.
 // A frame other than the hello exchange is refused on its header before
 // authentication.  With an AuthOffload, the handshake's munge calls leave
-// the loop free, and a refusal found on its thread still closes both ends.  A raw socket plays the client,
+// the loop free, and a refusal found on its thread still closes both ends.  A client closed before its
+// handshake ended says how far it had come and when.  A raw socket plays the client,
 // with a credential of the fake authenticator (prim_fixture.hpp).
 #include "tests/unit/cmocka.hpp"
 
@@ -408,6 +409,54 @@ void test_handshake_refused_off_the_loop(void **)
     assert_false(h.client->ready());
 }
 
+void test_close_in_the_handshake_names_its_stage(void **)
+{
+    // An agent that closes a new connection at accept (as it does while
+    // too many are unauthenticated): the client says it came before the
+    // challenge, when, and which limit that fits.
+    {
+        event_base *base = event_base_new();
+        FakeAuth auth;
+        sockaddr_in a;
+        int listener = listen_loopback(&a);
+        std::string closed;
+        auto c = net::Connection::connect(base, a, 3, auth);
+        c->on_close([&](net::Connection &, const std::string &why) { closed = why; });
+        bool accepted = false;
+        auto until = std::chrono::steady_clock::now() + 10s;
+        while (closed.empty() && std::chrono::steady_clock::now() < until) {
+            int fd = accepted ? -1 : accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0) {
+                accepted = true;
+                close(fd);
+            }
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        }
+        assert_true(test_helpers::contains(closed, "connection closed by agent 3 (127.0.0.1:"));
+        assert_true(test_helpers::contains(closed, " before its challenge, "));
+        assert_true(test_helpers::contains(closed, " s after connecting: an agent closes a new connection at once"));
+        assert_true(test_helpers::contains(closed, "while too many others are unauthenticated"));
+        c.reset();
+        close(listener);
+        event_base_free(base);
+    }
+    // Refused after the hello: the client says so, with the time since its
+    // connect and since its hello.
+    Handshake h(0ms, 7, true);
+    assert_false(h.server_closed.empty());
+    h.server.reset(); // its socket closes, as the engine's does
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (h.client_closed.empty() && std::chrono::steady_clock::now() < until)
+        event_base_loop(h.base, EVLOOP_NONBLOCK);
+    assert_true(test_helpers::contains(h.client_closed, "connection closed by agent 0 (127.0.0.1:"));
+    assert_true(test_helpers::contains(h.client_closed, " during the handshake, "));
+    assert_true(test_helpers::contains(h.client_closed, " s after connecting and "));
+    assert_true(test_helpers::contains(h.client_closed,
+                                       " s after this node's hello: the agent refused the hello, had not "
+                                       "verified it within its hello deadline"));
+    assert_false(h.client->ready());
+}
+
 } // namespace
 
 int main()
@@ -422,6 +471,7 @@ int main()
         cmocka_unit_test(test_refused_on_its_header_before_authentication),
         cmocka_unit_test(test_handshake_off_the_loop),
         cmocka_unit_test(test_handshake_refused_off_the_loop),
+        cmocka_unit_test(test_close_in_the_handshake_names_its_stage),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
