@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <netinet/tcp.h>
 #include <sys/random.h>
@@ -15,6 +14,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+
+#include "lib/common/seconds.hpp"
 
 namespace storm::net {
 namespace {
@@ -372,18 +373,13 @@ std::string Connection::handshake_stage() const
     if (!client_ || ready_)
         return "";
     auto now = std::chrono::steady_clock::now();
-    auto secs = [](std::chrono::steady_clock::duration d) {
-        char b[32];
-        std::snprintf(b, sizeof b, "%.1f s", std::chrono::duration<double>(d).count());
-        return std::string(b);
-    };
     if (!challenged_)
-        return " before its challenge, " + secs(now - started_) +
+        return " before its challenge, " + tenths_of_seconds(now - started_) +
                " after connecting: an agent closes a new connection at once while too many others are "
                "unauthenticated, or when it stops";
-    std::string after = secs(now - started_) + " after connecting";
+    std::string after = tenths_of_seconds(now - started_) + " after connecting";
     if (hello_sent_ != std::chrono::steady_clock::time_point{})
-        after += " and " + secs(now - hello_sent_) + " after this node's hello";
+        after += " and " + tenths_of_seconds(now - hello_sent_) + " after this node's hello";
     return " during the handshake, " + after +
            ": the agent refused the hello, had not verified it within its hello deadline, or stopped (its log "
            "says which)";

@@ -5,6 +5,7 @@
 #include <event2/event.h>
 
 #include "lib/common/run_delay.hpp"
+#include "lib/common/seconds.hpp"
 #include "lib/common/timeval.hpp"
 
 namespace storm::prim {
@@ -17,12 +18,6 @@ using Clock = FaultTracker::Clock;
 // agent answers.
 const char *const kBeatVar = "fault:beat";
 
-std::string format_ms(milliseconds ms)
-{
-    char b[32];
-    snprintf(b, sizeof b, "%.1f s", static_cast<double>(ms.count()) / 1000.0);
-    return b;
-}
 } // namespace
 
 FaultConfig FaultConfig::for_timeout(milliseconds timeout)
@@ -153,8 +148,8 @@ void FaultMonitor::starved(Clock::time_point now)
         return;
     log_.warning("this controller's fault detection could not run for %s of the last %s (it waited for a CPU, "
                  "or was stopped): that time is not counted against any node, and detection is late by as much",
-                 format_ms(std::chrono::duration_cast<milliseconds>(more)).c_str(),
-                 format_ms(std::chrono::duration_cast<milliseconds>(now - told_at_)).c_str());
+                 tenths_of_seconds(std::chrono::duration_cast<milliseconds>(more)).c_str(),
+                 tenths_of_seconds(std::chrono::duration_cast<milliseconds>(now - told_at_)).c_str());
     told_at_ = now;
     told_forgiven_ = forgiven;
 }
@@ -175,7 +170,7 @@ void FaultMonitor::guard(Clock::time_point now)
                      "network or an overload of the whole machine is far likelier than that many dead nodes; "
                      "no node is reported until at most %zu are silent, or for %s at most",
                      silent, watched, guard_.threshold(watched), guard_.threshold(watched),
-                     format_ms(guard_.hold()).c_str());
+                     tenths_of_seconds(guard_.hold()).c_str());
         break;
     case MassSilenceGuard::Change::fell:
         // A mass silence comes and goes in waves on an overloaded machine:
@@ -185,14 +180,14 @@ void FaultMonitor::guard(Clock::time_point now)
         log_.warning("%zu of the %zu watched nodes are silent now (at most %zu) after %s of mass silence: "
                      "reports resume; a node still silent is reported once silent for the timeout from now",
                      silent, watched, guard_.threshold(watched),
-                     format_ms(std::chrono::duration_cast<milliseconds>(guard_.lasted(now, forgiven))).c_str());
+                     tenths_of_seconds(std::chrono::duration_cast<milliseconds>(guard_.lasted(now, forgiven))).c_str());
         break;
     case MassSilenceGuard::Change::released:
         log_.warning("%zu of the %zu watched nodes are still silent after %s of mass silence (%s of it "
                      "watched, the time this controller could not run left out): no longer held, the nodes "
                      "silent for the timeout are reported (a failure this wide is real)",
-                     silent, watched, format_ms(std::chrono::duration_cast<milliseconds>(now - guard_.since())).c_str(),
-                     format_ms(guard_.hold()).c_str());
+                     silent, watched, tenths_of_seconds(std::chrono::duration_cast<milliseconds>(now - guard_.since())).c_str(),
+                     tenths_of_seconds(guard_.hold()).c_str());
         break;
     }
 }
