@@ -33,8 +33,10 @@
 # multicast, each run also measures this machine's floor for the same
 # broadcast (contrib/bench/floor_mcast, group 239.255.77.9:6839): plain C,
 # the file multicast from vn1 to the other nodes, each writing its copy,
-# with no encryption, checks, announcements or repairs and the least flow
-# control (at most 4 MiB beyond the slowest node); the time from its first
+# with no encryption, checks, tree or repairs and the least flow control
+# (at most 4 MiB beyond the slowest node; each node reads the data when a
+# mark says a chunk of it came, as Storm's agents read a chunk at its
+# announcement); the time from its first
 # send to the last copy written.  It is what the
 # kernel alone costs here to deliver the datagrams through the bridge and
 # write every copy, and "storm/floor" divides Storm's time by it.  A floor

@@ -33,7 +33,9 @@
 #              memory on its way), and the floor: the same file
 #              multicast from vn1 by plain C (contrib/bench/floor_mcast), each
 #              node writing its copy, nothing of Storm in it (the least
-#              flow control: at most 4 MiB beyond the slowest node), and the
+#              flow control: at most 4 MiB beyond the slowest node; each
+#              node reads the data once a mark says a chunk of it came, as
+#              Storm's agents read a chunk when its announcement comes), and the
 #              sealed floor: the same, every byte sealed and checked by
 #              AES-128-GCM as Storm seals its chunks, by the library its
 #              agents choose (each node decrypts its copy, and here N
@@ -44,6 +46,15 @@
 #              "storm/copy" and "storm/floor" are what carry over to a real
 #              cluster: on one machine N nodes share two cores and one
 #              page cache, so both grow with N, and their ratio should not;
+#              "cpu/flr" and "cpu/sld": the same work counted in CPU-seconds,
+#              storm's over the floor's (bare, sealed): the machine's busy
+#              time over each run (/proc/stat: every process and the
+#              kernel's softirqs and write-back, all cores), less what the
+#              idle cluster costs it a second (measured for 10 s before the
+#              broadcasts) times the run's length; wall time on N virtual
+#              nodes also holds the waits of a run (a timer, the slowest
+#              node), CPU-seconds only the work each node does, which is
+#              what a real node does on its own cores;
 #   strobe     with -g yes (default): two jobs alternating on every node
 #              (storm_gang_quantum N/2 ms, at least 2 ms: N virtual
 #              nodes strobed every N/2 ms cost this host's two cores the same
@@ -75,7 +86,8 @@
 # Every measurement also goes to DATAFILE (-d, default
 # /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
 # which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor, floor-sealed,
-# copy, launch, read, write, writeback-mb).  A failed run prints as "failed" and is not written
+# copy, launch, read, write, writeback-mb; also storm-mcast-cpu, floor-cpu,
+# floor-sealed-cpu in CPU-seconds above idle, and idle-cpu-rate).  A failed run prints as "failed" and is not written
 # there.  Clusters are brought down on exit, failed or not.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -151,10 +163,13 @@ cluster_pss_mb() {
     for p in $(pgrep -f -- "$STATE/"); do cat "/proc/$p/smaps_rollup" 2> /dev/null; done |
         awk '/^Pss:/ { k += $2 } END { printf "%.1f", k / 1024 }'
 }
-# storm_once N FILE: seconds of one storm-bcast, "corrupt" if a copy differs
+# storm_once N FILE: seconds of one storm-bcast, "corrupt" if a copy
+# differs; the machine's CPU over it to $work/storm.cpu ("BUSY WALL")
 storm_once() {
-    local n=$1 f=$2 t want node
+    local n=$1 f=$2 t want node c0
+    c0=$(cpu_mark)
     t=$(timed "$work/storm.out" "$BCAST" -f -j "$jid" "$f" /tmp/bench.storm)
+    cpu_since "$c0" > "$work/storm.cpu"
     if [ "$t" = failed ]; then
         sed 's/^/  storm-bcast: /' "$work/storm.out" | tail -n 5 >&2
     else
@@ -165,6 +180,21 @@ storm_once() {
         done
     fi
     echo "$t"
+}
+# run_cpu SECONDS FILE: the CPU-seconds above idle of a run that took
+# SECONDS (a number, else "held": not measured), from its FILE of
+# cpu_since, less the idle cluster's $idle_rate
+run_cpu() {
+    local busy wall
+    if [[ $1 =~ ^[0-9.]+$ ]] && { read -r busy wall _ < "$2"; } 2> /dev/null; then cpu_above "$idle_rate" "$busy" "$wall"; else echo held; fi
+}
+# run_switches SECONDS FILE: the context switches over such a run, in
+# thousands (not less the idle cluster's), or "held"
+run_switches() {
+    local switches
+    if [[ $1 =~ ^[0-9.]+$ ]] && { read -r _ _ switches < "$2"; } 2> /dev/null && [ -n "$switches" ]; then
+        awk -v c="$switches" 'BEGIN { printf "%.1f", c / 1000 }'
+    else echo held; fi
 }
 # tree_once N: seconds of one storm-bcast of the tree, "corrupt" if a copy
 # differs from the source
@@ -308,12 +338,21 @@ for n in $NODES; do
     done
     if [ $started = no ]; then
         echo "bench-scale: the $n-node job did not start in $JOB_WAIT s ($(squeue -h -j "$jid" -o %r)): no broadcast measured" >&2
-        for s in $SIZES; do row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s' "no job" - - - - - - - -); done
+        for s in $SIZES; do row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s %7s %7s' "no job" - - - - - - - - - -); done
         [ "$TREE" != none ] && row+=$(printf ' %6s %6s %5s' "no job" - -)
+    fi
+    # what the idle cluster costs the machine (its agents' and daemons'
+    # timers), taken out of each broadcast's CPU-seconds
+    idle_rate=0
+    if [ $started = yes ]; then
+        c0=$(cpu_mark)
+        sleep 10
+        idle_rate=$(cpu_since "$c0" | awk '{ printf "%.3f", ($2 > 0 ? $1 / $2 : 0) }')
+        record "$n" 0 idle-cpu-rate "$idle_rate"
     fi
     for s in $SIZES; do
         [ $started = yes ] || break
-        f=$work/f$s xs=() fs=() ss=()
+        f=$work/f$s xs=() fs=() ss=() xc=() fc=() sc=() xw=() fw=() sw=()
         clean_dest
         storm_once "$n" "$f" > /dev/null # warm-up: the first writes on a fresh cluster fault in memory
         # Each repetition runs the three in turn, starting one further
@@ -329,16 +368,25 @@ for n in $NODES; do
                     t=$(storm_once "$n" "$f")
                     record "$n" "$s" storm-mcast "$t"
                     xs+=("$t")
+                    xc+=("$(run_cpu "$t" "$work/storm.cpu")")
+                    record "$n" "$s" storm-mcast-cpu "${xc[-1]}"
+                    xw+=("$(run_switches "$t" "$work/storm.cpu")")
                     ;;
                 1)
                     t=$(mcast_floor "$n" "$f")
                     record "$n" "$s" floor "$t"
                     fs+=("${t/#lost/held}")
+                    fc+=("$(run_cpu "$t" "$work/floor/cpu")")
+                    record "$n" "$s" floor-cpu "${fc[-1]}"
+                    fw+=("$(run_switches "$t" "$work/floor/cpu")")
                     ;;
                 2)
                     t=$(mcast_floor "$n" "$f" sealed)
                     record "$n" "$s" floor-sealed "$t"
                     ss+=("${t/#lost/held}")
+                    sc+=("$(run_cpu "$t" "$work/floor/cpu")")
+                    record "$n" "$s" floor-sealed-cpu "${sc[-1]}"
+                    sw+=("$(run_switches "$t" "$work/floor/cpu")")
                     ;;
                 esac
             done
@@ -365,9 +413,13 @@ for n in $NODES; do
         x=$(median "${xs[@]}") fl=$(median "${fs[@]}") sl=$(median "${ss[@]}")
         [ "$fl" = held ] && fl=lost
         [ "$sl" = held ] && sl=lost
+        xcm=$(median "${xc[@]}") fcm=$(median "${fc[@]}") scm=$(median "${sc[@]}")
         echo "  $n nodes $s MB: storm ${xs[*]} floor ${fs[*]} sealed floor ${ss[*]} copy $copy sbcast $st" >&2
-        row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
-            "$sl" "$(ratio "$x" "$sl" "%.2f")" "$copy" "$(ratio "$x" "$copy" "%.2f")")
+        echo "  $n nodes $s MB, CPU-seconds above idle ($idle_rate a second): storm ${xc[*]} floor ${fc[*]} sealed floor ${sc[*]}" >&2
+        echo "  $n nodes $s MB, thousands of context switches: storm ${xw[*]} floor ${fw[*]} sealed floor ${sw[*]}" >&2
+        row+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s %7s %7s' "$x" "$st" "$(ratio "$st" "$x")" "$fl" "$(ratio "$x" "$fl" "%.2f")" \
+            "$sl" "$(ratio "$x" "$sl" "%.2f")" "$copy" "$(ratio "$x" "$copy" "%.2f")" \
+            "$(ratio "$xcm" "$fcm" "%.2f")" "$(ratio "$xcm" "$scm" "%.2f")")
     done
     if [ "$TREE" != none ] && [ $started = yes ]; then
         xs=()
@@ -413,12 +465,13 @@ echo "for each size: storm = storm-bcast (median of $REPS, a run failed past ${S
 echo "floor = plain C multicast of the file to every node, flow-controlled (median of $REPS; lost: it lost datagrams, it has no repairs), /flr = storm / floor;"
 echo "sealed = the same floor with every byte sealed by AES-128-GCM as Storm's chunks, by ${cipher:-?} as the agents (each node decrypts its copy on these shared cores), /sld = storm / sealed;"
 echo "copy = N copies of the file written on this machine by two writers (no network), /copy = storm / copy (flat as N grows: the cost per node is flat);"
+echo "cpu/flr, cpu/sld = storm's CPU-seconds over the floor's, bare and sealed (the machine's busy time over each run, all cores, less the idle cluster's; medians of $REPS);"
 echo "strobe = two jobs alternating on every node: delivery p50/p99 (us) @ quantum;"
 [ "$TREE" != none ] && echo "tree = storm-bcast of $TREE (median of $REPS, s), untar = N untars of it on this machine (two at once), /untar = tree / untar;"
 [ "$FAULT" != 0 ] && echo "faults = nodes ever out of service in sinfo (every node is alive: 0 expected)/samples taken, +F? samples sinfo could not take, storm_fault_timeout=$(if [ "$FAULT" = auto ]; then echo "max(5, N/50) s"; else echo "$FAULT"; fi);"
 echo "measurements for contrib/model/storm-model: $DATA"
 hdr=$(printf '%6s %6s %11s %7s %6s' nodes start MB/node launch 'ctx(B)')
-for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s' "${s}MB" stock ratio floor /flr sealed /sld copy /copy); done
+for s in $SIZES; do hdr+=$(printf ' %7s %7s %6s %6s %5s %6s %5s %6s %5s %7s %7s' "${s}MB" stock ratio floor /flr sealed /sld copy /copy cpu/flr cpu/sld); done
 [ "$TREE" != none ] && hdr+=$(printf ' %6s %6s %5s' tree untar /untar)
 hdr+=$(printf ' %18s' strobe)
 [ "$FAULT" != 0 ] && hdr+=$(printf ' %12s' faults)

@@ -53,6 +53,25 @@ agents_cipher() {
 }
 
 now() { date +%s.%N; }
+# cpu_mark: this machine's busy CPU time so far, all cores together (user,
+# nice, system, irq and softirq of /proc/stat, in clock ticks), its context
+# switches so far, and the wall clock: a mark for cpu_since
+cpu_mark() {
+    echo "$(awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 } /^ctxt / { c = $2 } END { print b, c }' /proc/stat) $(now)"
+}
+# cpu_since MARK: "BUSY WALL SWITCHES" since MARK: the CPU-seconds the
+# machine spent busy (all cores, every process and the kernel's own work:
+# softirqs, write-back), the seconds that passed, and its context switches
+cpu_since() {
+    local m
+    m=$(cpu_mark)
+    awk -v a="$1" -v b="$m" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.2f %.2f %d\n", (y[1] - x[1]) / hz, y[3] - x[3], y[2] - x[2] }'
+}
+# cpu_above RATE BUSY WALL: BUSY less RATE CPU-seconds a second over WALL
+# seconds (what the machine spends with nothing running: an idle cluster's
+# agents and daemons), at least 0
+cpu_above() { awk -v r="$1" -v b="$2" -v w="$3" 'BEGIN { v = b - r * w; printf "%.2f", (v > 0 ? v : 0) }'; }
 # secs START END: END - START seconds, two decimals
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 # timed OUTFILE CMD...: the seconds CMD took (its output to OUTFILE), or
@@ -76,11 +95,13 @@ timed() {
 # (the node addresses in $addrs), bare or sealed (AES-GCM, as Storm's
 # chunks); "lost" if a node lost a datagram (the floor has no repairs: such
 # a run is left out of the median), "failed" otherwise.
+# The machine's CPU from the sender's start to the receivers' end goes to
+# $work/floor/cpu (cpu_since's "BUSY WALL").
 # Needs VC, work, FLOORM, FLOOR_GROUP, FLOOR_PORT, addrs (vnI's address at
 # index I), mtu (the links' MTU) and an array floor_pids (the receivers,
 # for the caller's exit trap to kill)
 mcast_floor() {
-    local n=$1 f=$2 seal=${3:-} size i t0 t1 done_n ready last still
+    local n=$1 f=$2 seal=${3:-} size i t0 t1 done_n ready last still c0
     size=$(stat -c %s "$f")
     rm -rf "$work/floor" && mkdir -p "$work/floor"
     floor_pids=()
@@ -106,9 +127,11 @@ mcast_floor() {
         echo failed
         return
     fi
+    c0=$(cpu_mark)
     "$VC" exec vn1 "$FLOORM" send "$FLOOR_GROUP" "$FLOOR_PORT" "${addrs[1]}" "$f" /tmp/bench.floor "$mtu" \
         $((n - 1)) $seal > "$work/floor/1.out" 2>&1
     for i in "${floor_pids[@]}"; do wait "$i" 2> /dev/null; done # a receiver that lost one gives up at once or in 30 s
+    cpu_since "$c0" > "$work/floor/cpu"
     floor_pids=()
     t0=$(sed -n 's/^start //p' "$work/floor/1.out")
     t1=$(cat "$work"/floor/*.out | sed -n 's/^\(done\|sent\) //p' | sort -n | tail -n 1)

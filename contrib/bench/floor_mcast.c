@@ -1,10 +1,20 @@
 /* floor_mcast: the machine's floor for broadcasting a file to every node by
- * multicast, with nothing of Storm in it: plain blocking C, one sender, no
- * checksums, no announcements, no repairs.  Each receiver takes the
- * datagrams straight into its write buffer (one system call per 64 KiB
- * where the kernel coalesces them, UDP GRO) and writes the file in pieces
- * of 63 pages (PIECE, below); the sender sends in 64 KiB batches (UDP GSO),
- * like Storm's agents.  bench-bcast and bench-scale run it on the same
+ * multicast, with nothing of Storm in it: plain C, one sender, no
+ * checksums, no tree, no repairs.  Each receiver takes the datagrams
+ * straight into its write buffer (one system call per 64 KiB where the
+ * kernel coalesces them, UDP GRO) and writes the file in pieces of 63
+ * pages (PIECE, below); the sender sends in 64 KiB batches (UDP GSO), like
+ * Storm's agents.  Like them too, a receiver reads the data when it is
+ * told it is there: the sender multicasts a mark (8 bytes: the stream's
+ * bytes sent so far) to port PORT + 2 after every CHUNK of the stream (and
+ * when its window is full with every receiver past the last mark), and a
+ * receiver sleeps on the marks, reading the data socket only up to the
+ * last mark (and at every tick, a second, without one), so that it wakes
+ * once a chunk, not once a batch: with N
+ * receivers on two cores, reading at every batch costs every receiver a
+ * wakeup per 64 KiB, as it did Storm's agents until they held their reads
+ * (lib/net/mcast.hpp: at 256 virtual nodes, 58,000 context switches
+ * against 16,000).  bench-bcast and bench-scale run it on the same
  * virtual nodes, in turns with Storm, so that Storm's time can be read against
  * what the kernel alone costs here: the datagrams through the bridge and
  * every node's page cache.
@@ -14,9 +24,11 @@
  *   floor_mcast send GROUP PORT ADDR SOURCE COPY MTU RECEIVERS [sealed]
  *                                                  (in another one)
  *
- * ADDR is the node's own address (the interface of the group).  A receiver
- * joins the group, prints "ready", writes SIZE bytes to FILE (created or
- * truncated) and prints "done NS", CLOCK_MONOTONIC in ns.  The sender
+ * ADDR is the node's own address (the interface of the group).  The group's
+ * port PORT carries the data and PORT + 2 the marks; the receivers' words
+ * go to SENDER's port PORT + 1.  A receiver joins the group, prints
+ * "ready", writes SIZE bytes to FILE (created or truncated) and prints
+ * "done NS", CLOCK_MONOTONIC in ns.  The sender
  * prints "start NS", sends SOURCE, writing it to COPY as it goes (the
  * sender's node gets its copy too), and prints "sent NS".
  *
@@ -89,15 +101,22 @@
  * answers after each piece's write: the sender, its window full, may wait
  * on larger pieces; not measured apart). */
 enum { HDR = 8, IPUDP = 28, BATCH = 65000, PIECE = 63 << 12, TAG = 16 };
-/* Flow control: a receiver speaks every STEP bytes, and every 100 ms while
- * it waits (IDLE_TICKS of them: 30 s); the sender keeps WINDOW in flight. */
-enum { STEP = 256 << 10, WINDOW = 4 << 20, IDLE_TICKS = 300 };
+/* Flow control: a receiver speaks every STEP bytes, and every TICK_MS
+ * while it waits (IDLE_TICKS of them: 30 s); the sender keeps WINDOW in
+ * flight.  A tick of 100 ms woke every waiting receiver ten times a second
+ * and sent the sender as many words: at 1000 virtual nodes, where a run
+ * takes a minute and a mark comes every few seconds, 650,000 of each. */
+enum { STEP = 256 << 10, WINDOW = 4 << 20, TICK_MS = 1000, IDLE_TICKS = 30 };
 /* Before its first datagram a receiver waits START_TICKS (10 min): the
  * caller starts the sender once every receiver is ready, and on the
  * project's 2-core test machine starting 511 receivers took more than 30 s,
  * so the first ones gave up before the sender began (a run at 512 nodes
  * then failed every time, those receivers holding nothing). */
-enum { START_TICKS = 6000 };
+enum { START_TICKS = 600 };
+/* A mark every CHUNK bytes of the stream: Storm's chunk at the usual MTU
+ * (546 segments of 1,440 bytes, lib/net/mcast.hpp), an announcement every
+ * 0.75 MB. */
+enum { CHUNK = 786240 };
 static unsigned long long window = WINDOW; /* FLOOR_WINDOW overrides it (bytes) */
 
 /* A receiver's word that it lost a datagram and gave up: the sender stops. */
@@ -161,7 +180,6 @@ static int group_socket(struct in_addr group, unsigned port, struct in_addr ifac
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = group};
         struct ip_mreq m = {.imr_multiaddr = group, .imr_interface = iface};
         int rcv = 32 << 20;
-        struct timeval idle = {.tv_usec = 100000}; /* IDLE_TICKS of them: 30 s */
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
             bind(fd, (struct sockaddr *)&a, sizeof a) < 0)
             die("bind");
@@ -170,7 +188,6 @@ static int group_socket(struct in_addr group, unsigned port, struct in_addr ifac
         if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof rcv) < 0)
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
         setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
     } else {
         unsigned char zero = 0;
         int snd = 256 << 10;
@@ -281,7 +298,10 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
 {
     size_t data = seg - HDR, per = BATCH / seg, unit = sealed ? PIECE + TAG : PIECE;
     unsigned long long total = stream_size(size, sealed), told = 0, piece = 0;
-    int fd = group_socket(group, port, iface, 1), back = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    /* a word every STEP, or every quarter of a smaller window (FLOOR_WINDOW) */
+    unsigned long long step = window / 4 < STEP ? window / 4 : STEP;
+    int fd = group_socket(group, port, iface, 1), marks = group_socket(group, port + 2, iface, 1),
+        back = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in to = {
         .sin_family = AF_INET, .sin_port = htons((uint16_t)(port + 1)), .sin_addr = sender};
     if (back < 0)
@@ -306,68 +326,97 @@ static int receive(struct in_addr group, unsigned port, struct in_addr iface, co
     }
     printf("ready\n");
     fflush(stdout);
-    unsigned long long got = 0, written = 0;
+    unsigned long long got = 0, written = 0, marked = 0;
     size_t fill = 0;
     int idle = 0;
     while (got < total) {
-        for (size_t i = 0; i < per; i++) {
-            iov[2 * i] = (struct iovec){&hdr[i], HDR};
-            iov[2 * i + 1] = (struct iovec){buf + fill + i * data, data};
-        }
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2 * per};
-        ssize_t n = recvmsg(fd, &m, 0);
-        if (n < 0 && errno == EINTR)
+        /* asleep on the marks, and on the data too while a mark announced
+         * bytes that have not come yet */
+        struct pollfd p[2] = {{.fd = marks, .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+        int ready = poll(p, got < marked ? 2 : 1, TICK_MS);
+        if (ready < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN && ++idle < (got ? IDLE_TICKS : START_TICKS)) {
-            if (got || idle % 10 == 0) /* once a second until the sender starts */
-                tell(back, &to, got);  /* the sender may have missed the last word */
-            continue;
-        }
-        if (n < 0) {
-            fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: %s\n", got, total,
-                    errno != EAGAIN ? strerror(errno) : got ? "nothing for 30 s" : "nothing in 10 min");
-            return 1;
-        }
-        idle = 0;
-        if (m.msg_flags & MSG_TRUNC) {
-            fprintf(stderr, "floor_mcast: a datagram larger than %zu bytes at %llu\n", per * seg, got);
-            return 1;
-        }
-        size_t segs = ((size_t)n + seg - 1) / seg, bytes = (size_t)n - segs * HDR;
-        for (size_t i = 0; i < segs; i++)
-            if (hdr[i] != got + i * data) {
-                fprintf(stderr, "floor_mcast: lost or reordered datagram at %llu (got %llu)\n",
-                        got + i * data, (unsigned long long)hdr[i]);
-                tell(back, &to, LOST);
+        if (ready < 0)
+            die("poll");
+        for (uint64_t v; recv(marks, &v, sizeof v, MSG_DONTWAIT) == sizeof v;) {
+            if (v == LOST) {
+                fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: the sender stopped\n", got, total);
                 return 1;
             }
-        got += bytes;
-        fill += bytes;
-        /* whole pieces out of the buffer, what follows them moved to its start */
-        size_t at = 0;
-        while (fill - at >= unit || (got >= total && at < fill)) {
-            size_t n_in = fill - at < unit ? fill - at : unit, n_out = sealed ? n_in - TAG : n_in;
-            const char *p = buf + at;
-            if (sealed) {
-                if (n_in <= TAG || !gcm(c, 0, piece, (const unsigned char *)p, n_out, (unsigned char *)plain,
-                                        (unsigned char *)p + n_out)) {
-                    fprintf(stderr, "floor_mcast: piece %llu fails its tag\n", piece);
+            if (v > marked)
+                marked = v;
+        }
+        /* every datagram queued now (also after a tick without a mark: a
+         * mark may be lost) */
+        int heard = 0;
+        for (;;) {
+            for (size_t i = 0; i < per; i++) {
+                iov[2 * i] = (struct iovec){&hdr[i], HDR};
+                iov[2 * i + 1] = (struct iovec){buf + fill + i * data, data};
+            }
+            struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2 * per};
+            ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno == EAGAIN)
+                break;
+            if (n < 0) {
+                fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: %s\n", got, total, strerror(errno));
+                return 1;
+            }
+            heard = 1;
+            if (m.msg_flags & MSG_TRUNC) {
+                fprintf(stderr, "floor_mcast: a datagram larger than %zu bytes at %llu\n", per * seg, got);
+                return 1;
+            }
+            size_t segs = ((size_t)n + seg - 1) / seg, bytes = (size_t)n - segs * HDR;
+            for (size_t i = 0; i < segs; i++)
+                if (hdr[i] != got + i * data) {
+                    fprintf(stderr, "floor_mcast: lost or reordered datagram at %llu (got %llu)\n",
+                            got + i * data, (unsigned long long)hdr[i]);
+                    tell(back, &to, LOST);
                     return 1;
                 }
-                p = plain;
+            got += bytes;
+            fill += bytes;
+            /* whole pieces out of the buffer, what follows them moved to its start */
+            size_t at = 0;
+            while (fill - at >= unit || (got >= total && at < fill)) {
+                size_t n_in = fill - at < unit ? fill - at : unit, n_out = sealed ? n_in - TAG : n_in;
+                const char *q = buf + at;
+                if (sealed) {
+                    if (n_in <= TAG || !gcm(c, 0, piece, (const unsigned char *)q, n_out, (unsigned char *)plain,
+                                            (unsigned char *)q + n_out)) {
+                        fprintf(stderr, "floor_mcast: piece %llu fails its tag\n", piece);
+                        return 1;
+                    }
+                    q = plain;
+                }
+                write_all(out, q, n_out, (off_t)written);
+                written += n_out;
+                at += n_in;
+                piece++;
             }
-            write_all(out, p, n_out, (off_t)written);
-            written += n_out;
-            at += n_in;
-            piece++;
+            if (at > 0) {
+                memmove(buf, buf + at, fill - at);
+                fill -= at;
+            }
+            if (got >= total)
+                break;
         }
-        if (at > 0) {
-            memmove(buf, buf + at, fill - at);
-            fill -= at;
-        }
-        if (got - told >= STEP || got >= total) {
-            tell(back, &to, got);
-            told = got;
+        if (heard) {
+            idle = 0;
+            if (got - told >= step || got >= total) {
+                tell(back, &to, got);
+                told = got;
+            }
+        } else if (ready == 0) { /* a tick of nothing */
+            if (++idle >= (got ? IDLE_TICKS : START_TICKS)) {
+                fprintf(stderr, "floor_mcast: stopped at %llu of %llu bytes: %s\n", got, total,
+                        got ? "nothing for 30 s" : "nothing in 10 min");
+                return 1;
+            }
+            tell(back, &to, got); /* the sender may have missed the last word */
         }
     }
     if (close(out) < 0)
@@ -427,11 +476,19 @@ static int hear(int fd, struct acks *a, int ms)
     }
 }
 
-/* A datagram at offset LOST: every receiver gives up at once. */
+/* A mark: the stream's bytes sent so far, to the group's port PORT + 2. */
+static void mark(int fd, const struct sockaddr_in *to, unsigned long long sent)
+{
+    struct sockaddr_in m = *to;
+    uint64_t v = sent;
+    m.sin_port = htons((uint16_t)(ntohs(to->sin_port) + 2));
+    sendto(fd, &v, sizeof v, 0, (const struct sockaddr *)&m, sizeof m);
+}
+
+/* A mark of LOST: every receiver gives up at once. */
 static void stop_receivers(int fd, const struct sockaddr_in *to)
 {
-    uint64_t h = LOST;
-    sendto(fd, &h, sizeof h, 0, (const struct sockaddr *)to, sizeof *to);
+    mark(fd, to, LOST);
 }
 
 static int send_file(struct in_addr group, unsigned port, struct in_addr iface, const char *source,
@@ -472,7 +529,7 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
      * them, never more than WINDOW beyond the slowest receiver. */
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = group};
     size_t have = 0, ready = 0, take = gsok ? per : 1;
-    unsigned long long low = 0;
+    unsigned long long low = 0, marked = 0;
     int waited = 0;
     for (size_t off = 0; off < total;) {
         while (ready < total && ready < off + take * data) {
@@ -487,8 +544,12 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
             ready += (size_t)r + (sealed ? TAG : 0);
         }
         hear(back, &a, 0);
+        /* a window smaller than a chunk (FLOOR_WINDOW) fills before a mark:
+         * the receivers must read what came before it opens */
+        if (!a.lost && off >= (low = slowest(&a)) + window && low >= marked && off > marked)
+            mark(fd, &to, marked = off);
         while (!a.lost && off >= (low = slowest(&a)) + window) {
-            if (hear(back, &a, 100))
+            if (hear(back, &a, TICK_MS))
                 waited = 0;
             else if (++waited > IDLE_TICKS) {
                 fprintf(stderr,
@@ -516,7 +577,10 @@ static int send_file(struct in_addr group, unsigned port, struct in_addr iface, 
         while (sendto(fd, batch, n, 0, (struct sockaddr *)&to, sizeof to) < 0)
             if (errno != EINTR && errno != ENOBUFS)
                 die("send");
+        if (off - marked >= CHUNK || off >= total)
+            mark(fd, &to, marked = off);
     }
+    mark(fd, &to, total); /* the last one twice: a receiver that missed it waits a tick */
     if (close(out) < 0)
         die("close");
     printf("sent %llu\n", now_ns());
