@@ -7,7 +7,7 @@
 #   sudo contrib/bench/bench-scale.sh [-n "64 256 512 1000"] [-s "12 100"]
 #                                     [-k REPS] [-m GROUP:PORT] [-t SECONDS]
 #                                     [-d DATAFILE] [-g yes|no] [-T DIR|none]
-#                                     [-f TIMEOUT|0]
+#                                     [-f TIMEOUT|0] [-x "launch sbcast copy"]
 #
 # For each node count N it prints one row:
 #   start      seconds `storm-vcluster up N` took, and the memory the cluster
@@ -83,6 +83,11 @@
 #              jobs are named and resumed, so that those still get all N
 #              nodes (a job that does not start in 300 s is reported, its
 #              measurements "no job").
+# -x leaves out the measurements it names, each shown "-": launch (srun
+# /bin/true and ctx(B): at 1000 virtual nodes each srun takes 40 s or more,
+# and a failed one the whole -t), sbcast, copy.  With -x "launch sbcast
+# copy" -g no -T none, a node count costs its cluster's start and the
+# broadcasts only.
 # Every measurement also goes to DATAFILE (-d, default
 # /var/tmp/storm-bench-scale/data.txt) as "nodes MB kind seconds" lines,
 # which contrib/model/storm-model fits (kinds storm-mcast, sbcast, floor, floor-sealed,
@@ -100,11 +105,11 @@ FLOORC=$BUILD/contrib/bench/floor_copy
 FLOOR_GROUP=239.255.77.9 FLOOR_PORT=6839
 VC=$top/contrib/vcluster/storm-vcluster
 NODES="64 256 512 1000" SIZES="12 100" REPS=3 JOB_WAIT=300 MCAST=239.255.77.1:6831 STOCK_TIMEOUT=300 GANGS=yes
-TREE=/usr/share/zoneinfo FAULT=auto
+TREE=/usr/share/zoneinfo FAULT=auto SKIP=''
 work=/var/tmp/storm-bench-scale
 DATA=$work/data.txt
-usage() { echo "usage: $0 [-n NODES] [-s SIZES_MB] [-k REPS] [-m GROUP:PORT] [-t SECONDS] [-d DATAFILE] [-g yes|no] [-T DIR|none] [-f TIMEOUT|0]" >&2; exit 2; }
-while getopts n:s:k:m:t:d:g:T:f: o; do
+usage() { echo "usage: $0 [-n NODES] [-s SIZES_MB] [-k REPS] [-m GROUP:PORT] [-t SECONDS] [-d DATAFILE] [-g yes|no] [-T DIR|none] [-f TIMEOUT|0] [-x \"launch sbcast copy\"]" >&2; exit 2; }
+while getopts n:s:k:m:t:d:g:T:f:x: o; do
     case $o in
     n) NODES=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -115,6 +120,7 @@ while getopts n:s:k:m:t:d:g:T:f: o; do
     g) GANGS=$OPTARG ;;
     T) TREE=$OPTARG ;;
     f) FAULT=$OPTARG ;;
+    x) SKIP=$OPTARG ;;
     *) usage ;;
     esac
 done
@@ -128,6 +134,11 @@ for s in $SIZES; do [[ $s =~ ^[1-9][0-9]*$ ]] || { echo "bench-scale: -s takes w
 case $GANGS in yes | no) ;; *) usage ;; esac
 [ "$TREE" = none ] || [ -d "$TREE" ] || { echo "bench-scale: -T takes a directory or none, not \"$TREE\"" >&2; exit 2; }
 [[ $FAULT =~ ^(auto|0|[1-9][0-9]*(ms|s|min)?)$ ]] || { echo "bench-scale: -f takes storm_fault_timeout's value (5s; auto: max(5, N/50) s; 0 for off), not \"$FAULT\"" >&2; exit 2; }
+for x in $SKIP; do
+    case $x in launch | sbcast | copy) ;; *) echo "bench-scale: -x takes launch, sbcast and copy, not \"$x\"" >&2; exit 2 ;; esac
+done
+# skipped WHAT: whether -x named WHAT
+skipped() { [[ " $SKIP " == *" $1 "* ]]; }
 # the fault timeout at N nodes
 fault_at() { if [ "$FAULT" = auto ]; then echo "$(($1 / 50 > 5 ? $1 / 50 : 5))s"; else echo "$FAULT"; fi; }
 [ "$(id -u)" = 0 ] || { echo "bench-scale: must run as root" >&2; exit 2; }
@@ -317,17 +328,20 @@ for n in $NODES; do
         record "$n" "$s" write "$(timed /dev/null cp "$work/f$s" "$STATE/nodes/vn1/tmp/bench.w")"
         rm -f "$STATE/nodes/vn1/tmp/bench.w"
     done
-    launch=()
-    for ((r = 0; r < REPS; r++)); do
-        t=$(timed "$work/srun.out" srun -N "$n" /bin/true)
-        [ "$t" = failed ] && tail -n 3 "$work/srun.out" >&2
-        record "$n" 0 launch "$t"
-        launch+=("$t")
-    done
-    # the step's communication context: what Slurm carries in the switch
-    # info to every node, through every hop of its launch tree
-    ctx=$(timeout "$STOCK_TIMEOUT" srun -N "$n" -n "$n" sh -c '[ "$SLURM_NODEID" = 0 ] && printf %s "$STORM_CTX"' 2> /dev/null | wc -c)
-    record "$n" 0 context-bytes "$ctx"
+    launch=(-) ctx=-
+    if ! skipped launch; then
+        launch=()
+        for ((r = 0; r < REPS; r++)); do
+            t=$(timed "$work/srun.out" srun -N "$n" /bin/true)
+            [ "$t" = failed ] && tail -n 3 "$work/srun.out" >&2
+            record "$n" 0 launch "$t"
+            launch+=("$t")
+        done
+        # the step's communication context: what Slurm carries in the switch
+        # info to every node, through every hop of its launch tree
+        ctx=$(timeout "$STOCK_TIMEOUT" srun -N "$n" -n "$n" sh -c '[ "$SLURM_NODEID" = 0 ] && printf %s "$STORM_CTX"' 2> /dev/null | wc -c)
+        record "$n" 0 context-bytes "$ctx"
+    fi
     row=$(printf '%6s %6s %11s %7s %6s' "$n" "$start" "$per_node" "$(median "${launch[@]}")" "$ctx")
     resume_drained "$n"
     jid=$(sbatch --parsable -N "$n" -o /dev/null -D "$work" --wrap "sleep 7200")
@@ -400,7 +414,9 @@ for n in $NODES; do
         # the file fit in the memory available (slurmd held about half of
         # them there); else "skipped".
         avail=$(mem_avail_mb)
-        if ((n * s <= avail)); then
+        if skipped sbcast; then
+            st=-
+        elif ((n * s <= avail)); then
             st=$(timed "$work/sbcast.out" sbcast -f -j "$jid" "$f" /tmp/bench.stock)
         else
             st=skipped
@@ -408,7 +424,8 @@ for n in $NODES; do
         fi
         record "$n" "$s" sbcast "$st"
         clean_dest
-        copy=$(copy_limit "$n" "$f" c)
+        copy=-
+        skipped copy || copy=$(copy_limit "$n" "$f" c)
         record "$n" "$s" copy "$copy"
         x=$(median "${xs[@]}") fl=$(median "${fs[@]}") sl=$(median "${ss[@]}")
         [ "$fl" = held ] && fl=lost
