@@ -32,9 +32,9 @@ std::string sh_quote(const std::string &s)
     return q + "'";
 }
 
-std::string venv_relocate_command(const std::string &script)
+std::string venv_relocate_command(const std::string &program)
 {
-    return "exec \"$STORM_BCAST_DEST/bin/python3\" " + sh_quote(script) + " \"$STORM_BCAST_DEST\"";
+    return "exec \"$STORM_BCAST_DEST/bin/python3\" -c " + sh_quote(program) + " \"$STORM_BCAST_DEST\"";
 }
 
 NodeRun run_on_nodes(uint32_t job, const std::vector<std::string> &nodes, const std::string &node_list,

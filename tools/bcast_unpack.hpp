@@ -33,9 +33,12 @@ NodeRun run_on_nodes(uint32_t job, const std::vector<std::string> &nodes, const 
                      const std::string &dir, const std::string &dest, const std::string &command,
                      std::chrono::seconds timeout = std::chrono::seconds(0));
 
-// The shell command of --venv-relocate: `script` (storm-venv-relocate) run
-// by the venv's own python on DEST.
-std::string venv_relocate_command(const std::string &script);
+// The shell command of --venv-relocate: `program`, the text of
+// storm-venv-relocate, run by the venv's own python on DEST (python3 -c).
+// The text travels in the command, so the nodes need not see the directory
+// storm-bcast runs from (a build tree in the submit host's /tmp, a home not
+// mounted on the nodes).
+std::string venv_relocate_command(const std::string &program);
 
 // Single-quoted for /bin/sh.
 std::string sh_quote(const std::string &s);

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <unistd.h>
@@ -130,10 +132,13 @@ std::string unpack_command(const tools::BcastArgs &a, const bcast::Source &src)
     }
     if (!has("pyvenv.cfg", bcast::Entry::file) || !has("bin/python3", bcast::Entry::symlink))
         throw bcast::BcastError(a.source + " has no pyvenv.cfg and bin/python3 link: not a venv");
+    // Its text goes in the command (tools/bcast_unpack.hpp): read here.
     std::string script = beside_me("storm-venv-relocate");
-    if (access(script.c_str(), X_OK) != 0)
-        throw bcast::BcastError("cannot find " + script + ", which relocates a venv");
-    return tools::venv_relocate_command(script);
+    std::ifstream in(script, std::ios::binary);
+    std::ostringstream text;
+    if (!(in && text << in.rdbuf()) || text.str().empty())
+        throw bcast::BcastError("cannot read " + script + ", which relocates a venv");
+    return tools::venv_relocate_command(text.str());
 }
 
 size_t files_of(const bcast::Source &s)

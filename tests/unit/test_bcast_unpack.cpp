@@ -111,9 +111,28 @@ void test_timeout(void **)
 void test_quoting(void **)
 {
     assert_string_equal(sh_quote("a'b c").c_str(), "'a'\\''b c'");
-    assert_true(
-        contains(venv_relocate_command("/opt/x y/storm-venv-relocate"),
-                 "\"$STORM_BCAST_DEST/bin/python3\" '/opt/x y/storm-venv-relocate' \"$STORM_BCAST_DEST\""));
+    assert_true(contains(venv_relocate_command("print('x y')\n"),
+                         "\"$STORM_BCAST_DEST/bin/python3\" -c 'print('\\''x y'\\'')\n' \"$STORM_BCAST_DEST\""));
+}
+
+// The venv step's command carries the program's text (python3 -c), quotes
+// and newlines kept, and gives it DEST as its first argument: the nodes
+// need no copy of the program.
+void test_venv_command_runs(void **)
+{
+    if (access("/usr/bin/python3", X_OK) != 0)
+        skip();
+    const std::string venv = g_dir + "/venv";
+    assert_int_equal(mkdir(venv.c_str(), 0755), 0);
+    assert_int_equal(mkdir((venv + "/bin").c_str(), 0755), 0);
+    assert_int_equal(symlink("/usr/bin/python3", (venv + "/bin/python3").c_str()), 0);
+    const std::string program = "import sys\n"
+                                "# it's 'quoted' and \"double-quoted\"\n"
+                                "open(sys.argv[1] + '/ran', 'a').write('%s %s\\n' % (sys.argv[0], sys.argv[1]))\n";
+    auto r = run_on_nodes(7, {"vn1", "vn2"}, "vn[1-2]", "/tmp", venv, venv_relocate_command(program));
+    assert_int_equal(r.srun_status, 0);
+    assert_int_equal(r.failed.size(), 0);
+    assert_string_equal(slurp(venv + "/ran").c_str(), ("-c " + venv + "\n-c " + venv + "\n").c_str());
 }
 
 } // namespace
@@ -123,6 +142,7 @@ int main()
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_and_silent_nodes),
         cmocka_unit_test(test_all_well),
+        cmocka_unit_test(test_venv_command_runs),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_quoting),
     };
